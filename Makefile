@@ -1,0 +1,26 @@
+# `make test` installs what the tests need (redis-server, PostgreSQL,
+# promtool) and runs the whole suite against real servers.
+GO ?= go
+
+.PHONY: test deps gotest lint rules drill build
+
+test: deps lint gotest rules
+
+deps:
+	bash scripts/install-test-deps.sh
+
+gotest:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+rules:
+	@if [ -d deploy/prometheus ]; then promtool check rules deploy/prometheus/alerts.yml && promtool test rules deploy/prometheus/alerts_test.yml; fi
+
+build:
+	$(GO) build -o bin/leasehold ./cmd/leasehold
+
+drill:
+	$(GO) run ./cmd/leasehold drill

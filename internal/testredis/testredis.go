@@ -1,0 +1,126 @@
+// Package testredis starts a real redis-server on a free loopback port for
+// tests and stops it when the test ends. `make test` installs redis-server
+// (scripts/install-test-deps.sh); a test using this package fails, with a
+// message saying so, when the binary is missing.
+package testredis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	args []string
+	cmd  *exec.Cmd
+	tb   testing.TB
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Binary returns the path of redis-server or fails the test.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redis-server not found: run `make test` or scripts/install-test-deps.sh (Debian package redis-server)")
+	}
+	return p
+}
+
+// Start runs redis-server without persistence on a free loopback port, with
+// extra command-line arguments (e.g. "--requirepass", "x"), and stops it in
+// t.Cleanup.
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	s := &Server{Port: FreePort(tb), Dir: tb.TempDir(), tb: tb}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.args = append([]string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.Dir, "--daemonize", "no", "--loglevel", "warning",
+	}, extra...)
+	s.start()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.tb.Helper()
+	s.cmd = exec.Command(Binary(s.tb), s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		s.tb.Fatalf("start redis-server: %v", err)
+	}
+	if err := s.waitReady(10 * time.Second); err != nil {
+		s.Stop()
+		s.tb.Fatalf("redis-server on %s not ready: %v", s.Addr, err)
+	}
+}
+
+func (s *Server) waitReady(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server at once (no save, no goodbye), like a crash. It is a
+// no-op when the server is not running.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same port: without
+// persistence every key is lost.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Client returns a go-redis client for the server, closed in t.Cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		tb.Fatalf("ping %s: %v", s.Addr, err)
+	}
+	return c
+}
+
+// URL returns redis://ADDR.
+func (s *Server) URL() string { return fmt.Sprintf("redis://%s", s.Addr) }
