@@ -1,0 +1,228 @@
+// Package calibrate turns measured numbers into lease timings: the TTL, the
+// renewal interval, the renewal failure budget and the worst takeover time
+// after a crash, with a verdict against a takeover SLO.
+//
+// The rules (SPEC §7):
+//
+//	TTL            = p99 critical section + jitter budget + guard
+//	renew interval = TTL / 3 to start
+//	failure budget: MaxFailures × renew interval + renew timeout < TTL,
+//	                so the holder abandons the lease before it expires
+//	worst takeover ≈ TTL + detection jitter
+//
+// A TTL shorter than the critical section loses the lock mid-work; a TTL
+// longer than the takeover SLO allows cannot meet it, whatever else is tuned.
+package calibrate
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrInput is wrapped by every error about unusable input.
+var ErrInput = errors.New("calibrate: invalid input")
+
+// Defaults for zero Input fields, the same as the leasehold core's.
+const (
+	DefaultRenewTimeout = 2 * time.Second
+	DefaultMaxFailures  = 3
+)
+
+// Input is what the operator measured or decided.
+type Input struct {
+	// P99 is the 99th percentile of the time the lock is held (the critical
+	// section). Required, > 0.
+	P99 time.Duration
+	// Jitter is the budget for network and store tail latency and scheduler
+	// pauses. >= 0.
+	Jitter time.Duration
+	// Guard is extra margin on top. >= 0.
+	Guard time.Duration
+	// DetectionJitter is how late, after the TTL ran out, a waiter notices
+	// and takes over. Default: Jitter.
+	DetectionJitter time.Duration
+	// SLO is the takeover SLO: the longest acceptable time from a holder's
+	// crash to the next owner's first action. Zero means none (no verdict).
+	SLO time.Duration
+	// RenewTimeout bounds one renewal attempt. Default 2 s.
+	RenewTimeout time.Duration
+	// MaxFailures is the number of consecutive failed renewals after which a
+	// lease is abandoned. Default 3.
+	MaxFailures int
+}
+
+// Verdict is the outcome against the takeover SLO.
+type Verdict string
+
+// Verdicts.
+const (
+	// NoSLO: no SLO was given.
+	NoSLO Verdict = "no_slo"
+	// Meets: the worst takeover fits in the SLO.
+	Meets Verdict = "meets_slo"
+	// Impossible: even the computed TTL makes the worst takeover exceed the
+	// SLO; an input must change.
+	Impossible Verdict = "slo_impossible"
+)
+
+// Result is the calibration. Durations are exact; the CLI rounds them.
+type Result struct {
+	Input Input
+	// TTL = P99 + Jitter + Guard.
+	TTL time.Duration
+	// RenewInterval = TTL / 3.
+	RenewInterval time.Duration
+	// BudgetTime = MaxFailures × RenewInterval + RenewTimeout: when the last
+	// allowed renewal attempt has failed, measured from the last success.
+	BudgetTime time.Duration
+	// BudgetHeadroom = TTL − BudgetTime: time left before expiry when the
+	// lease is abandoned. Negative or zero means the failure budget is not
+	// usable (the local expiry guard fires first).
+	BudgetHeadroom time.Duration
+	// BudgetOK reports BudgetHeadroom > 0.
+	BudgetOK bool
+	// SafeRenewInterval is a renew interval that keeps MaxFailures usable
+	// with one interval of headroom: (TTL − RenewTimeout) / (MaxFailures+1).
+	// Zero when RenewTimeout >= TTL.
+	SafeRenewInterval time.Duration
+	// SafeMaxFailures is the largest failure budget that fits at
+	// RenewInterval (0 when none does).
+	SafeMaxFailures int
+	// WorstTakeover = TTL + DetectionJitter.
+	WorstTakeover time.Duration
+	// Verdict against Input.SLO.
+	Verdict Verdict
+	// Slack = SLO − WorstTakeover (negative when impossible; 0 with NoSLO).
+	Slack time.Duration
+	// Advice lists what to change, most useful first, each naming an input.
+	Advice []string
+	// Warnings list problems that do not decide the verdict.
+	Warnings []string
+}
+
+// Compute applies the rules to in. It returns an error wrapping ErrInput
+// naming the field to fix.
+func Compute(in Input) (Result, error) {
+	switch {
+	case in.P99 <= 0:
+		return Result{}, fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)
+	case in.Jitter < 0:
+		return Result{}, fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInput, in.Jitter)
+	case in.Guard < 0:
+		return Result{}, fmt.Errorf("%w: guard must be >= 0, got %v", ErrInput, in.Guard)
+	case in.DetectionJitter < 0:
+		return Result{}, fmt.Errorf("%w: detection jitter must be >= 0, got %v", ErrInput, in.DetectionJitter)
+	case in.SLO < 0:
+		return Result{}, fmt.Errorf("%w: SLO must be >= 0, got %v", ErrInput, in.SLO)
+	case in.RenewTimeout < 0:
+		return Result{}, fmt.Errorf("%w: renew timeout must be > 0, got %v", ErrInput, in.RenewTimeout)
+	case in.MaxFailures < 0:
+		return Result{}, fmt.Errorf("%w: max failures must be >= 1, got %d", ErrInput, in.MaxFailures)
+	}
+	jitterTwice := in.DetectionJitter == 0 // jitter counts in the TTL and in detection
+	if jitterTwice {
+		in.DetectionJitter = in.Jitter
+	}
+	if in.RenewTimeout == 0 {
+		in.RenewTimeout = DefaultRenewTimeout
+	}
+	if in.MaxFailures == 0 {
+		in.MaxFailures = DefaultMaxFailures
+	}
+
+	r := Result{Input: in}
+	r.TTL = in.P99 + in.Jitter + in.Guard
+	r.RenewInterval = r.TTL / 3
+	r.BudgetTime = time.Duration(in.MaxFailures)*r.RenewInterval + in.RenewTimeout
+	r.BudgetHeadroom = r.TTL - r.BudgetTime
+	r.BudgetOK = r.BudgetHeadroom > 0
+	if in.RenewTimeout < r.TTL {
+		r.SafeRenewInterval = (r.TTL - in.RenewTimeout) / time.Duration(in.MaxFailures+1)
+		if r.RenewInterval > 0 {
+			r.SafeMaxFailures = int((r.TTL - in.RenewTimeout - 1) / r.RenewInterval)
+		}
+	}
+	r.WorstTakeover = r.TTL + in.DetectionJitter
+
+	if in.RenewTimeout >= r.RenewInterval {
+		r.Warnings = append(r.Warnings, fmt.Sprintf(
+			"renew timeout %v is not shorter than the renew interval %v: a slow renewal delays the next one; lower --renew-timeout",
+			in.RenewTimeout, r.RenewInterval))
+	}
+	if !r.BudgetOK {
+		w := fmt.Sprintf("failure budget leaves no time before expiry: %d × %v + %v renew timeout = %v ≥ TTL %v; the local expiry guard fires before the budget is used up",
+			in.MaxFailures, r.RenewInterval, in.RenewTimeout, r.BudgetTime, r.TTL)
+		var fixes []string
+		if r.SafeMaxFailures >= 1 {
+			fixes = append(fixes, fmt.Sprintf("lower --max-failures to %d", r.SafeMaxFailures))
+		}
+		if r.SafeRenewInterval > 0 {
+			fixes = append(fixes, fmt.Sprintf("renew every %v instead of TTL/3", r.SafeRenewInterval))
+		}
+		if len(fixes) > 0 {
+			w += "; " + strings.Join(fixes, " or ")
+		}
+		r.Warnings = append(r.Warnings, w)
+	}
+
+	if in.SLO == 0 {
+		r.Verdict = NoSLO
+		return r, nil
+	}
+	r.Slack = in.SLO - r.WorstTakeover
+	if r.Slack >= 0 {
+		r.Verdict = Meets
+		return r, nil
+	}
+	r.Verdict = Impossible
+	r.Advice = advise(in, r, jitterTwice)
+	return r, nil
+}
+
+// advise names the inputs that close the gap between the worst takeover and
+// the SLO, the ones that can close it alone first.
+func advise(in Input, r Result, jitterTwice bool) []string {
+	gap := -r.Slack
+	var alone, partial []string
+	type knob struct {
+		flag  string
+		value time.Duration
+		times time.Duration // the takeover drops this many times what the input drops
+		what  string
+	}
+	knobs := []knob{
+		{"--p99", in.P99, 1, "shorten or split the critical section"},
+		{"--guard", in.Guard, 1, "accept a thinner margin"},
+	}
+	if jitterTwice {
+		knobs = append(knobs, knob{"--jitter", in.Jitter, 2, "cut store and network tail latency; it counts in the TTL and in detection"})
+	} else {
+		knobs = append(knobs,
+			knob{"--jitter", in.Jitter, 1, "cut store and network tail latency"},
+			knob{"--detection-jitter", in.DetectionJitter, 1, "wake waiters sooner"})
+	}
+	for _, k := range knobs {
+		if k.value <= 0 {
+			continue
+		}
+		if k.value*k.times > gap {
+			cut := (gap + k.times - 1) / k.times // ceil
+			alone = append(alone, fmt.Sprintf("lower %s from %v to at most %v (%s)", k.flag, k.value, k.value-cut, k.what))
+		} else {
+			partial = append(partial, fmt.Sprintf("%s (%v) can give back at most %v", k.flag, k.value, k.value*k.times))
+		}
+	}
+	var out []string
+	out = append(out, alone...)
+	if len(alone) == 0 {
+		out = append(out, fmt.Sprintf("no single input closes the %v gap: %s; lower several of them",
+			gap, strings.Join(partial, ", ")))
+	}
+	out = append(out, fmt.Sprintf("or raise --slo to at least %v", r.WorstTakeover))
+	if in.P99 >= in.SLO {
+		out = append(out, fmt.Sprintf("the critical section alone (p99 %v) is not shorter than the SLO %v: no TTL can meet it; use a separate fast-fail path (a short heartbeat lease) or split the work", in.P99, in.SLO))
+	}
+	return out
+}
