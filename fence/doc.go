@@ -1,0 +1,41 @@
+// Package fence makes storage reject writes from stale lease holders.
+//
+// A lease can end while its holder is paused (a GC pause, a stalled VM, a
+// partition): the holder wakes up still believing it owns the key, and writes.
+// Lease safety ends there; fencing is what makes that write harmless. Every
+// acquisition of a key gets a fence token (leasehold.Lease.Fence) that is
+// greater than every earlier one, and the storage being written checks it:
+//
+//	a write is applied when its fence >= the last accepted fence, and
+//	rejected with ErrStaleFence when it is lower.
+//
+// The rule is order, not equality. "Greater or equal" lets one lease write
+// many times (fences are unique per acquisition, so only the current holder
+// can present the current fence); a strictly-greater check would reject the
+// holder's own second write, and an equality check would accept any fence
+// that merely differs — including an older one.
+//
+// Three resources ship with the package, all behind the one-method Resource
+// interface so users can fence their own storage the same way:
+//
+//   - Register: an in-memory fenced register (tests, the drill, examples).
+//   - Table: a PostgreSQL table with a fence column, written with a
+//     conditional UPDATE or INSERT ... ON CONFLICT over pgx v5, inside the
+//     caller's transaction if it wants (WithDB).
+//   - Redis: a hash {value, fence} written by a Lua script.
+//
+// Write(ctx, resource, lease, key, value) writes with a lease's fence and
+// refuses a degraded (fail-open) lease, which has no fence, rather than write
+// unfenced.
+//
+// Every rejection is reported to the resource's leasehold.Observer as an
+// EventStaleWrite, so the Prometheus adapter counts it in
+// ..._stale_writes_rejected_total.
+//
+// What fencing does not guarantee: it protects only writes that go through a
+// fenced resource and carry the fence; side effects elsewhere (an e-mail, a
+// call to another service) are not fenced. Fences from different keys are not
+// comparable unless the lock store makes them so (memstore and redisstore
+// derive them from a clock floor, which helps but is not a promise).
+// Fence 0 is never a valid fence.
+package fence

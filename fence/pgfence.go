@@ -1,0 +1,295 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+)
+
+// DB is what a Table needs from PostgreSQL. *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx satisfy it, so a fenced write can be part of the caller's own
+// transaction (see Table.WithDB).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var (
+	_ DB = (*pgxpool.Pool)(nil)
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = pgx.Tx(nil)
+)
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are silently
+// truncated by the server, which could make two names one.
+const maxIdentLen = 63
+
+// TableOptions name a PostgreSQL table with a fence column and how it is
+// reported. Identifiers are used exactly as given (case-sensitive) and quoted;
+// they are never spliced into SQL unquoted.
+type TableOptions struct {
+	// Schema of the table. Default: none (the search_path decides).
+	Schema string
+	// Table is the table's name. Required.
+	Table string
+	// IDColumn identifies a row. It must be the primary key or carry a unique
+	// constraint (Write's INSERT ... ON CONFLICT needs one). Ids are passed as
+	// text parameters, so text, uuid and integer columns all work. Default "id".
+	IDColumn string
+	// DataColumn receives the written value as a []byte parameter: bytea,
+	// jsonb, json and text columns work. Default "data".
+	DataColumn string
+	// FenceColumn holds the last accepted fence: bigint NOT NULL DEFAULT 0
+	// (see MigrationSQL). Default "fence".
+	FenceColumn string
+
+	// Name is the locker name carried by events (Event.Locker), the metrics
+	// label. Default "default".
+	Name string
+	// Resource names the table in events and errors (Event.Op). Default
+	// "postgres".
+	Resource string
+	// Observer receives an EventStaleWrite for every rejected write. Default:
+	// none.
+	Observer leasehold.Observer
+}
+
+// Table writes rows of one PostgreSQL table guarded by a fence column. Each
+// write is one round trip. A Table is safe for concurrent use when its DB is
+// (a pool is; a pgx.Conn or pgx.Tx is not).
+type Table struct {
+	db  DB
+	rep reporter
+	id  string // quoted identifier, for error messages
+
+	updateSQL  string
+	upsertSQL  string
+	readSQL    string
+	migrateSQL string
+}
+
+var _ Resource = (*Table)(nil)
+
+// NewTable returns a Table over db. It validates the identifiers in opts and
+// returns an error matching ErrInvalidOptions that names the one to fix.
+func NewTable(db DB, opts TableOptions) (*Table, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidOptions)
+	}
+	q, err := quote(opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{db: db, rep: newReporter(opts.Name, opts.Resource, "postgres", opts.Observer), id: q.table}
+
+	// The outer SELECT reads the statement's snapshot, not the CTE's change:
+	// it tells "row missing" (NULL) apart from "row holds a newer fence"
+	// within the same round trip.
+	t.updateSQL = fmt.Sprintf(`WITH applied AS (
+	UPDATE %[1]s SET %[3]s = $1, %[4]s = $2 WHERE %[2]s = $3 AND %[4]s <= $2 RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM applied), (SELECT %[4]s FROM %[1]s WHERE %[2]s = $3)`,
+		q.table, q.id, q.data, q.fence)
+	t.upsertSQL = fmt.Sprintf(`WITH applied AS (
+	INSERT INTO %[1]s AS cur (%[2]s, %[3]s, %[4]s) VALUES ($1, $2, $3)
+	ON CONFLICT (%[2]s) DO UPDATE SET %[3]s = EXCLUDED.%[3]s, %[4]s = EXCLUDED.%[4]s
+	WHERE cur.%[4]s <= EXCLUDED.%[4]s
+	RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM applied), (SELECT %[4]s FROM %[1]s WHERE %[2]s = $1)`,
+		q.table, q.id, q.data, q.fence)
+	t.readSQL = fmt.Sprintf(`SELECT %[3]s, %[4]s FROM %[1]s WHERE %[2]s = $1`, q.table, q.id, q.data, q.fence)
+	t.migrateSQL = migration(q.table, q.fence)
+	return t, nil
+}
+
+type quoted struct{ table, id, data, fence string }
+
+func quote(opts TableOptions) (quoted, error) {
+	def := func(s, d string) string {
+		if s == "" {
+			return d
+		}
+		return s
+	}
+	opts.IDColumn = def(opts.IDColumn, "id")
+	opts.DataColumn = def(opts.DataColumn, "data")
+	opts.FenceColumn = def(opts.FenceColumn, "fence")
+	for _, f := range []struct{ field, v string }{
+		{"Table", opts.Table}, {"IDColumn", opts.IDColumn}, {"DataColumn", opts.DataColumn}, {"FenceColumn", opts.FenceColumn},
+	} {
+		if err := validIdent(f.field, f.v); err != nil {
+			return quoted{}, err
+		}
+	}
+	table := pgx.Identifier{opts.Table}
+	if opts.Schema != "" {
+		if err := validIdent("Schema", opts.Schema); err != nil {
+			return quoted{}, err
+		}
+		table = pgx.Identifier{opts.Schema, opts.Table}
+	}
+	cols := map[string]string{opts.IDColumn: "IDColumn"}
+	for field, c := range map[string]string{"DataColumn": opts.DataColumn, "FenceColumn": opts.FenceColumn} {
+		if other, dup := cols[c]; dup {
+			return quoted{}, fmt.Errorf("%w: %s and %s are both %q", ErrInvalidOptions, other, field, c)
+		}
+		cols[c] = field
+	}
+	return quoted{
+		table: table.Sanitize(),
+		id:    pgx.Identifier{opts.IDColumn}.Sanitize(),
+		data:  pgx.Identifier{opts.DataColumn}.Sanitize(),
+		fence: pgx.Identifier{opts.FenceColumn}.Sanitize(),
+	}, nil
+}
+
+func validIdent(field, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidOptions, field)
+	case len(s) > maxIdentLen:
+		return fmt.Errorf("%w: %s is %d bytes; PostgreSQL identifiers are at most %d", ErrInvalidOptions, field, len(s), maxIdentLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidOptions, field)
+	}
+	for _, r := range s {
+		if r == 0 {
+			return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidOptions, field)
+		}
+	}
+	return nil
+}
+
+func migration(table, fence string) string {
+	return fmt.Sprintf("ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS %[2]s bigint NOT NULL DEFAULT 0 CHECK (%[2]s >= 0)", table, fence)
+}
+
+// MigrationSQL returns the statement that adds the fence column to the table
+// in opts (only Schema, Table and FenceColumn matter):
+//
+//	ALTER TABLE "jobs" ADD COLUMN IF NOT EXISTS "fence" bigint NOT NULL DEFAULT 0 CHECK ("fence" >= 0)
+//
+// Existing rows get fence 0, so the first fenced write to each wins. Running it
+// twice is harmless. fence/migrations/0001_fence_column.sql is the same
+// statement for a table named jobs, for migration tools.
+func MigrationSQL(opts TableOptions) (string, error) {
+	if opts.Table == "" {
+		return "", fmt.Errorf("%w: Table is empty", ErrInvalidOptions)
+	}
+	opts.IDColumn, opts.DataColumn = "\x01id", "\x01data" // only table and fence are used; keep them distinct
+	q, err := quote(opts)
+	if err != nil {
+		return "", err
+	}
+	return migration(q.table, q.fence), nil
+}
+
+// MigrationSQL returns the statement that adds this table's fence column; see
+// the package-level MigrationSQL.
+func (t *Table) MigrationSQL() string { return t.migrateSQL }
+
+// Migrate runs MigrationSQL on the table's DB.
+func (t *Table) Migrate(ctx context.Context) error {
+	if _, err := t.db.Exec(ctx, t.migrateSQL); err != nil {
+		return fmt.Errorf("fence: migrate %s: %w", t.id, err)
+	}
+	return nil
+}
+
+// WithDB returns a copy of t that uses db, typically a pgx.Tx, so that the
+// fenced write commits or rolls back with the caller's other changes. Inside
+// a transaction the write takes the row lock: a concurrent writer of the same
+// row waits for the commit and then re-checks the fence.
+func (t *Table) WithDB(db DB) *Table {
+	c := *t
+	c.db = db
+	return &c
+}
+
+// Write is the insert-if-absent write (Resource): it inserts row id with value
+// and fence, or updates it when fence >= the row's fence, and otherwise
+// returns a *StaleError (matching ErrStaleFence) and changes nothing. One
+// round trip (INSERT ... ON CONFLICT DO UPDATE ... WHERE fence <= EXCLUDED.fence).
+func (t *Table) Write(ctx context.Context, id string, fence uint64, value []byte) error {
+	f, err := pgFence(fence)
+	if err != nil {
+		return err
+	}
+	applied, current, err := t.run(ctx, t.upsertSQL, id, value, f)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fence: write %s row %q: %w", t.id, id, err)
+	case !applied:
+		return t.rep.stale(id, fence, current)
+	}
+	return nil
+}
+
+// Update changes the existing row id when fence >= the row's fence. It returns
+// a *StaleError (matching ErrStaleFence) when the row holds a newer fence and
+// an error matching ErrNotFound when there is no such row; nothing changes in
+// either case. One round trip.
+//
+// Under concurrency, a row deleted by another transaction after this
+// statement's snapshot was taken is reported as stale, not missing.
+func (t *Table) Update(ctx context.Context, id string, fence uint64, value []byte) error {
+	f, err := pgFence(fence)
+	if err != nil {
+		return err
+	}
+	var current *int64
+	var applied bool
+	err = t.db.QueryRow(ctx, t.updateSQL, value, f, id).Scan(&applied, &current)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fence: update %s row %q: %w", t.id, id, err)
+	case applied:
+		return nil
+	case current == nil:
+		return fmt.Errorf("%w: %s has no row %q", ErrNotFound, t.id, id)
+	}
+	return t.rep.stale(id, fence, uint64(*current))
+}
+
+func (t *Table) run(ctx context.Context, sql string, args ...any) (applied bool, current uint64, err error) {
+	var cur *int64
+	if err := t.db.QueryRow(ctx, sql, args...).Scan(&applied, &cur); err != nil {
+		return false, 0, err
+	}
+	if cur != nil {
+		current = uint64(*cur)
+	}
+	return applied, current, nil
+}
+
+func pgFence(fence uint64) (int64, error) {
+	if err := checkFence(fence); err != nil {
+		return 0, err
+	}
+	if fence > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: fence %d does not fit a bigint column", ErrInvalidFence, fence)
+	}
+	return int64(fence), nil
+}
+
+// Read returns row id's value and fence, or an error matching ErrNotFound.
+func (t *Table) Read(ctx context.Context, id string) (value []byte, fence uint64, err error) {
+	var f int64
+	err = t.db.QueryRow(ctx, t.readSQL, id).Scan(&value, &f)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, 0, fmt.Errorf("%w: %s row %q", ErrNotFound, t.id, id)
+	case err != nil:
+		return nil, 0, fmt.Errorf("fence: read %s row %q: %w", t.id, id, err)
+	}
+	return value, uint64(f), nil
+}
