@@ -1,0 +1,320 @@
+// Package prommetrics exports a leasehold Locker's events as Prometheus
+// metrics. It lives apart from the core so that importing leasehold does not
+// pull in client_golang:
+//
+//	reg := prometheus.NewRegistry()
+//	obs, err := prommetrics.New(reg, prommetrics.Options{})
+//	...
+//	locker, err := leasehold.New(store, leasehold.Options{Name: "approval", Observer: obs})
+//
+// Every series is labelled by locker, the Locker's Name (a small fixed set,
+// one per risk class), never by key: 10,000 keys make no more series than
+// one. Label values are bounded: an Op outside the known set is counted as
+// "other", and locker names past Options.MaxLockers as locker="other".
+//
+// Series (with the default namespace):
+//
+//	leasehold_acquire_wait_seconds{locker,result}       histogram; result: acquired|contended|error
+//	leasehold_held_seconds{locker,reason}               histogram; reason: released|lost|abandoned|expired|max_hold|closed|other
+//	leasehold_renew_seconds{locker}                     histogram of successful renewal round trips
+//	leasehold_contention_total{locker}                  store or in-process attempts that found another owner
+//	leasehold_fail_open_total{locker}                   store failures turned into degraded, local-only leases
+//	leasehold_renewal_failures_total{locker}            failed automatic renewal attempts
+//	leasehold_abandoned_total{locker}                   leases abandoned after the renewal failure budget
+//	leasehold_lost_total{locker}                        leases the store said another owner holds
+//	leasehold_expired_total{locker}                     leases cancelled by the local expiry guard
+//	leasehold_max_hold_total{locker}                    leases that reached MaxHold
+//	leasehold_not_owned_total{locker,op}                release or renew answered "not owned"; op: release|renew|other
+//	leasehold_store_errors_total{locker,op}             store failures; op: acquire|renew|release|inspect|list|other
+//	leasehold_stale_writes_rejected_total{locker}       writes rejected at a fenced boundary; locker is the resource name
+//
+// Every series of a locker starts at zero the first time the locker is seen,
+// so rate() and increase() count its first event.
+//
+// deploy/prometheus/alerts.yml holds alert rules over these series,
+// deploy/grafana/leasehold.json a dashboard and docs/runbook.md the runbook.
+package prommetrics
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold"
+)
+
+// ErrInvalidOptions is returned by New for options that cannot work.
+var ErrInvalidOptions = errors.New("prommetrics: invalid options")
+
+// Fixed label values.
+var (
+	// Results are the values of the result label.
+	Results = []string{leasehold.ResultAcquired, leasehold.ResultContended, leasehold.ResultError}
+	// Reasons are the values of the reason label of leasehold_held_seconds.
+	Reasons = []string{"released", "lost", "abandoned", "expired", "max_hold", "closed", OtherLabel}
+	// NotOwnedOps are the values of the op label of leasehold_not_owned_total.
+	NotOwnedOps = []string{"release", "renew", OtherLabel}
+	// StoreOps are the values of the op label of leasehold_store_errors_total.
+	StoreOps = []string{"acquire", "renew", "release", "inspect", "list", OtherLabel}
+)
+
+// reasonErrs maps a lease's end cause to Reasons[i]; anything else is "other".
+var reasonErrs = []error{
+	leasehold.ErrLeaseReleased, leasehold.ErrLeaseLost, leasehold.ErrLeaseAbandoned,
+	leasehold.ErrLeaseExpired, leasehold.ErrMaxHoldReached, leasehold.ErrLockerClosed,
+}
+
+// Observer is a leasehold.Observer that updates Prometheus metrics. It is
+// safe for concurrent use; Observe does not allocate once a locker's series
+// exist.
+type Observer struct {
+	acquireWait   *prometheus.HistogramVec
+	held          *prometheus.HistogramVec
+	renew         *prometheus.HistogramVec
+	contention    *prometheus.CounterVec
+	failOpen      *prometheus.CounterVec
+	renewFailures *prometheus.CounterVec
+	abandoned     *prometheus.CounterVec
+	lost          *prometheus.CounterVec
+	expired       *prometheus.CounterVec
+	maxHold       *prometheus.CounterVec
+	notOwned      *prometheus.CounterVec
+	storeErrors   *prometheus.CounterVec
+	staleWrites   *prometheus.CounterVec
+
+	lockers   bounded[lockerSeries]
+	resources bounded[prometheus.Counter]
+}
+
+var _ leasehold.Observer = (*Observer)(nil)
+
+// lockerSeries are one locker's resolved series, so Observe needs no label
+// lookups.
+type lockerSeries struct {
+	acquire       [3]prometheus.Observer // by Results
+	held          [7]prometheus.Observer // by Reasons
+	renew         prometheus.Observer
+	contention    prometheus.Counter
+	failOpen      prometheus.Counter
+	renewFailures prometheus.Counter
+	abandoned     prometheus.Counter
+	lost          prometheus.Counter
+	expired       prometheus.Counter
+	maxHold       prometheus.Counter
+	notOwned      [3]prometheus.Counter // by NotOwnedOps
+	storeErrors   [6]prometheus.Counter // by StoreOps
+}
+
+// New returns an Observer whose metrics are registered with reg (e.g.
+// prometheus.DefaultRegisterer or a prometheus.NewRegistry()). It returns an
+// error wrapping ErrInvalidOptions for bad options, and the registry's error
+// when a metric of the same name is already registered (one Observer per
+// namespace and registry; share it between lockers).
+func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: Registerer is nil; pass prometheus.DefaultRegisterer or a registry", ErrInvalidOptions)
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	hist := func(name, help string, b []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: o.Namespace, Name: name, Help: help, Buckets: b, ConstLabels: o.ConstLabels,
+		}, append([]string{"locker"}, labels...))
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.Namespace, Name: name, Help: help, ConstLabels: o.ConstLabels,
+		}, append([]string{"locker"}, labels...))
+	}
+	m := &Observer{
+		acquireWait: hist("acquire_wait_seconds",
+			"Time from the start of TryAcquire, Acquire or Hold to its outcome, by result (acquired, contended, error).",
+			o.WaitBuckets, "result"),
+		held: hist("held_seconds",
+			"Time leases were held, from acquisition to their end, by how they ended.",
+			o.HeldBuckets, "reason"),
+		renew: hist("renew_seconds",
+			"Round trip of successful lease renewals.", o.RenewBuckets),
+		contention: counter("contention_total",
+			"Acquire attempts that found the key held by another owner (in this process or another)."),
+		failOpen: counter("fail_open_total",
+			"Store failures on acquire turned into degraded, local-only leases by the fail-open policy: cross-replica races were possible."),
+		renewFailures: counter("renewal_failures_total",
+			"Failed automatic renewal attempts."),
+		abandoned: counter("abandoned_total",
+			"Leases abandoned after the renewal failure budget: the store could not be reached."),
+		lost: counter("lost_total",
+			"Leases the store said are no longer ours (expired or taken by another owner)."),
+		expired: counter("expired_total",
+			"Leases cancelled by the local expiry guard: the TTL ran out since the last successful renewal."),
+		maxHold: counter("max_hold_total",
+			"Leases that reached the locker's maximum hold time."),
+		notOwned: counter("not_owned_total",
+			"Releases and renewals answered \"lock not owned\", by operation.", "op"),
+		storeErrors: counter("store_errors_total",
+			"Failures of the lock store, by operation.", "op"),
+		staleWrites: counter("stale_writes_rejected_total",
+			"Writes rejected at a fenced boundary because their fence was older than the last accepted one; locker is the resource name."),
+	}
+	for _, c := range []prometheus.Collector{
+		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
+		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.staleWrites,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("prommetrics: register metrics: %w", err)
+		}
+	}
+	m.lockers = bounded[lockerSeries]{max: o.MaxLockers, make: m.newLockerSeries}
+	m.resources = bounded[prometheus.Counter]{max: o.MaxLockers, make: func(name string) *prometheus.Counter {
+		c := m.staleWrites.WithLabelValues(name)
+		return &c
+	}}
+	return m, nil
+}
+
+func (m *Observer) newLockerSeries(name string) *lockerSeries {
+	s := &lockerSeries{
+		renew:         m.renew.WithLabelValues(name),
+		contention:    m.contention.WithLabelValues(name),
+		failOpen:      m.failOpen.WithLabelValues(name),
+		renewFailures: m.renewFailures.WithLabelValues(name),
+		abandoned:     m.abandoned.WithLabelValues(name),
+		lost:          m.lost.WithLabelValues(name),
+		expired:       m.expired.WithLabelValues(name),
+		maxHold:       m.maxHold.WithLabelValues(name),
+	}
+	for i, r := range Results {
+		s.acquire[i] = m.acquireWait.WithLabelValues(name, r)
+	}
+	for i, r := range Reasons {
+		s.held[i] = m.held.WithLabelValues(name, r)
+	}
+	for i, op := range NotOwnedOps {
+		s.notOwned[i] = m.notOwned.WithLabelValues(name, op)
+	}
+	for i, op := range StoreOps {
+		s.storeErrors[i] = m.storeErrors.WithLabelValues(name, op)
+	}
+	return s
+}
+
+// Observe implements leasehold.Observer. Events of kinds it does not know,
+// and EventAcquire with an unknown Result, are ignored.
+func (m *Observer) Observe(e leasehold.Event) {
+	switch e.Kind {
+	case leasehold.EventStaleWrite:
+		(*m.resources.get(e.Locker)).Inc()
+		return
+	case leasehold.EventAcquire, leasehold.EventContention, leasehold.EventFailOpen,
+		leasehold.EventRenewed, leasehold.EventRenewFailed, leasehold.EventAbandoned,
+		leasehold.EventLost, leasehold.EventExpired, leasehold.EventMaxHold,
+		leasehold.EventNotOwned, leasehold.EventHeld, leasehold.EventStoreError:
+	default:
+		// EventReleased is counted through EventHeld{reason="released"};
+		// other kinds are unknown to this version.
+		return
+	}
+	s := m.lockers.get(e.Locker)
+	switch e.Kind {
+	case leasehold.EventAcquire:
+		if i := index(Results, e.Result); i >= 0 {
+			s.acquire[i].Observe(seconds(e))
+		}
+	case leasehold.EventContention:
+		s.contention.Inc()
+	case leasehold.EventFailOpen:
+		s.failOpen.Inc()
+	case leasehold.EventRenewed:
+		s.renew.Observe(seconds(e))
+	case leasehold.EventRenewFailed:
+		s.renewFailures.Inc()
+	case leasehold.EventAbandoned:
+		s.abandoned.Inc()
+	case leasehold.EventLost:
+		s.lost.Inc()
+	case leasehold.EventExpired:
+		s.expired.Inc()
+	case leasehold.EventMaxHold:
+		s.maxHold.Inc()
+	case leasehold.EventNotOwned:
+		s.notOwned[opIndex(NotOwnedOps, e.Op)].Inc()
+	case leasehold.EventStoreError:
+		s.storeErrors[opIndex(StoreOps, e.Op)].Inc()
+	case leasehold.EventHeld:
+		s.held[reasonIndex(e.Err)].Observe(seconds(e))
+	}
+}
+
+// Reason returns the reason label for a lease that ended with cause err:
+// one of Reasons.
+func Reason(err error) string { return Reasons[reasonIndex(err)] }
+
+func reasonIndex(err error) int {
+	for i, target := range reasonErrs {
+		if errors.Is(err, target) {
+			return i
+		}
+	}
+	return len(Reasons) - 1
+}
+
+func seconds(e leasehold.Event) float64 {
+	return max(e.Duration.Seconds(), 0)
+}
+
+func index(set []string, v string) int {
+	for i, s := range set {
+		if s == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// opIndex maps op to its index in set, whose last element is "other".
+func opIndex(set []string, op string) int {
+	if i := index(set, op); i >= 0 {
+		return i
+	}
+	return len(set) - 1
+}
+
+// bounded maps label values to their series, creating them on first sight,
+// up to max distinct values; later values share the OverflowLocker entry.
+type bounded[T any] struct {
+	max  int
+	make func(name string) *T
+
+	m  sync.Map // string -> *T
+	mu sync.Mutex
+	n  int
+}
+
+func (b *bounded[T]) get(name string) *T {
+	if name == "" {
+		name = "unknown"
+	}
+	if v, ok := b.m.Load(name); ok {
+		return v.(*T)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.m.Load(name); ok {
+		return v.(*T)
+	}
+	if b.n >= b.max {
+		name = OverflowLocker
+		if v, ok := b.m.Load(name); ok {
+			return v.(*T)
+		}
+	} else {
+		b.n++
+	}
+	t := b.make(name)
+	b.m.Store(name, t)
+	return t
+}
