@@ -56,17 +56,18 @@ type Options struct {
 	// increasing. Default DefaultWaitBuckets.
 	RenewBuckets []float64
 
-	// MaxLockers caps the number of distinct locker label values (locker
-	// names, and resource names of stale writes, counted apart). Events of
-	// later names are counted under locker="other", so a locker named after
-	// a key cannot explode the series count. Default 64.
+	// MaxLockers caps the number of distinct locker label values, and apart
+	// from them the number of distinct locker/resource pairs of stale writes.
+	// Events of later names are counted under locker="other" (and
+	// resource="other"), so a locker named after a key cannot explode the
+	// series count. Default 64.
 	MaxLockers int
 }
 
 var namespaceRE = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
 
 // reserved label names, set by the Observer.
-var reserved = []string{"locker", "result", "reason", "op", "le"}
+var reserved = []string{"locker", "result", "reason", "op", "resource", "le"}
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Namespace == "" {

@@ -10,7 +10,8 @@
 // Every series is labelled by locker, the Locker's Name (a small fixed set,
 // one per risk class), never by key: 10,000 keys make no more series than
 // one. Label values are bounded: an Op outside the known set is counted as
-// "other", and locker names past Options.MaxLockers as locker="other".
+// "other", and locker names (and locker/resource pairs of stale writes) past
+// Options.MaxLockers as locker="other".
 //
 // Series (with the default namespace):
 //
@@ -26,7 +27,7 @@
 //	leasehold_max_hold_total{locker}                    leases that reached MaxHold
 //	leasehold_not_owned_total{locker,op}                release or renew answered "not owned"; op: release|renew|other
 //	leasehold_store_errors_total{locker,op}             store failures; op: acquire|renew|release|inspect|list|other
-//	leasehold_stale_writes_rejected_total{locker}       writes rejected at a fenced boundary; locker is the resource name
+//	leasehold_stale_writes_rejected_total{locker,resource}  writes rejected at a fenced boundary (package fence)
 //
 // Every series of a locker starts at zero the first time the locker is seen,
 // so rate() and increase() count its first event.
@@ -38,6 +39,7 @@ package prommetrics
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,8 +69,8 @@ var reasonErrs = []error{
 }
 
 // Observer is a leasehold.Observer that updates Prometheus metrics. It is
-// safe for concurrent use; Observe does not allocate once a locker's series
-// exist.
+// safe for concurrent use; once a locker's series exist, Observe does not
+// allocate for its lock events.
 type Observer struct {
 	acquireWait   *prometheus.HistogramVec
 	held          *prometheus.HistogramVec
@@ -158,7 +160,7 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 		storeErrors: counter("store_errors_total",
 			"Failures of the lock store, by operation.", "op"),
 		staleWrites: counter("stale_writes_rejected_total",
-			"Writes rejected at a fenced boundary because their fence was older than the last accepted one; locker is the resource name."),
+			"Writes rejected at a fenced boundary because their fence was older than the last accepted one, by resource.", "resource"),
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
@@ -169,8 +171,12 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 		}
 	}
 	m.lockers = bounded[lockerSeries]{max: o.MaxLockers, make: m.newLockerSeries}
-	m.resources = bounded[prometheus.Counter]{max: o.MaxLockers, make: func(name string) *prometheus.Counter {
-		c := m.staleWrites.WithLabelValues(name)
+	m.resources = bounded[prometheus.Counter]{max: o.MaxLockers, make: func(pair string) *prometheus.Counter {
+		locker, resource, _ := strings.Cut(pair, "\x00")
+		if pair == OverflowLocker {
+			locker, resource = OverflowLocker, OverflowLocker
+		}
+		c := m.staleWrites.WithLabelValues(locker, resource)
 		return &c
 	}}
 	return m, nil
@@ -207,7 +213,7 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 func (m *Observer) Observe(e leasehold.Event) {
 	switch e.Kind {
 	case leasehold.EventStaleWrite:
-		(*m.resources.get(e.Locker)).Inc()
+		(*m.resources.get(orUnknown(e.Locker) + "\x00" + orUnknown(e.Op))).Inc()
 		return
 	case leasehold.EventAcquire, leasehold.EventContention, leasehold.EventFailOpen,
 		leasehold.EventRenewed, leasehold.EventRenewFailed, leasehold.EventAbandoned,
@@ -262,6 +268,13 @@ func reasonIndex(err error) int {
 	return len(Reasons) - 1
 }
 
+func orUnknown(name string) string {
+	if name == "" {
+		return "unknown"
+	}
+	return name
+}
+
 func seconds(e leasehold.Event) float64 {
 	return max(e.Duration.Seconds(), 0)
 }
@@ -295,9 +308,7 @@ type bounded[T any] struct {
 }
 
 func (b *bounded[T]) get(name string) *T {
-	if name == "" {
-		name = "unknown"
-	}
+	name = orUnknown(name)
 	if v, ok := b.m.Load(name); ok {
 		return v.(*T)
 	}

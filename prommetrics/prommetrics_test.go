@@ -135,6 +135,7 @@ func TestRenewalFailuresThenAbandoned(t *testing.T) {
 	if cause := waitDone(t, lease); !errors.Is(cause, leasehold.ErrLeaseAbandoned) {
 		t.Fatalf("expected ErrLeaseAbandoned, got %v", cause)
 	}
+	e.waitEvents(leasehold.EventHeld, 1) // the context ends before the events are reported
 	e.wantCounter(2, renewFailures, "locker", "approval")
 	e.wantCounter(1, abandoned, "locker", "approval")
 	e.wantCounter(2, storeErrors, "locker", "approval", "op", "renew")
@@ -159,6 +160,7 @@ func TestExpiredByLocalGuard(t *testing.T) {
 	if cause := waitDone(t, lease); !errors.Is(cause, leasehold.ErrLeaseExpired) {
 		t.Fatalf("expected ErrLeaseExpired, got %v", cause)
 	}
+	e.waitEvents(leasehold.EventHeld, 1) // the context ends before the events are reported
 	e.wantCounter(1, expired, "locker", "workflow")
 	e.wantCounter(0, abandoned, "locker", "workflow")
 	if got := e.counter(renewFailures, "locker", "workflow"); got < 1 {
@@ -181,6 +183,7 @@ func TestLostWhenStoreForgetsTheLock(t *testing.T) {
 	if cause := waitDone(t, lease); !errors.Is(cause, leasehold.ErrLeaseLost) {
 		t.Fatalf("expected ErrLeaseLost, got %v", cause)
 	}
+	e.waitEvents(leasehold.EventHeld, 1) // the context ends before the events are reported
 	e.wantCounter(1, lost, "locker", "reconciler")
 	e.wantCounter(1, notOwned, "locker", "reconciler", "op", "renew")
 	e.wantCounter(0, notOwned, "locker", "reconciler", "op", "release")
@@ -222,6 +225,7 @@ func TestMaxHold(t *testing.T) {
 	if cause := waitDone(t, lease); !errors.Is(cause, leasehold.ErrMaxHoldReached) {
 		t.Fatalf("expected ErrMaxHoldReached, got %v", cause)
 	}
+	e.waitEvents(leasehold.EventMaxHold, 1)
 	e.wantCounter(1, maxHold, "locker", "workflow")
 	e.wantCounter(0, lost, "locker", "workflow")
 	if err := lease.Release(t.Context()); err != nil {
@@ -272,15 +276,17 @@ func TestHeldDurationAndRenewLatency(t *testing.T) {
 
 func TestStaleWriteEvents(t *testing.T) {
 	e := newEnv(t)
+	// Package fence reports rejections with the locker name and the resource.
 	for range 3 {
-		e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "orders", Op: "orders", Fence: 41})
+		e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "approval", Op: "orders", Key: "order/1", Fence: 41})
 	}
-	e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "invoices", Op: "invoices", Fence: 7})
-	e.wantCounter(3, staleWrites, "locker", "orders")
-	e.wantCounter(1, staleWrites, "locker", "invoices")
-	// A resource is not a locker: no lock series appear for it.
-	if m := find(t, e.reg, acquireWait, "locker", "orders"); m != nil {
-		t.Errorf("expected no lock series for resource orders, got %v", m)
+	e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "approval", Op: "invoices", Key: "inv/1", Fence: 7})
+	e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite})
+	e.wantCounter(3, staleWrites, "locker", "approval", "resource", "orders")
+	e.wantCounter(1, staleWrites, "locker", "approval", "resource", "invoices")
+	e.wantCounter(1, staleWrites, "locker", "unknown", "resource", "unknown")
+	if n, err := testutil.GatherAndCount(e.reg); err != nil || n != 3 {
+		t.Fatalf("expected only the 3 stale-write series, got %d (%v)", n, err)
 	}
 }
 
@@ -406,7 +412,7 @@ func TestCardinalityLockerNamesCapped(t *testing.T) {
 	}
 	for i := range 10_000 {
 		obs.Observe(leasehold.Event{Kind: leasehold.EventContention, Locker: fmt.Sprintf("job/%d", i)})
-		obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: fmt.Sprintf("table%d", i)})
+		obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "approval", Op: fmt.Sprintf("table%d", i)})
 	}
 	if got, err := testutil.GatherAndCount(reg, contention); err != nil || got != 5 {
 		t.Fatalf("expected 5 contention series (4 names + other), got %d (%v)", got, err)
@@ -416,6 +422,9 @@ func TestCardinalityLockerNamesCapped(t *testing.T) {
 	}
 	if got, err := testutil.GatherAndCount(reg); err != nil || got != 5*seriesPerLocker+5 {
 		t.Fatalf("expected %d series in all, got %d (%v)", 5*seriesPerLocker+5, got, err)
+	}
+	if m := find(t, reg, staleWrites, "locker", prommetrics.OverflowLocker, "resource", prommetrics.OverflowLocker); m == nil || m.GetCounter().GetValue() != 10_000-4 {
+		t.Fatalf("expected %d stale writes under other/other, got %v", 10_000-4, m)
 	}
 	m := find(t, reg, contention, "locker", prommetrics.OverflowLocker)
 	if m == nil || m.GetCounter().GetValue() != 10_000-4 {
@@ -453,6 +462,7 @@ func TestNewValidates(t *testing.T) {
 		{"decreasing", prommetrics.Options{WaitBuckets: []float64{1, 0.5}}, "WaitBuckets"},
 		{"zero bucket", prommetrics.Options{HeldBuckets: []float64{0, 1}}, "HeldBuckets"},
 		{"reserved label", prommetrics.Options{ConstLabels: map[string]string{"locker": "x"}}, "locker"},
+		{"reserved resource", prommetrics.Options{ConstLabels: map[string]string{"resource": "x"}}, "resource"},
 		{"max lockers", prommetrics.Options{MaxLockers: -1}, "MaxLockers"},
 	} {
 		_, err := prommetrics.New(prometheus.NewRegistry(), c.opts)
@@ -497,7 +507,7 @@ func TestCustomNamespaceAndBuckets(t *testing.T) {
 func TestLint(t *testing.T) {
 	e := newEnv(t)
 	e.obs.Observe(leasehold.Event{Kind: leasehold.EventContention, Locker: "approval"})
-	e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "orders"})
+	e.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: "approval", Op: "orders"})
 	problems, err := testutil.GatherAndLint(e.reg)
 	if err != nil {
 		t.Fatal(err)
