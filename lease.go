@@ -48,7 +48,7 @@ func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, 
 		hold: hold, degraded: degraded,
 		ctx: lctx, cancel: cancel, unlock: unlock,
 		stop: make(chan struct{}), done: make(chan struct{}), bump: make(chan struct{}, 1),
-		validUntil: sent.Add(ttl - l.opts.DriftMargin),
+		validUntil: sent.Add(ttl - l.opts.drift(ttl)),
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -231,7 +231,7 @@ func (ls *Lease) notOwned(op string) {
 
 // extend moves the local expiry guard to sent+TTL-drift, never backward.
 func (ls *Lease) extend(sent time.Time) {
-	until := sent.Add(ls.ttl - ls.l.opts.DriftMargin)
+	until := sent.Add(ls.ttl - ls.l.opts.drift(ls.ttl))
 	ls.mu.Lock()
 	if until.After(ls.validUntil) {
 		ls.validUntil = until

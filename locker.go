@@ -94,8 +94,8 @@ func (l *Locker) Hold(ctx context.Context, key string, ttl time.Duration) (*Leas
 		return nil, fmt.Errorf("%w: hold TTL must be > 0, got %v", ErrInvalidOptions, ttl)
 	case ttl == 0:
 		ttl = l.opts.TTL
-	case ttl <= l.opts.DriftMargin:
-		return nil, fmt.Errorf("%w: hold TTL (%v) must be longer than DriftMargin (%v)", ErrInvalidOptions, ttl, l.opts.DriftMargin)
+	case ttl <= l.opts.drift(ttl):
+		return nil, fmt.Errorf("%w: hold TTL (%v) must be longer than the drift margin (%v)", ErrInvalidOptions, ttl, l.opts.drift(ttl))
 	}
 	return l.acquire(ctx, key, ttl, true, false)
 }

@@ -104,7 +104,10 @@ type Options struct {
 	MaxHold time.Duration
 
 	// DriftMargin is subtracted from the TTL by the local expiry guard so the
-	// holder learns of expiry before the store does. Default TTL/100 + 2 ms.
+	// holder learns of expiry before the store does. Default (zero): the
+	// lease's TTL/20 + 5 ms. It only matters while renewals fail, and it must
+	// cover clock-rate drift plus the holder's own scheduling delay (timer
+	// latency on a loaded machine), so it is more generous than Redlock's 1 %.
 	DriftMargin time.Duration
 
 	// ReleaseTimeout bounds Release, which runs on a context detached from the
@@ -122,6 +125,14 @@ type Options struct {
 
 	// Observer receives events for metrics. Default: none.
 	Observer Observer
+}
+
+// drift returns the local guard's margin for a lease of ttl.
+func (o Options) drift(ttl time.Duration) time.Duration {
+	if o.DriftMargin > 0 {
+		return o.DriftMargin
+	}
+	return ttl/20 + 5*time.Millisecond
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -170,13 +181,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxHold < 0 {
 		return bad("MaxHold must be >= 0, got %v", o.MaxHold)
 	}
-	switch {
-	case o.DriftMargin < 0:
+	if o.DriftMargin < 0 {
 		return bad("DriftMargin must be >= 0, got %v", o.DriftMargin)
-	case o.DriftMargin == 0:
-		o.DriftMargin = o.TTL/100 + 2*time.Millisecond
 	}
-	if o.DriftMargin >= o.TTL {
+	if o.drift(o.TTL) >= o.TTL {
 		return bad("DriftMargin (%v) must be shorter than TTL (%v)", o.DriftMargin, o.TTL)
 	}
 	switch {

@@ -196,8 +196,9 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	var g leasehold.Grant
 	if e := s.live(key, now); e != nil {
 		if e.token != token {
+			remaining := e.expires.Sub(now)
 			s.mu.Unlock()
-			return leasehold.Grant{Remaining: e.expires.Sub(now)}, leasehold.ErrNotAcquired
+			return leasehold.Grant{Remaining: remaining}, leasehold.ErrNotAcquired
 		}
 		e.expires = now.Add(ttl) // our own retry after a lost reply
 		g.Fence = e.fence
