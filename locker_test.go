@@ -392,7 +392,7 @@ func TestLocalGuardFiresBeforeStoreExpiryEvenWithLargeBudget(t *testing.T) {
 // (memstore reports it in LockInfo.Facts) plus the TTL.
 func TestHolderLearnsOfLossBeforeStoreExpiry(t *testing.T) {
 	const trials = 2000
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	store := memstore.New()
 	store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
 		if op == memstore.OpRenew {
