@@ -1,0 +1,130 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// dialTimeout bounds the connection attempt of Open when ctx has no deadline.
+const dialTimeout = 5 * time.Second
+
+// Open dials the etcd members at endpoints ("host:port" or
+// "http://host:port"), checks that the cluster answers a linearizable read
+// within ctx (or 5 s), and returns a Store whose Close also closes the
+// client. The client logs nothing.
+func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error) {
+	return open(ctx, clientv3.Config{Endpoints: endpoints}, opts)
+}
+
+// OpenURL opens the store named by a URL of the form
+//
+//	etcd://[user:password@]host:port[,host:port...][?prefix=leasehold/]
+//
+// as `leasehold --store` takes it. The prefix query parameter overrides
+// opts.Prefix. The password is sent to etcd only and never appears in errors.
+func OpenURL(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	cfg, prefix, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if prefix != "" {
+		opts.Prefix = prefix
+	}
+	return open(ctx, cfg, opts)
+}
+
+// ParseURL parses an etcd:// store URL (see OpenURL) into a client
+// configuration (endpoints and credentials) and a key prefix ("" when not
+// given). Errors never contain the password.
+func ParseURL(rawURL string) (clientv3.Config, string, error) {
+	var cfg clientv3.Config
+	rest, ok := strings.CutPrefix(rawURL, "etcd://")
+	if !ok {
+		return cfg, "", fmt.Errorf("%w: store URL must start with etcd://", ErrInvalidOptions)
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		user, pass, hasPass := strings.Cut(rest[:i], ":")
+		if user == "" {
+			return cfg, "", fmt.Errorf("%w: etcd URL has credentials without a user name", ErrInvalidOptions)
+		}
+		u, err1 := url.PathUnescape(user)
+		p, err2 := url.PathUnescape(pass)
+		if err1 != nil || err2 != nil || !hasPass {
+			return cfg, "", fmt.Errorf("%w: etcd URL credentials must be user:password (percent-encoded)", ErrInvalidOptions)
+		}
+		cfg.Username, cfg.Password = u, p
+		rest = rest[i+1:]
+	}
+	hosts, query, _ := strings.Cut(rest, "?")
+	hosts = strings.TrimSuffix(hosts, "/")
+	if strings.Contains(hosts, "/") {
+		return cfg, "", fmt.Errorf("%w: etcd URL takes no path; set the key prefix with ?prefix=", ErrInvalidOptions)
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			continue
+		}
+		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+			return cfg, "", fmt.Errorf("%w: etcd endpoint %q needs host:port", ErrInvalidOptions, h)
+		}
+		cfg.Endpoints = append(cfg.Endpoints, h)
+	}
+	if len(cfg.Endpoints) == 0 {
+		return cfg, "", fmt.Errorf("%w: etcd URL has no host:port", ErrInvalidOptions)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return cfg, "", fmt.Errorf("%w: etcd URL query: %v", ErrInvalidOptions, err)
+	}
+	prefix := q.Get("prefix")
+	for k := range q {
+		if k != "prefix" {
+			return cfg, "", fmt.Errorf("%w: unknown etcd URL parameter %q (known: prefix)", ErrInvalidOptions, k)
+		}
+	}
+	return cfg, prefix, nil
+}
+
+func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no etcd endpoints", ErrInvalidOptions)
+	}
+	for _, e := range cfg.Endpoints {
+		if e == "" {
+			return nil, fmt.Errorf("%w: empty etcd endpoint", ErrInvalidOptions)
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
+	}
+	cfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	// A linearizable read proves a quorum answers (and that auth works, for
+	// a user whose role covers the prefix only).
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("etcdstore: etcd at %s does not answer: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	s, err := New(cli, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
