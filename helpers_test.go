@@ -152,3 +152,5 @@ func waitDone(t *testing.T, ctx interface{ Done() <-chan struct{} }, limit time.
 }
 
 func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
