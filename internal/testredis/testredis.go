@@ -53,12 +53,31 @@ func Binary(tb testing.TB) string {
 // t.Cleanup.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
+	return start(tb, false, extra)
+}
+
+// StartTLS runs redis-server like Start, but it listens only for TLS on Port
+// (the plain port is disabled). certFile and keyFile are the server's
+// certificate and key in PEM; clients are not asked for certificates.
+func StartTLS(tb testing.TB, certFile, keyFile string, extra ...string) *Server {
+	tb.Helper()
+	return start(tb, true, append([]string{
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
+	}, extra...))
+}
+
+func start(tb testing.TB, tls bool, extra []string) *Server {
+	tb.Helper()
 	s := &Server{Port: FreePort(tb), Dir: tb.TempDir(), tb: tb}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.args = append([]string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	ports := []string{"--port", strconv.Itoa(s.Port)}
+	if tls {
+		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(s.Port)}
+	}
+	s.args = append(append(ports,
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", s.Dir, "--daemonize", "no", "--loglevel", "warning",
-	}, extra...)
+	), extra...)
 	s.start()
 	tb.Cleanup(s.Stop)
 	return s

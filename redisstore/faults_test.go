@@ -1,0 +1,210 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// TestFencesSurviveRestart restarts Redis without persistence, which loses
+// every lock and fence counter: every new fence must still be greater than
+// every fence handed out before.
+func TestFencesSurviveRestart(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{})
+	ctx := t.Context()
+
+	var highest uint64
+	keys := make([]string, 20)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("restart:%d", i)
+	}
+	// Many acquisitions of one key in a burst, so its counter runs ahead of
+	// the time floor, plus one acquisition of each other key.
+	for i := range 300 {
+		g, err := s.Acquire(ctx, keys[0], "t", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= highest {
+			t.Fatalf("burst %d: expected fence > %d, got %d", i, highest, g.Fence)
+		}
+		highest = g.Fence
+		if err := s.Release(ctx, keys[0], "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys[1:] {
+		g, err := s.Acquire(ctx, k, "held", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		highest = max(highest, g.Fence)
+	}
+
+	srv.Restart()
+
+	for _, k := range keys {
+		if n, err := c.Exists(ctx, s.FenceKey(k), s.LockKey(k)).Result(); err != nil || n != 0 {
+			t.Fatalf("after restart: expected the lock and fence keys of %q gone, got %d, %v", k, n, err)
+		}
+	}
+	for _, k := range keys {
+		g, err := s.Acquire(ctx, k, "after", time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire(%q) after restart: %v", k, err)
+		}
+		if g.Fence <= highest {
+			t.Fatalf("Acquire(%q) after restart: expected fence > %d (highest before), got %d", k, highest, g.Fence)
+		}
+	}
+}
+
+// TestFenceCounterExpires checks that a key's fence counter does not pile
+// up: it expires FenceRetention after the lock's TTL, and the next fence
+// still goes up (time floor).
+func TestFenceCounterExpires(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{FenceRetention: 100 * time.Millisecond})
+	ctx := t.Context()
+	g1, err := s.Acquire(ctx, "gc", "a", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.PTTL(ctx, s.FenceKey("gc")).Result()
+	if err != nil || pttl <= 0 || pttl > 200*time.Millisecond {
+		t.Fatalf("fence key PTTL: expected in (0, 200ms], got %v, %v", pttl, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := c.Exists(ctx, s.FenceKey("gc"), s.LockKey("gc")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lock and fence keys still exist 5s after a 100ms TTL + 100ms retention")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	g2, err := s.Acquire(ctx, "gc", "b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Fence <= g1.Fence {
+		t.Fatalf("after the counter expired: expected fence > %d, got %d", g1.Fence, g2.Fence)
+	}
+	// Renew keeps the counter alive as long as the lock.
+	if err := s.Renew(ctx, "gc", "b", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if pttl, err := c.PTTL(ctx, s.FenceKey("gc")).Result(); err != nil || pttl < time.Hour {
+		t.Fatalf("fence key PTTL after Renew(1h): expected >= 1h, got %v, %v", pttl, err)
+	}
+}
+
+// TestKilledWhileHeld kills redis-server while a Locker holds a lease with a
+// short TTL: renewal fails and the lease's context ends, abandoned or
+// expired, no later than the TTL after the kill.
+func TestKilledWhileHeld(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{})
+	const ttl = 600 * time.Millisecond
+	lk, err := leasehold.New(s, leasehold.Options{
+		Name: "killed", TTL: ttl, RenewInterval: 150 * time.Millisecond,
+		RenewTimeout: 100 * time.Millisecond, MaxRenewFailures: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	lease, err := lk.TryAcquire(t.Context(), "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // one renewal has gone through
+	if lease.Err() != nil {
+		t.Fatalf("lease ended before the kill: %v", lease.Err())
+	}
+	killed := time.Now()
+	srv.Stop()
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease still trusted 5s after redis-server was killed")
+	}
+	after := time.Since(killed)
+	cause := lease.Err()
+	t.Logf("lease ended %v after the kill with cause %v", after, cause)
+	if !errors.Is(cause, leasehold.ErrLeaseAbandoned) && !errors.Is(cause, leasehold.ErrLeaseExpired) {
+		t.Fatalf("expected cause ErrLeaseAbandoned or ErrLeaseExpired, got %v", cause)
+	}
+	// The holder's own deadline is at most TTL after the last successful
+	// renewal, which was before the kill. 250 ms of scheduling slack.
+	if after > ttl+250*time.Millisecond {
+		t.Fatalf("lease ended %v after the kill, expected within the TTL (%v) + slack", after, ttl)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatalf("Release of an abandoned lease: expected a no-op, got %v", err)
+	}
+}
+
+// TestStoreErrorsWrapRedis checks that a failing Redis yields an error that
+// wraps the go-redis error and is not contention.
+func TestStoreErrorsWrapRedis(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{})
+	if err := c.Set(t.Context(), s.LockKey("wrongtype"), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A fence key holding garbage makes the script fail.
+	if err := c.HSet(t.Context(), s.FenceKey("wrongtype"), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Acquire(t.Context(), "wrongtype", "x", time.Second)
+	var rerr redis.Error
+	if err == nil || !errors.As(err, &rerr) || errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected a wrapped redis.Error, got %v", err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	if _, err := redisstore.New(nil, redisstore.Options{}); !errors.Is(err, leasehold.ErrInvalidOptions) {
+		t.Fatalf("nil client: expected ErrInvalidOptions, got %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.Options{FenceRetention: -1}); !errors.Is(err, leasehold.ErrInvalidOptions) {
+		t.Fatalf("negative FenceRetention: expected ErrInvalidOptions, got %v", err)
+	}
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.LockKey("job:1"); got != "leasehold:{job:1}:lock" {
+		t.Fatalf("LockKey: expected leasehold:{job:1}:lock, got %s", got)
+	}
+	if _, err := s.Acquire(t.Context(), "k", "t", 0); !errors.Is(err, leasehold.ErrInvalidOptions) {
+		t.Fatalf("TTL 0: expected ErrInvalidOptions, got %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.WaitRelease(t.Context(), "k"); !errors.Is(err, redisstore.ErrClosed) {
+		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
+	}
+}
