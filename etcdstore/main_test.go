@@ -3,9 +3,9 @@ package etcdstore_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/leasehold/leasehold/internal/testetcd"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain checks for leaked goroutines (goleak), allowing embedded etcd
+// members' peer connections a few seconds to close (see testetcd.LeakWait).
+func TestMain(m *testing.M) { testetcd.VerifyTestMain(m) }

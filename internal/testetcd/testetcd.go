@@ -258,15 +258,18 @@ func (c *Cluster) Restart(i int) {
 	}
 }
 
-// Close stops every member concurrently and abruptly (no leadership
-// hand-over: the whole cluster goes away). It is called by tb.Cleanup and is
-// idempotent.
+// Close stops every member: the followers first, then the leader, each
+// gracefully, so no member is left trying to reach the others. It is called
+// by tb.Cleanup and is idempotent.
 func (c *Cluster) Close() {
-	var wg sync.WaitGroup
 	for _, m := range c.Members {
-		wg.Go(func() { m.stop(false) })
+		if !m.IsLeader() {
+			m.stop(true)
+		}
 	}
-	wg.Wait()
+	for _, m := range c.Members {
+		m.stop(true)
+	}
 }
 
 // Ready waits until a linearizable read through cli succeeds, up to timeout.
