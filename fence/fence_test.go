@@ -57,6 +57,7 @@ func runConformance(t *testing.T, mk factory) {
 	t.Run("NoFence", func(t *testing.T) { testNoFence(t, mk(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, mk(t)) })
 	t.Run("StaleWriterChaos", func(t *testing.T) { testChaos(t, mk(t)) })
+	t.Run("PartitionedHolder", func(t *testing.T) { testPartitioned(t, mk(t)) })
 	t.Run("DegradedLease", func(t *testing.T) { testDegraded(t, mk(t)) })
 }
 
@@ -258,6 +259,57 @@ func testChaos(t *testing.T, s subject) {
 	ev := s.obs.stale()
 	if len(ev) != 2 || ev[0].Fence != a.Fence() || ev[1].Fence != a.Fence() {
 		t.Fatalf("expected 2 stale-write events for A's fence %d, got %+v", a.Fence(), ev)
+	}
+}
+
+// testPartitioned: A holds a renewed lease, loses the lock store (its
+// renewals fail), ignores its lease's context and keeps working; B takes over
+// after the TTL. A's writes are rejected.
+func testPartitioned(t *testing.T, s subject) {
+	ctx := t.Context()
+	store := memstore.New()
+	lockA := newLocker(t, store, "replica-a")
+	lockB := newLocker(t, store, "replica-b")
+	const key, row = "wf:run:lock:7", "run-7"
+
+	a, err := lockA.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("A acquire: %v", err)
+	}
+	defer a.Release(ctx)
+	store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+		if op == memstore.OpRenew {
+			return memstore.Fault{Err: errors.New("injected: partition")}
+		}
+		return memstore.Fault{}
+	})
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's lease did not end while its renewals failed")
+	}
+	store.SetFaults(nil)
+	t.Logf("A's lease ended: %v", context.Cause(a.Context()))
+
+	var b *leasehold.Lease
+	for deadline := time.Now().Add(5 * time.Second); b == nil; {
+		if b, err = lockB.TryAcquire(ctx, key); err != nil {
+			if !errors.Is(err, leasehold.ErrNotAcquired) || time.Now().After(deadline) {
+				t.Fatalf("B acquire after A's TTL: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	defer b.Release(ctx)
+	if err := fence.Write(ctx, s.res, b, row, []byte("B")); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	wantStale(t, fence.Write(ctx, s.res, a, row, []byte("A, unaware")), a.Fence())
+	if v, f := mustRead(t, s, row); v != "B" || f != b.Fence() {
+		t.Fatalf("expected B@%d, got %q@%d", b.Fence(), v, f)
+	}
+	if n := len(s.obs.stale()); n != 1 {
+		t.Fatalf("expected 1 stale-write event, got %d", n)
 	}
 }
 
