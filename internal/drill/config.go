@@ -1,0 +1,211 @@
+package drill
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// ErrInvalidConfig is returned by Run and Command for a configuration that
+// cannot run; the message names the setting to fix.
+var ErrInvalidConfig = errors.New("drill: invalid configuration")
+
+// ErrInvariantViolated is returned by Command (and matched by a non-zero exit)
+// when at least one invariant failed.
+var ErrInvariantViolated = errors.New("drill: invariant violated")
+
+// Fault is one kind of injected fault.
+type Fault string
+
+// The faults, in the order a drill injects them.
+const (
+	// FaultPause freezes a holder between its last ownership check and its
+	// write, with every store call of its process blocked, until another
+	// replica has taken the job over and written; then the holder writes.
+	FaultPause Fault = "pause"
+	// FaultOutage takes the store down for Config.Outage.
+	FaultOutage Fault = "outage"
+	// FaultCrash kills a holder mid-job: it never releases and its process
+	// sends nothing more; it restarts as a new process after 2 × TTL.
+	FaultCrash Fault = "crash"
+	// FaultLatency adds Config.Latency (above the renew timeout) to every
+	// store call for Config.Window.
+	FaultLatency Fault = "latency"
+	// FaultLostReply drops the reply of acquire, renew and release calls the
+	// store applied, with probability Config.DropRate, for Config.Window.
+	FaultLostReply Fault = "lostreply"
+	// FaultRestart restarts the store, losing every lock and fence counter.
+	FaultRestart Fault = "restart"
+)
+
+// AllFaults lists every fault in injection order.
+var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
+
+// ParseFaults parses a comma-separated fault list; "all" means AllFaults and
+// "none" or "" means no faults. Order and duplicates are normalized to the
+// order of AllFaults.
+func ParseFaults(s string) ([]Fault, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "all":
+		return slices.Clone(AllFaults), nil
+	case "", "none":
+		return nil, nil
+	}
+	want := map[Fault]bool{}
+	for _, part := range strings.Split(s, ",") {
+		f := Fault(strings.TrimSpace(part))
+		if !slices.Contains(AllFaults, f) {
+			return nil, fmt.Errorf("%w: unknown fault %q in --faults (choose from %s, all, none)", ErrInvalidConfig, f, faultNames())
+		}
+		want[f] = true
+	}
+	var out []Fault
+	for _, f := range AllFaults {
+		if want[f] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func faultNames() string {
+	names := make([]string, len(AllFaults))
+	for i, f := range AllFaults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ",")
+}
+
+// Config configures a drill. The zero value is valid and means the
+// documented defaults (fill them with WithDefaults).
+type Config struct {
+	// Replicas is the number of worker processes, each with its own Locker
+	// over the same store. Default 3.
+	Replicas int
+	// Jobs is the number of jobs. Default 40; at least len(Faults)+2, so
+	// every fault lands while jobs are still in progress.
+	Jobs int
+	// TTL of every lease. Default 400 ms.
+	TTL time.Duration
+	// WorkMin and WorkMax bound each job's simulated work, drawn uniformly.
+	// Default 200 ms and 500 ms: most jobs outlive a renew interval.
+	WorkMin, WorkMax time.Duration
+	// OnStoreError is the lockers' store-failure policy. Default FailClosed.
+	OnStoreError leasehold.StorePolicy
+	// OnRenewFailure is the lockers' renewal-failure policy. Default
+	// RenewalFence.
+	OnRenewFailure leasehold.RenewalPolicy
+	// NoFencing makes the register accept every write (fencing off).
+	NoFencing bool
+	// Faults to inject, one after another. nil means none; use AllFaults
+	// for all.
+	Faults []Fault
+	// Outage is the length of the store outage. Default 1 s.
+	Outage time.Duration
+	// Latency added by the latency fault. Default the renew timeout + 100 ms.
+	Latency time.Duration
+	// Window is how long the latency and lost-reply faults last. Default
+	// 3 × TTL.
+	Window time.Duration
+	// DropRate is the probability that the lost-reply fault drops one reply.
+	// Default 0.3.
+	DropRate float64
+	// TimeLimit bounds the workload; jobs not done by then are reported.
+	// Default 60 s.
+	TimeLimit time.Duration
+	// Seed makes job durations and victim choices reproducible; 0 means
+	// time-based.
+	Seed uint64
+	// Logger receives the lockers' log records. Default: discarded.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults and checks
+// it; the error wraps ErrInvalidConfig and names the field to fix.
+func (c Config) WithDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 3
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 40
+	}
+	def(&c.TTL, 400*time.Millisecond)
+	def(&c.WorkMin, c.TTL/2)
+	def(&c.WorkMax, c.TTL*5/4)
+	def(&c.Outage, time.Second)
+	def(&c.Window, 3*c.TTL)
+	def(&c.TimeLimit, time.Minute)
+	if c.DropRate == 0 {
+		c.DropRate = 0.3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case c.Replicas < 2 || c.Replicas > 64:
+		return bad("replicas must be between 2 and 64, got %d", c.Replicas)
+	case c.Jobs < 1 || c.Jobs > 10000:
+		return bad("jobs must be between 1 and 10000, got %d", c.Jobs)
+	case c.Jobs < len(c.Faults)+2:
+		return bad("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run", c.Jobs, len(c.Faults)+2)
+	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
+		return bad("ttl must be between 50ms and 1m, got %v", c.TTL)
+	case c.WorkMin <= 0 || c.WorkMax < c.WorkMin:
+		return bad("work must satisfy 0 < work-min <= work-max, got %v and %v", c.WorkMin, c.WorkMax)
+	case c.WorkMax > 10*c.TTL:
+		return bad("work-max (%v) must be at most 10 × ttl (%v)", c.WorkMax, 10*c.TTL)
+	case c.Outage < 0 || c.Outage > time.Minute:
+		return bad("outage must be between 0 and 1m, got %v", c.Outage)
+	case c.Window <= 0 || c.Window > time.Minute:
+		return bad("window must be between 0 and 1m, got %v", c.Window)
+	case c.DropRate < 0 || c.DropRate > 1:
+		return bad("drop rate must be between 0 and 1, got %v", c.DropRate)
+	case c.TimeLimit <= 0:
+		return bad("time limit must be > 0, got %v", c.TimeLimit)
+	}
+	if c.Latency == 0 {
+		c.Latency = c.renewTimeout() + 100*time.Millisecond
+	}
+	if c.Latency < 0 || c.Latency > time.Minute {
+		return bad("latency must be between 0 and 1m, got %v", c.Latency)
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return bad("unknown fault %q", f)
+		}
+	}
+	return c, nil
+}
+
+// renewTimeout is the lockers' renew timeout: the leasehold default for TTL.
+func (c Config) renewTimeout() time.Duration {
+	return min(leasehold.DefaultRenewTimeout, c.TTL/2)
+}
+
+func (c Config) lockerOptions(name string, obs leasehold.Observer) leasehold.Options {
+	return leasehold.Options{
+		Name:           name,
+		TTL:            c.TTL,
+		OnStoreError:   c.OnStoreError,
+		OnRenewFailure: c.OnRenewFailure,
+		ReleaseTimeout: c.TTL,
+		WaitCap:        c.TTL / 4,
+		Logger:         c.Logger,
+		Observer:       obs,
+	}
+}

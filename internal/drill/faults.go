@@ -1,0 +1,207 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// inject injects the configured faults one after another, 2 × TTL apart
+// (the system recovers in between), and heals everything it broke before it
+// returns.
+func (d *drill) inject(ctx context.Context) {
+	defer func() {
+		d.injected.Store(true)
+		d.mem.SetDown(false)
+		d.mem.SetLatency(0)
+		d.mem.SetFaults(nil)
+		for _, r := range d.replicas {
+			r.requestPause(false)
+			if inc := r.current(); inc != nil {
+				inc.ps.thaw()
+			}
+		}
+	}()
+	if !sleep(ctx, d.cfg.gap()) {
+		return
+	}
+	for _, f := range d.cfg.Faults {
+		start := d.rec.since()
+		note := d.injectOne(ctx, f)
+		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note})
+		if !sleep(ctx, d.cfg.gap()) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (d *drill) injectOne(ctx context.Context, f Fault) string {
+	switch f {
+	case FaultOutage:
+		d.mem.SetDown(true)
+		sleep(ctx, d.cfg.Outage)
+		d.mem.SetDown(false)
+		return fmt.Sprintf("store down for %v", d.cfg.Outage)
+	case FaultLatency:
+		d.mem.SetLatency(d.cfg.Latency)
+		sleep(ctx, d.cfg.Window)
+		d.mem.SetLatency(0)
+		return fmt.Sprintf("+%v per store call (renew timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
+	case FaultLostReply:
+		rate := d.cfg.DropRate
+		d.mem.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+			switch op {
+			case memstore.OpAcquire, memstore.OpRenew, memstore.OpRelease:
+				if d.float() < rate {
+					return memstore.Fault{DropReply: true}
+				}
+			}
+			return memstore.Fault{}
+		})
+		sleep(ctx, d.cfg.Window)
+		d.mem.SetFaults(nil)
+		return fmt.Sprintf("%.0f%% of acquire/renew/release replies dropped after the store applied them", 100*rate)
+	case FaultRestart:
+		d.mem.Restart()
+		d.rec.restart()
+		return "store restarted: every lock and fence counter lost"
+	case FaultPause:
+		return d.injectPause(ctx)
+	case FaultCrash:
+		return d.injectCrash(ctx)
+	}
+	return "unknown fault"
+}
+
+// victim waits for a replica working on a job under a store lease, other
+// than except, and returns it with its job.
+func (d *drill) victim(ctx context.Context, except int) (*replica, int) {
+	deadline := time.Now().Add(5*d.cfg.WorkMax + 5*d.cfg.TTL)
+	for time.Now().Before(deadline) {
+		start := d.intN(len(d.replicas))
+		for i := range d.replicas {
+			r := d.replicas[(start+i)%len(d.replicas)]
+			if r.id == except {
+				continue
+			}
+			if inc := r.current(); inc == nil || inc.dead() {
+				continue
+			}
+			if job := r.busyJob(); job >= 0 {
+				return r, job
+			}
+		}
+		if !sleep(ctx, 2*time.Millisecond) {
+			break
+		}
+	}
+	return nil, -1
+}
+
+// redeliver hands job to a live replica other than from, as a queue
+// redelivers a message whose consumer went silent.
+func (d *drill) redeliver(job, from int) {
+	for i := 1; i < len(d.replicas); i++ {
+		r := d.replicas[(from+i)%len(d.replicas)]
+		if inc := r.current(); inc != nil && !inc.dead() {
+			select {
+			case r.hints <- job:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// injectPause asks a working replica to freeze right before its write, hands
+// its job to another replica, waits until that one has written it (or a
+// cap), then thaws the paused one, which writes with its old fence.
+func (d *drill) injectPause(ctx context.Context) string {
+	r, _ := d.victim(ctx, -1)
+	if r == nil {
+		return "skipped: no replica was working"
+	}
+	r.requestPause(true)
+	var ev pauseEvent
+	t := time.NewTimer(2*d.cfg.WorkMax + d.cfg.TTL)
+	select {
+	case ev = <-d.pauses:
+		t.Stop()
+	case <-t.C:
+		if r.requestPause(false) {
+			return "skipped: the replica did not reach its write"
+		}
+		select { // it took the request just now
+		case ev = <-d.pauses:
+		case <-ctx.Done():
+			return "interrupted"
+		}
+	case <-ctx.Done():
+		t.Stop()
+		return "interrupted"
+	}
+	start := time.Now()
+	d.redeliver(ev.job, ev.replica)
+	limit := 10*d.cfg.TTL + 2*d.cfg.WorkMax
+	for !d.done[ev.job].Load() || time.Since(start) < 3*d.cfg.TTL/2 {
+		if time.Since(start) > limit || !sleep(ctx, 2*time.Millisecond) {
+			break
+		}
+	}
+	taken := d.done[ev.job].Load()
+	if inc := r.current(); inc != nil {
+		inc.ps.thaw()
+	}
+	if !taken {
+		return fmt.Sprintf("replica %d paused %v before writing job %d; nobody took the job over", ev.replica, time.Since(start).Round(time.Millisecond), ev.job)
+	}
+	return fmt.Sprintf("replica %d paused %v before writing job %d, which another replica took over and wrote meanwhile", ev.replica, time.Since(start).Round(time.Millisecond), ev.job)
+}
+
+// injectCrash kills a working replica mid-job and hands its job to another.
+func (d *drill) injectCrash(ctx context.Context) string {
+	r, job := d.victim(ctx, -1)
+	if r == nil {
+		return "skipped: no replica was working"
+	}
+	inc := r.current()
+	inc.die()
+	d.redeliver(job, r.id)
+	return fmt.Sprintf("replica %d crashed holding job %d (no release); restarts after %v", r.id, job, 2*d.cfg.TTL)
+}
+
+// gap is the quiet time before the first fault and after each one.
+func (c Config) gap() time.Duration { return 2 * c.TTL }
+
+// plannedSchedule estimates how long injecting c.Faults takes: the window
+// over which jobs arrive.
+func (c Config) plannedSchedule() time.Duration {
+	p := c.gap()
+	for _, f := range c.Faults {
+		p += c.gap()
+		switch f {
+		case FaultPause:
+			p += 2*c.TTL + c.WorkMax
+		case FaultOutage:
+			p += c.Outage
+		case FaultCrash:
+			p += 3 * c.TTL
+		case FaultLatency, FaultLostReply:
+			p += c.Window
+		}
+	}
+	return p
+}

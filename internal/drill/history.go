@@ -1,0 +1,271 @@
+package drill
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Op is one register operation as a client saw it: when it was called, when
+// it returned and what it returned. Times are offsets from the drill's start.
+type Op struct {
+	Client   int           `json:"client"` // replica index, from 0
+	Job      int           `json:"job"`
+	Section  int           `json:"section"` // the lease (Section.ID) the op ran under
+	Write    bool          `json:"write"`   // a write; otherwise a read
+	Fence    uint64        `json:"fence"`   // write: the fence sent; read: the fence returned
+	Value    string        `json:"value"`   // write: the value sent; read: the value returned
+	Found    bool          `json:"found,omitempty"`
+	Accepted bool          `json:"accepted,omitempty"`
+	Err      string        `json:"err,omitempty"` // why a write was refused, when not stale
+	Call     time.Duration `json:"call_ns"`
+	Return   time.Duration `json:"return_ns"`
+}
+
+// Section is one lease a replica held on a job: from the acquire's return
+// until the holder released it, lost it or died.
+type Section struct {
+	ID          int           `json:"id"`
+	Replica     int           `json:"replica"`
+	Incarnation int           `json:"incarnation"` // process generation: a crashed replica restarts as the next
+	Job         int           `json:"job"`
+	Key         string        `json:"key"`
+	Token       string        `json:"-"`
+	Fence       uint64        `json:"fence"`
+	Degraded    bool          `json:"degraded,omitempty"`
+	Takeover    bool          `json:"takeover,omitempty"` // acquired by a redelivery that waited for the key
+	Start       time.Duration `json:"start_ns"`
+	End         time.Duration `json:"end_ns"`
+	PauseStart  time.Duration `json:"pause_start_ns,omitempty"`
+	PauseEnd    time.Duration `json:"pause_end_ns,omitempty"`
+	Outcome     string        `json:"outcome"`
+	Worked      bool          `json:"worked,omitempty"` // reached its write
+}
+
+// Window is a fault as injected: what, from when, to when.
+type Window struct {
+	Fault Fault         `json:"fault"`
+	Start time.Duration `json:"start_ns"`
+	End   time.Duration `json:"end_ns"`
+	Note  string        `json:"note,omitempty"`
+}
+
+// Acquisition is a successful store acquire, recorded at its return.
+type Acquisition struct {
+	Key     string        `json:"key"`
+	Token   string        `json:"-"`
+	Fence   uint64        `json:"fence"`
+	Replica int           `json:"replica"`
+	At      time.Duration `json:"at_ns"`
+}
+
+// Stop is a holder that stopped without releasing: crashed or paused.
+type Stop struct {
+	Fault   Fault         `json:"fault"`
+	Replica int           `json:"replica"`
+	Key     string        `json:"key"`
+	Token   string        `json:"-"`
+	At      time.Duration `json:"at_ns"`
+}
+
+// Anomaly is one observation that breaks an invariant.
+type Anomaly struct {
+	At     time.Duration `json:"at_ns"`
+	Key    string        `json:"key"`
+	Detail string        `json:"detail"`
+}
+
+// History is everything a drill recorded; the checker reads only this.
+type History struct {
+	Ops          []Op          `json:"ops"`
+	Sections     []Section     `json:"sections"`
+	Windows      []Window      `json:"windows"`
+	Acquisitions []Acquisition `json:"acquisitions"`
+	Stops        []Stop        `json:"stops"`
+	// Applied maps a token to the return times of its store calls that
+	// extended its lock (acquire, renew; also when the reply was lost).
+	Applied map[string][]time.Duration `json:"-"`
+	// Restarts are the times the store lost its data.
+	Restarts []time.Duration `json:"restarts_ns,omitempty"`
+	// Stuck are locks seen in the store after TTL past their last applied
+	// acquire or renew.
+	Stuck []Anomaly `json:"stuck,omitempty"`
+	// Beliefs are moments a client trusted a lease the store did not hold
+	// for it.
+	Beliefs []Anomaly `json:"beliefs,omitempty"`
+	// BeliefChecks counts ownership checks made; BeliefUnchecked the ones the
+	// store could not answer in time.
+	BeliefChecks, BeliefUnchecked int
+	// BeliefsAfterRestart counts leases trusted after a restart dropped them
+	// (expected until the next renewal; not a violation).
+	BeliefsAfterRestart int
+	// Events counts the lockers' and register's observer events by kind.
+	Events map[string]int `json:"events"`
+	// Jobs is the number of jobs; Done the ones with an accepted write.
+	Jobs, Done int
+	// Duration is the workload's length.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// recorder collects a History from concurrent goroutines.
+type recorder struct {
+	t0 time.Time
+
+	mu       sync.Mutex
+	h        History
+	inflight map[string]int
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		t0:       time.Now(),
+		inflight: make(map[string]int),
+		h:        History{Applied: make(map[string][]time.Duration), Events: make(map[string]int)},
+	}
+}
+
+// since returns the offset of now from the drill's start (monotonic).
+func (r *recorder) since() time.Duration { return time.Since(r.t0) }
+
+func (r *recorder) at(t time.Time) time.Duration { return t.Sub(r.t0) }
+
+func (r *recorder) op(o Op) {
+	r.mu.Lock()
+	r.h.Ops = append(r.h.Ops, o)
+	r.mu.Unlock()
+}
+
+func (r *recorder) openSection(s Section) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.ID = len(r.h.Sections)
+	r.h.Sections = append(r.h.Sections, s)
+	return s.ID
+}
+
+func (r *recorder) section(id int, f func(*Section)) {
+	r.mu.Lock()
+	f(&r.h.Sections[id])
+	r.mu.Unlock()
+}
+
+func (r *recorder) window(w Window) {
+	r.mu.Lock()
+	r.h.Windows = append(r.h.Windows, w)
+	r.mu.Unlock()
+}
+
+func (r *recorder) stop(s Stop) {
+	r.mu.Lock()
+	r.h.Stops = append(r.h.Stops, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) restart() {
+	r.mu.Lock()
+	r.h.Restarts = append(r.h.Restarts, r.since())
+	r.mu.Unlock()
+}
+
+func (r *recorder) event(kind string) {
+	r.mu.Lock()
+	r.h.Events[kind]++
+	r.mu.Unlock()
+}
+
+// begin marks a store call for token in flight.
+func (r *recorder) begin(token string) {
+	r.mu.Lock()
+	r.inflight[token]++
+	r.mu.Unlock()
+}
+
+// end marks it returned; applied says the store extended token's lock.
+func (r *recorder) end(token string, applied bool) {
+	now := r.since()
+	r.mu.Lock()
+	r.inflight[token]--
+	if r.inflight[token] == 0 {
+		delete(r.inflight, token)
+	}
+	if applied {
+		r.h.Applied[token] = append(r.h.Applied[token], now)
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) acquired(a Acquisition) {
+	r.mu.Lock()
+	r.h.Acquisitions = append(r.h.Acquisitions, a)
+	r.mu.Unlock()
+}
+
+// lastApplied returns token's last applied call, whether a call is in
+// flight, and whether the token is known at all.
+func (r *recorder) lastApplied(token string) (last time.Duration, busy, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := r.h.Applied[token]
+	if len(ts) > 0 {
+		last, known = ts[len(ts)-1], true
+	}
+	return last, r.inflight[token] > 0, known
+}
+
+func (r *recorder) restartedSince(t time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range r.h.Restarts {
+		if x >= t {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *recorder) anomaly(list *[]Anomaly, a Anomaly) {
+	r.mu.Lock()
+	*list = append(*list, a)
+	r.mu.Unlock()
+}
+
+func (r *recorder) stuckKnown(key string, at time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.h.Stuck {
+		if a.Key == key && at-a.At < time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *recorder) count(f func(h *History)) {
+	r.mu.Lock()
+	f(&r.h)
+	r.mu.Unlock()
+}
+
+// snapshot returns a copy of the history.
+func (r *recorder) snapshot() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.h
+	h.Ops = slices.Clone(h.Ops)
+	h.Sections = slices.Clone(h.Sections)
+	h.Windows = slices.Clone(h.Windows)
+	h.Acquisitions = slices.Clone(h.Acquisitions)
+	h.Stops = slices.Clone(h.Stops)
+	h.Restarts = slices.Clone(h.Restarts)
+	h.Stuck = slices.Clone(h.Stuck)
+	h.Beliefs = slices.Clone(h.Beliefs)
+	h.Applied = make(map[string][]time.Duration, len(r.h.Applied))
+	for k, v := range r.h.Applied {
+		h.Applied[k] = slices.Clone(v)
+	}
+	h.Events = make(map[string]int, len(r.h.Events))
+	for k, v := range r.h.Events {
+		h.Events[k] = v
+	}
+	return h
+}

@@ -1,0 +1,339 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// replica is one worker process. It runs as a series of incarnations: a
+// crash ends one and, after 2 × TTL, the next starts with a fresh Locker,
+// as a restarted pod would.
+type replica struct {
+	d     *drill
+	id    int
+	hints chan int // jobs redelivered to this replica: taken with a blocking Acquire
+
+	mu       sync.Mutex
+	inc      *incarnation
+	working  int // the job in its work phase under a store lease, or -1
+	pauseReq bool
+}
+
+// incarnation is one process lifetime of a replica.
+type incarnation struct {
+	n      int
+	locker *leasehold.Locker
+	ps     *procStore
+	crash  chan struct{} // closed when the process dies
+	once   sync.Once
+}
+
+type pauseEvent struct {
+	replica, job int
+}
+
+// outcome of one attempt at a job.
+type outcome int
+
+const (
+	outContended outcome = iota
+	outStoreError
+	outDone
+	outFailed
+	outCrashed
+)
+
+func (r *replica) current() *incarnation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inc
+}
+
+// supervise runs incarnations until ctx ends, then closes their lockers.
+func (r *replica) supervise(ctx context.Context) {
+	d := r.d
+	var lockers []*leasehold.Locker
+	defer func() {
+		for _, l := range lockers {
+			_ = l.Close()
+		}
+	}()
+	r.mu.Lock()
+	r.working = -1
+	r.mu.Unlock()
+	for n := 0; ctx.Err() == nil; n++ {
+		ps := &procStore{inner: d.mem, rec: d.rec, replica: r.id, applied: func(err error) bool { return errors.Is(err, memstore.ErrReplyLost) }}
+		name := fmt.Sprintf("replica-%d", r.id)
+		obs := leasehold.ObserverFunc(func(e leasehold.Event) { d.rec.event(e.Kind.String()) })
+		l, err := leasehold.New(ps, d.cfg.lockerOptions(name, obs))
+		if err != nil { // options were validated by Config.WithDefaults
+			panic(err)
+		}
+		lockers = append(lockers, l)
+		inc := &incarnation{n: n, locker: l, ps: ps, crash: make(chan struct{})}
+		r.mu.Lock()
+		r.inc = inc
+		r.mu.Unlock()
+
+		ictx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { r.work(ictx, inc) })
+		wg.Go(func() { r.redeliveries(ictx, inc) })
+		select {
+		case <-ctx.Done():
+		case <-inc.crash:
+		}
+		cancel()
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(2 * d.cfg.TTL) // the process restarts
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// die crashes the current incarnation: its store calls fail from now on
+// and its goroutines stop without releasing anything.
+func (inc *incarnation) die() {
+	inc.once.Do(func() {
+		inc.ps.kill()
+		close(inc.crash)
+	})
+}
+
+func (inc *incarnation) dead() bool {
+	select {
+	case <-inc.crash:
+		return true
+	default:
+		return false
+	}
+}
+
+// work is the main worker loop: pick a job that is not done, try its lease.
+func (r *replica) work(ctx context.Context, inc *incarnation) {
+	for ctx.Err() == nil && !inc.dead() {
+		job := r.d.pickJob()
+		var backoff time.Duration
+		if job < 0 {
+			if int(r.d.doneCount.Load()) == r.d.cfg.Jobs {
+				return
+			}
+			backoff = 10 * time.Millisecond // waiting for the next job to arrive
+		}
+		switch {
+		case job < 0:
+		default:
+			backoff = r.backoff(r.process(ctx, inc, job, false))
+		}
+		if backoff < 0 {
+			return
+		}
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			case <-inc.crash:
+				t.Stop()
+			}
+		}
+	}
+}
+
+// backoff returns how long to wait after an attempt, or -1 to stop.
+func (r *replica) backoff(o outcome) time.Duration {
+	var backoff time.Duration
+	switch o {
+	case outContended:
+		backoff = 5*time.Millisecond + r.d.randN(10*time.Millisecond)
+	case outStoreError, outFailed:
+		backoff = 25*time.Millisecond + r.d.randN(25*time.Millisecond)
+	case outCrashed:
+		return -1
+	}
+	return backoff
+}
+
+// redeliveries takes jobs handed to this replica after their holder stopped
+// (as a queue redelivers a message) and waits for their lease.
+func (r *replica) redeliveries(ctx context.Context, inc *incarnation) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-inc.crash:
+			return
+		case job := <-r.hints:
+			if !r.d.done[job].Load() && r.process(ctx, inc, job, true) == outCrashed {
+				return
+			}
+		}
+	}
+}
+
+// process makes one attempt at job: lease it, read the register (a done job
+// is skipped), work, check ownership, write the result with the lease's
+// fence, release.
+func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait bool) outcome {
+	d := r.d
+	key := jobKey(job)
+	var (
+		ls  *leasehold.Lease
+		err error
+	)
+	if wait {
+		actx, cancel := context.WithTimeout(ctx, 4*d.cfg.TTL+d.cfg.WorkMax)
+		ls, err = inc.locker.Acquire(actx, key)
+		cancel()
+	} else {
+		ls, err = inc.locker.TryAcquire(ctx, key)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, leasehold.ErrNotAcquired):
+		return outContended
+	default:
+		return outStoreError
+	}
+	sec := Section{Replica: r.id, Incarnation: inc.n, Job: job, Key: key, Token: ls.Token(), Fence: ls.Fence(),
+		Degraded: ls.Degraded(), Takeover: wait, Start: d.rec.since()}
+	id := d.rec.openSection(sec)
+	sec.ID = id
+	finish := func(o string, worked bool) {
+		end := d.rec.since()
+		d.rec.section(id, func(s *Section) { s.End, s.Outcome, s.Worked = end, o, worked })
+	}
+	release := func() { _ = ls.Release(context.WithoutCancel(ctx)) }
+
+	if _, found := d.read(r.id, job, id); found {
+		release()
+		d.markDone(job)
+		finish("already done", false)
+		return outDone
+	}
+	r.setWorking(job, !ls.Degraded())
+	defer r.setWorking(-1, false)
+
+	t := time.NewTimer(d.cfg.WorkMin + d.randN(d.cfg.WorkMax-d.cfg.WorkMin))
+	select {
+	case <-t.C:
+	case <-ls.Done():
+		t.Stop()
+		release()
+		finish(causeName(ls.Err()), false)
+		return outFailed
+	case <-inc.crash:
+		t.Stop()
+		d.rec.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: key, Token: ls.Token(), At: d.rec.since()})
+		finish("crashed", false)
+		return outCrashed
+	case <-ctx.Done():
+		t.Stop()
+		release()
+		finish("stopped", false)
+		return outFailed
+	}
+	if err := ls.Err(); err != nil { // the last ownership check before the write
+		release()
+		finish(causeName(err), false)
+		return outFailed
+	}
+	d.checkBelief(ctx, ls, &sec)
+	if r.takePause() {
+		r.pause(ctx, inc, job, ls, id)
+	}
+	if inc.dead() {
+		finish("crashed", false)
+		return outCrashed
+	}
+	value := fmt.Sprintf("r%d/s%d", r.id, id)
+	ok := d.write(r.id, job, id, ls.Fence(), value)
+	if ok {
+		d.markDone(job)
+	}
+	release()
+	if ok {
+		finish("written", true)
+		return outDone
+	}
+	finish("write rejected", true)
+	return outFailed
+}
+
+func causeName(err error) string {
+	switch {
+	case err == nil:
+		return "released"
+	case errors.Is(err, leasehold.ErrLeaseLost):
+		return "lost"
+	case errors.Is(err, leasehold.ErrLeaseAbandoned):
+		return "abandoned"
+	case errors.Is(err, leasehold.ErrLeaseExpired):
+		return "expired"
+	case errors.Is(err, leasehold.ErrLockerClosed):
+		return "closed"
+	}
+	return err.Error()
+}
+
+func (r *replica) setWorking(job int, fenced bool) {
+	r.mu.Lock()
+	if fenced || job < 0 {
+		r.working = job
+	}
+	r.mu.Unlock()
+}
+
+// busyJob returns the job the replica is working on under a store lease, or -1.
+func (r *replica) busyJob() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.working
+}
+
+func (r *replica) requestPause(on bool) (wasPending bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wasPending = r.pauseReq
+	r.pauseReq = on
+	return wasPending
+}
+
+func (r *replica) takePause() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pauseReq
+	r.pauseReq = false
+	return p
+}
+
+// pause freezes the whole process right before its write: every store call
+// of this incarnation (its renewals too) waits until the injector thaws it.
+func (r *replica) pause(ctx context.Context, inc *incarnation, job int, ls *leasehold.Lease, id int) {
+	d := r.d
+	inc.ps.freeze()
+	at := d.rec.since()
+	d.rec.section(id, func(s *Section) { s.PauseStart = at })
+	d.rec.stop(Stop{Fault: FaultPause, Replica: r.id, Key: ls.Key(), Token: ls.Token(), At: at})
+	select {
+	case d.pauses <- pauseEvent{replica: r.id, job: job}:
+	case <-ctx.Done():
+	}
+	inc.ps.waitThaw(ctx)
+	end := d.rec.since()
+	d.rec.section(id, func(s *Section) { s.PauseEnd = end })
+}

@@ -1,0 +1,266 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// keyPrefix is the prefix of every lock key a drill takes.
+const keyPrefix = "drill/job/"
+
+func jobKey(job int) string { return fmt.Sprintf("%s%03d", keyPrefix, job) }
+
+// Run runs one drill with cfg on a fresh embedded memory store and returns
+// its report. It returns an error only when the drill could not run (bad
+// configuration); a failed invariant is a Report whose Passed is false.
+// Run stops every goroutine it started before it returns.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := newDrill(cfg)
+	d.run(ctx)
+	h := d.rec.snapshot()
+	return Check(cfg, h), nil
+}
+
+// drill is one run: the shared store and register, the replicas, the
+// injector and the recorder.
+type drill struct {
+	cfg Config
+	mem *memstore.Store
+	reg register
+	rec *recorder
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	done      []atomic.Bool
+	doneCount atomic.Int64
+	allDone   chan struct{}
+	doneOnce  sync.Once
+
+	replicas []*replica
+	pauses   chan pauseEvent
+
+	// Jobs arrive at a steady rate over the planned fault schedule, so every
+	// fault lands on a working system; when the injector is done, the rest
+	// arrive at once.
+	arrival  time.Duration
+	injected atomic.Bool
+}
+
+func newDrill(cfg Config) *drill {
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	d := &drill{
+		cfg:     cfg,
+		mem:     memstore.New(),
+		rec:     newRecorder(),
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		done:    make([]atomic.Bool, cfg.Jobs),
+		allDone: make(chan struct{}),
+		pauses:  make(chan pauseEvent, 1),
+	}
+	obs := leasehold.ObserverFunc(func(e leasehold.Event) { d.rec.event(e.Kind.String()) })
+	if cfg.NoFencing {
+		d.reg = &unfencedRegister{}
+	} else {
+		d.reg = fence.NewRegister(fence.RegisterOptions{Name: "drill", Resource: "register", Observer: obs})
+	}
+	d.arrival = cfg.plannedSchedule() / time.Duration(cfg.Jobs)
+	for i := range cfg.Replicas {
+		d.replicas = append(d.replicas, &replica{d: d, id: i, hints: make(chan int, cfg.Jobs)})
+	}
+	return d
+}
+
+func (d *drill) randN(n time.Duration) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return time.Duration(d.rng.Int64N(int64(n)))
+}
+
+func (d *drill) intN(n int) int {
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return d.rng.IntN(n)
+}
+
+func (d *drill) float() float64 {
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return d.rng.Float64()
+}
+
+// run runs the workload, the injector and the stuck-lock sampler until every
+// job is done or the time limit, and joins them.
+func (d *drill) run(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, d.cfg.TimeLimit)
+	defer cancel()
+	work, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+
+	var wg sync.WaitGroup
+	for _, r := range d.replicas {
+		wg.Go(func() { r.supervise(work) })
+	}
+	injCtx, stopInj := context.WithCancel(work)
+	var injWG sync.WaitGroup
+	injWG.Go(func() { d.inject(injCtx) })
+	sampCtx, stopSamp := context.WithCancel(context.Background())
+	var sampWG sync.WaitGroup
+	sampWG.Go(func() { d.sample(sampCtx) })
+
+	select {
+	case <-d.allDone:
+	case <-ctx.Done():
+	}
+	d.rec.count(func(h *History) { h.Duration = d.rec.since() })
+	stopInj()
+	injWG.Wait() // the injector heals the store and thaws paused replicas
+	stopWork()
+	wg.Wait()
+	// Let the leases left in the store by crashed or failed holders expire
+	// under the sampler's eye, so a stuck lock is seen.
+	t := time.NewTimer(d.cfg.TTL + 50*time.Millisecond)
+	select {
+	case <-t.C:
+	case <-parent.Done():
+		t.Stop()
+	}
+	stopSamp()
+	sampWG.Wait()
+	d.rec.count(func(h *History) {
+		h.Jobs = d.cfg.Jobs
+		h.Done = int(d.doneCount.Load())
+	})
+}
+
+func (d *drill) markDone(job int) {
+	if d.done[job].CompareAndSwap(false, true) {
+		if int(d.doneCount.Add(1)) == d.cfg.Jobs {
+			d.doneOnce.Do(func() { close(d.allDone) })
+		}
+	}
+}
+
+// available returns how many jobs have arrived.
+func (d *drill) available() int {
+	if d.injected.Load() || d.arrival <= 0 {
+		return d.cfg.Jobs
+	}
+	return min(d.cfg.Jobs, 1+int(d.rec.since()/d.arrival))
+}
+
+// pickJob returns a random job that has arrived and is not known to be done,
+// or -1.
+func (d *drill) pickJob() int {
+	var open []int
+	for i := range d.available() {
+		if !d.done[i].Load() {
+			open = append(open, i)
+		}
+	}
+	if len(open) == 0 {
+		return -1
+	}
+	return open[d.intN(len(open))]
+}
+
+func (d *drill) read(client, job, section int) (value string, found bool) {
+	call := d.rec.since()
+	v, f, ok := d.reg.Read(jobKey(job))
+	d.rec.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call, Return: d.rec.since()})
+	return string(v), ok
+}
+
+func (d *drill) write(client, job, section int, f uint64, value string) bool {
+	call := d.rec.since()
+	err := d.reg.Write(context.Background(), jobKey(job), f, []byte(value))
+	o := Op{Client: client, Job: job, Section: section, Write: true, Fence: f, Value: value, Accepted: err == nil, Call: call, Return: d.rec.since()}
+	if err != nil && !errors.Is(err, fence.ErrStaleFence) {
+		o.Err = err.Error()
+	}
+	d.rec.op(o)
+	return err == nil
+}
+
+// sample lists the store's locks every few milliseconds and reports a lock
+// still present more than TTL after its holder's last applied acquire or
+// renew: a lock stuck beyond its TTL.
+func (d *drill) sample(ctx context.Context) {
+	slack := 15 * time.Millisecond
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		locks, err := d.mem.List(lctx, keyPrefix)
+		cancel()
+		if err != nil {
+			continue
+		}
+		now := d.rec.since()
+		for _, l := range locks {
+			last, busy, known := d.rec.lastApplied(l.Token)
+			if busy || !known || now-last <= d.cfg.TTL+slack {
+				continue
+			}
+			if !d.rec.stuckKnown(l.Key, now) {
+				d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
+					Detail: fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v)", (now - last).Round(time.Millisecond), d.cfg.TTL)})
+			}
+		}
+	}
+}
+
+// checkBelief asks the store who holds the lease's key, then checks whether
+// the holder still trusts the lease: trusting a lease the store does not
+// hold for it is a violation (unless the store lost its data since).
+func (d *drill) checkBelief(ctx context.Context, ls *leasehold.Lease, sec *Section) {
+	if ls.Degraded() {
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	info, err := d.mem.Inspect(ictx, ls.Key())
+	cancel()
+	now := time.Now()
+	if err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
+		d.rec.count(func(h *History) { h.BeliefChecks++; h.BeliefUnchecked++ })
+		return
+	}
+	d.rec.count(func(h *History) { h.BeliefChecks++ })
+	if ls.Err() != nil || !now.Before(ls.ValidUntil()) || (err == nil && info.Token == ls.Token()) {
+		return
+	}
+	if d.rec.restartedSince(sec.Start) {
+		d.rec.count(func(h *History) { h.BeliefsAfterRestart++ })
+		return
+	}
+	holder := "nobody"
+	if err == nil {
+		holder = fmt.Sprintf("another token (fence %d)", info.Fence)
+	}
+	d.rec.anomaly(&d.rec.h.Beliefs, Anomaly{At: d.rec.at(now), Key: ls.Key(),
+		Detail: fmt.Sprintf("replica %d trusted its lease (fence %d, valid %v more) while the store said %s holds it", sec.Replica, ls.Fence(), ls.ValidUntil().Sub(now).Round(time.Millisecond), holder)})
+}

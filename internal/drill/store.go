@@ -1,0 +1,158 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// errProcessDead is what a crashed replica's store calls return: nothing
+// reaches the store any more.
+var errProcessDead = errors.New("drill: replica process is dead")
+
+// procStore is one replica process's view of the shared store. It records
+// every call's effect on the lock's lifetime and simulates the process's
+// faults: frozen (a pause: calls wait, as if the process were stopped, until
+// it thaws or the call's context ends, and nothing reaches the store
+// meanwhile) and dead (a crash: every call fails without reaching the store).
+type procStore struct {
+	inner   leasehold.Store
+	rec     *recorder
+	replica int
+	// applied reports whether a failed call was nevertheless applied by the
+	// store (a lost reply).
+	applied func(error) bool
+
+	mu     sync.Mutex
+	frozen chan struct{} // non-nil while paused; closed on thaw
+	dead   bool
+}
+
+var (
+	_ leasehold.Store    = (*procStore)(nil)
+	_ leasehold.Notifier = (*procStore)(nil)
+)
+
+func (p *procStore) freeze() {
+	p.mu.Lock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+func (p *procStore) thaw() {
+	p.mu.Lock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
+	p.mu.Unlock()
+}
+
+func (p *procStore) kill() {
+	p.mu.Lock()
+	p.dead = true
+	p.mu.Unlock()
+}
+
+// gate blocks while the process is frozen and fails when it is dead.
+func (p *procStore) gate(ctx context.Context) error {
+	p.mu.Lock()
+	dead, frozen := p.dead, p.frozen
+	p.mu.Unlock()
+	if dead {
+		return errProcessDead
+	}
+	if frozen != nil {
+		select {
+		case <-frozen:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+		dead = p.dead
+		p.mu.Unlock()
+		if dead {
+			return errProcessDead
+		}
+	}
+	return nil
+}
+
+func (p *procStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+	if err := p.gate(ctx); err != nil {
+		return leasehold.Grant{}, err
+	}
+	p.rec.begin(token)
+	g, err := p.inner.Acquire(ctx, key, token, ttl)
+	p.rec.end(token, err == nil || p.applied(err))
+	if err == nil {
+		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, At: p.rec.since()})
+	}
+	return g, err
+}
+
+func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := p.gate(ctx); err != nil {
+		return err
+	}
+	p.rec.begin(token)
+	err := p.inner.Renew(ctx, key, token, ttl)
+	p.rec.end(token, err == nil || p.applied(err))
+	return err
+}
+
+func (p *procStore) Release(ctx context.Context, key, token string) error {
+	if err := p.gate(ctx); err != nil {
+		return err
+	}
+	p.rec.begin(token)
+	err := p.inner.Release(ctx, key, token)
+	p.rec.end(token, false)
+	return err
+}
+
+func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+	if err := p.gate(ctx); err != nil {
+		return leasehold.LockInfo{}, err
+	}
+	return p.inner.Inspect(ctx, key)
+}
+
+func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+	if err := p.gate(ctx); err != nil {
+		return nil, err
+	}
+	return p.inner.List(ctx, prefix)
+}
+
+// WaitRelease forwards to the shared store's notifier when it has one.
+func (p *procStore) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := p.gate(ctx); err != nil {
+		return nil, nil, err
+	}
+	n, ok := p.inner.(leasehold.Notifier)
+	if !ok {
+		return nil, nil, errors.New("drill: store cannot notify")
+	}
+	return n.WaitRelease(ctx, key)
+}
+
+// waitThaw waits until the process is thawed or ctx ends (then it thaws).
+func (p *procStore) waitThaw(ctx context.Context) {
+	p.mu.Lock()
+	frozen := p.frozen
+	p.mu.Unlock()
+	if frozen == nil {
+		return
+	}
+	select {
+	case <-frozen:
+	case <-ctx.Done():
+		p.thaw()
+	}
+}
