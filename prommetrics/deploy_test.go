@@ -311,3 +311,16 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// The core must not pull in client_golang: importing leasehold stays light.
+func TestCoreDoesNotImportPrometheus(t *testing.T) {
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "github.com/leasehold/leasehold").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for dep := range strings.Lines(string(out)) {
+		if strings.Contains(dep, "prometheus") || strings.Contains(dep, "prommetrics") {
+			t.Errorf("the root package depends on %s", strings.TrimSpace(dep))
+		}
+	}
+}

@@ -32,6 +32,11 @@
 // Every series of a locker starts at zero the first time the locker is seen,
 // so rate() and increase() count its first event.
 //
+// A Hold lease (Locker.Hold, Locker.Loop) that is not renewed ends by expiry
+// on purpose: it shows as leasehold_held_seconds{reason="expired"} but not in
+// leasehold_expired_total, which counts only renewed leases whose local expiry
+// guard fired.
+//
 // deploy/prometheus/alerts.yml holds alert rules over these series,
 // deploy/grafana/leasehold.json a dashboard and docs/runbook.md the runbook.
 package prommetrics
