@@ -149,17 +149,17 @@ func Compute(in Input) (Result, error) {
 	if in.RenewTimeout >= r.RenewInterval {
 		r.Warnings = append(r.Warnings, fmt.Sprintf(
 			"renew timeout %v is not shorter than the renew interval %v: a slow renewal delays the next one; lower --renew-timeout",
-			in.RenewTimeout, r.RenewInterval))
+			rd(in.RenewTimeout), rd(r.RenewInterval)))
 	}
 	if !r.BudgetOK {
 		w := fmt.Sprintf("failure budget leaves no time before expiry: %d × %v + %v renew timeout = %v ≥ TTL %v; the local expiry guard fires before the budget is used up",
-			in.MaxFailures, r.RenewInterval, in.RenewTimeout, r.BudgetTime, r.TTL)
+			in.MaxFailures, rd(r.RenewInterval), rd(in.RenewTimeout), rd(r.BudgetTime), rd(r.TTL))
 		var fixes []string
 		if r.SafeMaxFailures >= 1 {
 			fixes = append(fixes, fmt.Sprintf("lower --max-failures to %d", r.SafeMaxFailures))
 		}
 		if r.SafeRenewInterval > 0 {
-			fixes = append(fixes, fmt.Sprintf("renew every %v instead of TTL/3", r.SafeRenewInterval))
+			fixes = append(fixes, fmt.Sprintf("renew every %v instead of TTL/3", rd(r.SafeRenewInterval)))
 		}
 		if len(fixes) > 0 {
 			w += "; " + strings.Join(fixes, " or ")
@@ -209,20 +209,29 @@ func advise(in Input, r Result, jitterTwice bool) []string {
 		}
 		if k.value*k.times > gap {
 			cut := (gap + k.times - 1) / k.times // ceil
-			alone = append(alone, fmt.Sprintf("lower %s from %v to at most %v (%s)", k.flag, k.value, k.value-cut, k.what))
+			alone = append(alone, fmt.Sprintf("lower %s from %v to at most %v (%s)", k.flag, rd(k.value), rd(k.value-cut), k.what))
 		} else {
-			partial = append(partial, fmt.Sprintf("%s (%v) can give back at most %v", k.flag, k.value, k.value*k.times))
+			partial = append(partial, fmt.Sprintf("%s (%v) can give back at most %v", k.flag, rd(k.value), rd(k.value*k.times)))
 		}
 	}
 	var out []string
 	out = append(out, alone...)
 	if len(alone) == 0 {
 		out = append(out, fmt.Sprintf("no single input closes the %v gap: %s; lower several of them",
-			gap, strings.Join(partial, ", ")))
+			rd(gap), strings.Join(partial, ", ")))
 	}
-	out = append(out, fmt.Sprintf("or raise --slo to at least %v", r.WorstTakeover))
+	out = append(out, fmt.Sprintf("or raise --slo to at least %v", rd(r.WorstTakeover)))
 	if in.P99 >= in.SLO {
-		out = append(out, fmt.Sprintf("the critical section alone (p99 %v) is not shorter than the SLO %v: no TTL can meet it; use a separate fast-fail path (a short heartbeat lease) or split the work", in.P99, in.SLO))
+		out = append(out, fmt.Sprintf("the critical section alone (p99 %v) is not shorter than the SLO %v: no TTL can meet it; use a separate fast-fail path (a short heartbeat lease) or split the work", rd(in.P99), rd(in.SLO)))
 	}
 	return out
+}
+
+// rd rounds d for messages: to the millisecond from 1 ms up, else to the
+// microsecond.
+func rd(d time.Duration) time.Duration {
+	if d >= time.Millisecond || d <= -time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }
