@@ -113,43 +113,58 @@ SELECT EXISTS (SELECT 1 FROM applied), (SELECT %[4]s FROM %[1]s WHERE %[2]s = $1
 
 type quoted struct{ table, id, data, fence string }
 
-func quote(opts TableOptions) (quoted, error) {
-	def := func(s, d string) string {
-		if s == "" {
-			return d
-		}
-		return s
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
 	}
-	opts.IDColumn = def(opts.IDColumn, "id")
-	opts.DataColumn = def(opts.DataColumn, "data")
-	opts.FenceColumn = def(opts.FenceColumn, "fence")
-	for _, f := range []struct{ field, v string }{
-		{"Table", opts.Table}, {"IDColumn", opts.IDColumn}, {"DataColumn", opts.DataColumn}, {"FenceColumn", opts.FenceColumn},
-	} {
-		if err := validIdent(f.field, f.v); err != nil {
-			return quoted{}, err
-		}
+	return s
+}
+
+// quoteTable validates and quotes [schema.]table.
+func quoteTable(schema, table string) (string, error) {
+	if err := validIdent("Table", table); err != nil {
+		return "", err
 	}
-	table := pgx.Identifier{opts.Table}
-	if opts.Schema != "" {
-		if err := validIdent("Schema", opts.Schema); err != nil {
-			return quoted{}, err
-		}
-		table = pgx.Identifier{opts.Schema, opts.Table}
+	if schema == "" {
+		return pgx.Identifier{table}.Sanitize(), nil
 	}
-	cols := map[string]string{opts.IDColumn: "IDColumn"}
-	for field, c := range map[string]string{"DataColumn": opts.DataColumn, "FenceColumn": opts.FenceColumn} {
-		if other, dup := cols[c]; dup {
-			return quoted{}, fmt.Errorf("%w: %s and %s are both %q", ErrInvalidOptions, other, field, c)
-		}
-		cols[c] = field
+	if err := validIdent("Schema", schema); err != nil {
+		return "", err
 	}
-	return quoted{
-		table: table.Sanitize(),
-		id:    pgx.Identifier{opts.IDColumn}.Sanitize(),
-		data:  pgx.Identifier{opts.DataColumn}.Sanitize(),
-		fence: pgx.Identifier{opts.FenceColumn}.Sanitize(),
-	}, nil
+	return pgx.Identifier{schema, table}.Sanitize(), nil
+}
+
+// quoteColumn validates and quotes a column name, or its default.
+func quoteColumn(field, name, def string) (string, error) {
+	name = orDefault(name, def)
+	if err := validIdent(field, name); err != nil {
+		return "", err
+	}
+	return pgx.Identifier{name}.Sanitize(), nil
+}
+
+func quote(opts TableOptions) (q quoted, err error) {
+	if q.table, err = quoteTable(opts.Schema, opts.Table); err != nil {
+		return q, err
+	}
+	if q.id, err = quoteColumn("IDColumn", opts.IDColumn, "id"); err != nil {
+		return q, err
+	}
+	if q.data, err = quoteColumn("DataColumn", opts.DataColumn, "data"); err != nil {
+		return q, err
+	}
+	if q.fence, err = quoteColumn("FenceColumn", opts.FenceColumn, "fence"); err != nil {
+		return q, err
+	}
+	switch {
+	case q.id == q.data:
+		return q, fmt.Errorf("%w: IDColumn and DataColumn are both %s", ErrInvalidOptions, q.id)
+	case q.id == q.fence:
+		return q, fmt.Errorf("%w: IDColumn and FenceColumn are both %s", ErrInvalidOptions, q.id)
+	case q.data == q.fence:
+		return q, fmt.Errorf("%w: DataColumn and FenceColumn are both %s", ErrInvalidOptions, q.data)
+	}
+	return q, nil
 }
 
 func validIdent(field, s string) error {
@@ -182,15 +197,15 @@ func migration(table, fence string) string {
 // twice is harmless. fence/migrations/0001_fence_column.sql is the same
 // statement for a table named jobs, for migration tools.
 func MigrationSQL(opts TableOptions) (string, error) {
-	if opts.Table == "" {
-		return "", fmt.Errorf("%w: Table is empty", ErrInvalidOptions)
-	}
-	opts.IDColumn, opts.DataColumn = "\x01id", "\x01data" // only table and fence are used; keep them distinct
-	q, err := quote(opts)
+	table, err := quoteTable(opts.Schema, opts.Table)
 	if err != nil {
 		return "", err
 	}
-	return migration(q.table, q.fence), nil
+	col, err := quoteColumn("FenceColumn", opts.FenceColumn, "fence")
+	if err != nil {
+		return "", err
+	}
+	return migration(table, col), nil
 }
 
 // MigrationSQL returns the statement that adds this table's fence column; see
@@ -208,7 +223,11 @@ func (t *Table) Migrate(ctx context.Context) error {
 // WithDB returns a copy of t that uses db, typically a pgx.Tx, so that the
 // fenced write commits or rolls back with the caller's other changes. Inside
 // a transaction the write takes the row lock: a concurrent writer of the same
-// row waits for the commit and then re-checks the fence.
+// row waits for the commit and then re-checks the fence. Nothing is accepted
+// until the caller commits. At REPEATABLE READ or SERIALIZABLE isolation a
+// concurrent write to the same row makes PostgreSQL abort the transaction
+// (SQLSTATE 40001); that comes back as an error that does not match
+// ErrStaleFence: retry the transaction, which then sees the newer fence.
 func (t *Table) WithDB(db DB) *Table {
 	c := *t
 	c.db = db
@@ -224,14 +243,18 @@ func (t *Table) Write(ctx context.Context, id string, fence uint64, value []byte
 	if err != nil {
 		return err
 	}
-	applied, current, err := t.run(ctx, t.upsertSQL, id, value, f)
+	var current *int64 // NULL: no row in this statement's snapshot
+	var applied bool
+	err = t.db.QueryRow(ctx, t.upsertSQL, id, value, f).Scan(&applied, &current)
 	switch {
 	case err != nil:
 		return fmt.Errorf("fence: write %s row %q: %w", t.id, id, err)
-	case !applied:
-		return t.rep.stale(id, fence, current)
+	case applied:
+		return nil
+	case current == nil: // inserted by a concurrent writer with a newer fence
+		return t.rep.stale(id, fence, 0)
 	}
-	return nil
+	return t.rep.stale(id, fence, uint64(*current))
 }
 
 // Update changes the existing row id when fence >= the row's fence. It returns
@@ -258,17 +281,6 @@ func (t *Table) Update(ctx context.Context, id string, fence uint64, value []byt
 		return fmt.Errorf("%w: %s has no row %q", ErrNotFound, t.id, id)
 	}
 	return t.rep.stale(id, fence, uint64(*current))
-}
-
-func (t *Table) run(ctx context.Context, sql string, args ...any) (applied bool, current uint64, err error) {
-	var cur *int64
-	if err := t.db.QueryRow(ctx, sql, args...).Scan(&applied, &cur); err != nil {
-		return false, 0, err
-	}
-	if cur != nil {
-		current = uint64(*cur)
-	}
-	return applied, current, nil
 }
 
 func pgFence(fence uint64) (int64, error) {
