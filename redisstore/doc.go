@@ -65,9 +65,9 @@
 //
 // A user restricted to the prefix needs these permissions:
 //
-//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +publish +time +scan +subscribe +unsubscribe +ping +hello +auth +client|setinfo
+//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +publish +time +scan +subscribe +unsubscribe +ping
 //
-// (Cluster clients also need +cluster|slots +cluster|shards +readonly.)
 // Scripts run under the caller's ACL, so the commands they call are listed
-// too.
+// too; &leasehold:* covers the notification channel. Cluster clients also
+// need +cluster|slots +cluster|shards +readonly to discover the topology.
 package redisstore

@@ -553,7 +553,6 @@ func (r *runner) storeErrors(t *testing.T) {
 		return errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrNotOwned) || errors.Is(err, leasehold.ErrNotHeld)
 	}
 	check := func(op string, err error) {
-		t.Helper()
 		switch {
 		case err == nil:
 			t.Errorf("%s on a broken store: expected an error, got nil", op)
@@ -562,28 +561,37 @@ func (r *runner) storeErrors(t *testing.T) {
 		}
 	}
 	ctx := func() context.Context { return ctxFor(t, 2*time.Second) }
-	_, err := s.Acquire(ctx(), key, "intruder", time.Minute)
-	check("Acquire (held key)", err)
-	_, err = s.Acquire(ctx(), r.key(t, "free"), "x", time.Minute)
-	check("Acquire (free key)", err)
-	check("Renew", s.Renew(ctx(), key, "owner", time.Minute))
-	check("Renew (wrong token)", s.Renew(ctx(), key, "intruder", time.Minute))
-	check("Release", s.Release(ctx(), key, "intruder"))
-	_, err = s.Inspect(ctx(), key)
-	check("Inspect", err)
-	_, err = s.List(ctx(), key)
-	check("List", err)
-
-	// Through a Locker the failure is a *StoreError, never ErrNotAcquired.
 	lk, err := leasehold.New(s, leasehold.Options{Name: "storetest", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Close()
-	_, err = lk.TryAcquire(ctx(), r.key(t, "locker"))
-	if !errors.Is(err, leasehold.ErrStore) || errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Errorf("Locker.TryAcquire on a broken store: expected ErrStore and not ErrNotAcquired, got %v", err)
+	ops := map[string]func() error{
+		"Acquire (held key)":  func() error { _, err := s.Acquire(ctx(), key, "intruder", time.Minute); return err },
+		"Acquire (free key)":  func() error { _, err := s.Acquire(ctx(), r.key(t, "free"), "x", time.Minute); return err },
+		"Renew":               func() error { return s.Renew(ctx(), key, "owner", time.Minute) },
+		"Renew (wrong token)": func() error { return s.Renew(ctx(), key, "intruder", time.Minute) },
+		"Release":             func() error { return s.Release(ctx(), key, "intruder") },
+		"Inspect":             func() error { _, err := s.Inspect(ctx(), key); return err },
+		"List":                func() error { _, err := s.List(ctx(), key); return err },
+		"Locker.TryAcquire": func() error {
+			// Through a Locker the failure is a *StoreError, never ErrNotAcquired.
+			_, err := lk.TryAcquire(ctx(), r.key(t, "locker"))
+			if err != nil && !errors.Is(err, leasehold.ErrStore) {
+				t.Errorf("Locker.TryAcquire on a broken store: expected ErrStore, got %v", err)
+			}
+			return err
+		},
 	}
+	var wg sync.WaitGroup // the ops run at once: a broken store may be slow to fail
+	for op, f := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			check(op, f())
+		}()
+	}
+	wg.Wait()
 
 	if r.h.Heal == nil {
 		return
