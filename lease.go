@@ -151,6 +151,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("renew %q: %w", ls.key, ErrNotOwned)
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
+		ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: 1, Err: err})
 		return storeErr("renew", ls.key, err)
 	}
 }
@@ -185,10 +186,9 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	defer ls.unlock()
+	ls.l.observe(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired)})
+	ls.observeHeld(ErrLeaseReleased)
 	ls.cancel(ErrLeaseReleased)
-	held := time.Since(ls.acquired)
-	ls.l.observe(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence, Duration: held})
-	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: held, Err: ErrLeaseReleased})
 	if ls.degraded {
 		return nil
 	}
@@ -243,8 +243,10 @@ func (ls *Lease) extend(sent time.Time) {
 	}
 }
 
-// end marks ownership as over for cause, cancels the context and frees the
-// local gate. It reports kind (0: nothing) and the held duration once.
+// end marks ownership as over for cause, reports kind (0: nothing) and the
+// held duration once, then cancels the context and frees the local gate.
+// Events are reported before the cancellation, so an observer has seen them
+// by the time Done is closed.
 func (ls *Lease) end(cause error, kind EventKind) {
 	ls.mu.Lock()
 	if ls.over {
@@ -253,10 +255,19 @@ func (ls *Lease) end(cause error, kind EventKind) {
 	}
 	ls.over = true
 	ls.mu.Unlock()
-	ls.cancel(cause)
-	ls.unlock()
 	if kind != 0 {
 		ls.l.observe(Event{Kind: kind, Key: ls.key, Fence: ls.fence, Err: cause})
+	}
+	ls.observeHeld(cause)
+	ls.cancel(cause)
+	ls.unlock()
+}
+
+// observeHeld reports the end of the lease with the context's cause: the
+// first cause wins (a lease past MaxHold that is released reports max hold).
+func (ls *Lease) observeHeld(cause error) {
+	if ls.ctx.Err() != nil {
+		cause = context.Cause(ls.ctx)
 	}
 	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause})
 }
@@ -323,8 +334,8 @@ func (ls *Lease) keep() {
 			ls.mu.Lock()
 			ls.maxHeld = true
 			ls.mu.Unlock()
-			ls.cancel(ErrMaxHoldReached)
 			ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
+			ls.cancel(ErrMaxHoldReached)
 			ls.log().Warn("leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
 			if guardC == nil { // Continue policy past local expiry
 				guardC = guard.C
@@ -392,8 +403,8 @@ func (ls *Lease) closeByLocker() {
 	ls.over = true
 	ls.mu.Unlock()
 	defer ls.unlock()
+	ls.observeHeld(ErrLockerClosed)
 	ls.cancel(ErrLockerClosed)
-	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: ErrLockerClosed})
 	if !ls.degraded {
 		_ = ls.storeRelease(context.Background())
 	}

@@ -20,7 +20,7 @@ const (
 	// EventRenewed is a successful renewal: Fence, Duration (round trip).
 	EventRenewed
 	// EventRenewFailed is a renewal attempt that failed: Attempt (consecutive
-	// failures so far), Err.
+	// failures so far; 1 for a manual Lease.Renew), Err.
 	EventRenewFailed
 	// EventAbandoned is a lease abandoned after the renewal failure budget:
 	// Attempt, Err.
@@ -90,7 +90,8 @@ type Event struct {
 	Err      error
 }
 
-// Observer receives events. Observe is called synchronously on the hot path
+// Observer receives events. Events that end a lease are reported before its
+// context is cancelled. Observe is called synchronously on the hot path
 // and from renewal goroutines, concurrently: it must be fast and safe for
 // concurrent use. The Prometheus adapter is in package prommetrics.
 type Observer interface {
