@@ -22,6 +22,10 @@ var (
 	ErrInvalidTTL = errors.New("etcdstore: invalid TTL")
 	// ErrInvalidOptions is returned by New and Open for unusable options.
 	ErrInvalidOptions = errors.New("etcdstore: invalid options")
+	// ErrUnavailable wraps the error of a request that did not finish within
+	// Options.RequestTimeout: no member answered, or the cluster has no
+	// quorum or no leader.
+	ErrUnavailable = errors.New("etcdstore: etcd unavailable")
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -33,7 +37,20 @@ type Options struct {
 	// Give each application its own prefix, and grant an etcd user access to
 	// that prefix only when auth is on.
 	Prefix string
+
+	// RequestTimeout bounds every store operation (Acquire makes up to three
+	// etcd requests, List one per lock plus one), so a call
+	// fails with ErrUnavailable rather than waiting for its caller's
+	// deadline: the etcd client waits for a connection and retries while no
+	// member answers, and a Locker must tell a sick store (a store error)
+	// apart from its own deadline (contention). Default 1 s, which covers a
+	// leader election with etcd's default timing; negative means no bound
+	// other than the caller's context.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is the RequestTimeout used when it is zero.
+const DefaultRequestTimeout = time.Second
 
 const (
 	revokeQueue   = 1024            // unused leases waiting to be revoked
@@ -44,9 +61,10 @@ const (
 // Store is a lock store on etcd. It is safe for concurrent use. The zero
 // value is not usable: call New or Open, and Close when done.
 type Store struct {
-	cli    *clientv3.Client
-	owned  bool // Close closes cli (Open dialled it)
-	prefix string
+	cli     *clientv3.Client
+	owned   bool // Close closes cli (Open dialled it)
+	prefix  string
+	timeout time.Duration // per request; <= 0: none
 
 	revokes chan clientv3.LeaseID
 	stopc   chan struct{} // closed by Close
@@ -70,9 +88,13 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	s := &Store{
 		cli:     client,
 		prefix:  opts.Prefix,
+		timeout: opts.RequestTimeout,
 		revokes: make(chan clientv3.LeaseID, revokeQueue),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
@@ -166,11 +188,29 @@ func wrap(op, key string, err error) error {
 	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
 }
 
-func (s *Store) begin() error {
+// begin starts an operation: it fails after Close, and bounds ctx by the
+// request timeout. Call end when the operation is over.
+func (s *Store) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	if s.closed() {
-		return ErrClosed
+		return nil, nil, ErrClosed
 	}
-	return nil
+	if s.timeout <= 0 {
+		return ctx, func() {}, nil
+	}
+	octx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
+	return octx, cancel, nil
+}
+
+// errTimeout is the cause of an operation context that hit RequestTimeout.
+var errTimeout = errors.New("request timeout")
+
+// wrap makes err the error of op on key, marking it ErrUnavailable when the
+// request timeout (not the caller's context) ended it.
+func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
+	if errors.Is(context.Cause(ctx), errTimeout) {
+		return fmt.Errorf("etcdstore: %s %q: %w: no answer within %v: %w", op, key, ErrUnavailable, s.timeout, err)
+	}
+	return wrap(op, key, err)
 }
 
 // Acquire implements leasehold.Store in two round trips: LeaseGrant, then
@@ -178,9 +218,11 @@ func (s *Store) begin() error {
 // the same token) to the new lease, or reads the other owner's key. On
 // contention one more round trip reads the holder's remaining TTL.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return leasehold.Grant{}, err
 	}
+	defer end()
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
 		return leasehold.Grant{}, err
@@ -188,7 +230,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	k := s.prefix + key
 	lg, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return leasehold.Grant{}, wrap("acquire", key, err)
+		return leasehold.Grant{}, s.wrap(ctx, "acquire", key, err)
 	}
 	id := lg.ID
 	resp, err := s.cli.Txn(ctx).
@@ -205,7 +247,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		// then frees a key nobody will use; a retry with the same token
 		// either finds the key free or moves it to its own new lease.
 		s.revokeLater(id)
-		return leasehold.Grant{}, wrap("acquire", key, err)
+		return leasehold.Grant{}, s.wrap(ctx, "acquire", key, err)
 	}
 	if resp.Succeeded {
 		// All puts of a transaction carry its revision, the header's.
@@ -223,7 +265,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 			return leasehold.Grant{Fence: uint64(prev.CreateRevision)}, nil
 		}
 		// Unreachable: the compare proved the key exists.
-		return leasehold.Grant{}, wrap("acquire", key, errors.New("retry put returned no previous key"))
+		return leasehold.Grant{}, s.wrap(ctx, "acquire", key, errors.New("retry put returned no previous key"))
 	}
 	s.revokeLater(id)
 	var g leasehold.Grant
@@ -250,9 +292,11 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) time.Duratio
 // granted shorter than ttl (a longer TTL than at acquire), the key moves to a
 // new lease of ttl in a transaction that checks token and old lease.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
+	defer end()
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
 		return err
@@ -260,7 +304,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	k := s.prefix + key
 	get, err := s.cli.Get(ctx, k)
 	if err != nil {
-		return wrap("renew", key, err)
+		return s.wrap(ctx, "renew", key, err)
 	}
 	if len(get.Kvs) == 0 || string(get.Kvs[0].Value) != token || get.Kvs[0].Lease == 0 {
 		return leasehold.ErrNotOwned
@@ -271,13 +315,13 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return leasehold.ErrNotOwned // it expired between the read and the keep-alive
 	case err != nil:
-		return wrap("renew", key, err)
+		return s.wrap(ctx, "renew", key, err)
 	case ka.TTL >= secs:
 		return nil
 	}
 	lg, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return wrap("renew", key, err)
+		return s.wrap(ctx, "renew", key, err)
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(k), "=", token), clientv3.Compare(clientv3.LeaseValue(k), "=", old)).
@@ -287,7 +331,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case err != nil:
 		// If it applied, the key lives on the new lease until its TTL; the
 		// old lease (renewed above) expires on its own.
-		return wrap("renew", key, err)
+		return s.wrap(ctx, "renew", key, err)
 	case !resp.Succeeded:
 		s.revokeLater(lg.ID)
 		return leasehold.ErrNotOwned
@@ -299,16 +343,18 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 // Release implements leasehold.Store: one transaction deletes the key if its
 // value is token. The lease is revoked in the background.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
+	defer end()
 	k := s.prefix + key
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(k), "=", token)).
 		Then(clientv3.OpDelete(k, clientv3.WithPrevKV())).
 		Commit()
 	if err != nil {
-		return wrap("release", key, err)
+		return s.wrap(ctx, "release", key, err)
 	}
 	if !resp.Succeeded {
 		return leasehold.ErrNotOwned
@@ -322,13 +368,15 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // ForceRelease implements leasehold.ForceReleaser: it deletes the key
 // whoever holds it and revokes its lease.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return leasehold.LockInfo{}, err
 	}
+	defer end()
 	k := s.prefix + key
 	resp, err := s.cli.Delete(ctx, k, clientv3.WithPrevKV())
 	if err != nil {
-		return leasehold.LockInfo{}, wrap("force release", key, err)
+		return leasehold.LockInfo{}, s.wrap(ctx, "force release", key, err)
 	}
 	if len(resp.PrevKvs) == 0 {
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
@@ -364,19 +412,21 @@ func (s *Store) info(key string, etcdKey, value []byte, create, mod, version, le
 // Inspect implements leasehold.Store: a linearizable read of the key, then
 // LeaseTimeToLive for the remaining TTL (whole seconds, rounded down).
 func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return leasehold.LockInfo{}, err
 	}
+	defer end()
 	get, err := s.cli.Get(ctx, s.prefix+key)
 	if err != nil {
-		return leasehold.LockInfo{}, wrap("inspect", key, err)
+		return leasehold.LockInfo{}, s.wrap(ctx, "inspect", key, err)
 	}
 	if len(get.Kvs) == 0 {
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	}
 	infos, err := s.describe(ctx, get.Kvs[:1])
 	if err != nil {
-		return leasehold.LockInfo{}, wrap("inspect", key, err)
+		return leasehold.LockInfo{}, s.wrap(ctx, "inspect", key, err)
 	}
 	if len(infos) == 0 {
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld // its lease just expired
@@ -387,16 +437,18 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, er
 // List implements leasehold.Store: one range read of the prefix (etcd
 // returns keys sorted), then one LeaseTimeToLive per lock.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	if err := s.begin(); err != nil {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer end()
 	get, err := s.cli.Get(ctx, s.prefix+prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, wrap("list", prefix, err)
+		return nil, s.wrap(ctx, "list", prefix, err)
 	}
 	infos, err := s.describe(ctx, get.Kvs)
 	if err != nil {
-		return nil, wrap("list", prefix, err)
+		return nil, s.wrap(ctx, "list", prefix, err)
 	}
 	return infos, nil
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // watchStartTimeout bounds how long WaitRelease waits for etcd to confirm
-// the watch.
+// the watch when RequestTimeout is negative.
 const watchStartTimeout = 5 * time.Second
 
 // WaitRelease implements leasehold.Notifier with an etcd watch on the key
@@ -18,7 +18,8 @@ const watchStartTimeout = 5 * time.Second
 // ran out) delete the key, so waiters wake on either; a put does not wake
 // them.
 //
-// WaitRelease returns once etcd confirmed the watch, so a release after it
+// WaitRelease returns once etcd confirmed the watch (or fails after
+// RequestTimeout), so a release after it
 // returns is never missed. The channel (never closed) gets a value after each
 // delete, and once more if the watch breaks (its context ended or the watched
 // revision was compacted), so a waiter tries again rather than sleeping on a
@@ -26,12 +27,16 @@ const watchStartTimeout = 5 * time.Second
 // used fails. stop cancels the watch and waits for its goroutine; call it
 // exactly once (later calls do nothing).
 func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := s.begin(); err != nil {
-		return nil, nil, err
+	if s.closed() {
+		return nil, nil, ErrClosed
+	}
+	startTimeout := s.timeout
+	if startTimeout <= 0 {
+		startTimeout = watchStartTimeout
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, s.prefix+key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	t := time.NewTimer(watchStartTimeout)
+	t := time.NewTimer(startTimeout)
 	defer t.Stop()
 	select {
 	case wr, ok := <-wch:
@@ -47,7 +52,7 @@ func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, f
 	case <-t.C:
 		cancel()
 		drain(wch)
-		return nil, nil, wrap("watch", key, fmt.Errorf("etcd did not confirm the watch within %v", watchStartTimeout))
+		return nil, nil, wrap("watch", key, fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, startTimeout))
 	}
 	released := make(chan struct{}, 1)
 	wake := func() {
