@@ -1,0 +1,155 @@
+package drill
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/spf13/cobra"
+)
+
+// Command returns the `drill` subcommand. It runs a drill on the embedded
+// memory store, prints one verdict line per invariant (or the JSON report
+// with --json), optionally writes an SVG timeline, and returns an error
+// wrapping ErrInvalidConfig for bad flags and ErrInvariantViolated when an
+// invariant failed.
+func Command() *cobra.Command {
+	var (
+		cfg                       Config
+		storeURL, faults          string
+		onStoreErr, onRenewFail   string
+		fencing, timeline         string
+		asJSON, verbose, logLocks bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "Run a game day: inject faults into working replicas and check the recorded history",
+		Long: `drill runs replicas of a small worker that process jobs under per-item leases and
+write each job's result to a fenced register, while it injects faults one after another:
+a holder paused past its TTL right before its write, a store outage, a holder that crashes
+without releasing, latency above the renew timeout, replies lost after the store applied
+the request, and a store restart that loses its data. A checker then decides from the
+recorded history whether the invariants held and prints one verdict per invariant.
+The exit status is non-zero when any invariant failed.`,
+		Example: `  leasehold drill
+  leasehold drill --faults pause,outage --outage 2s --timeline drill.svg
+  leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if storeURL != "memory" && storeURL != "" {
+				return fmt.Errorf("%w: --store %q: only the embedded memory store is supported by the drill so far", ErrInvalidConfig, redactURL(storeURL))
+			}
+			if cfg.Faults, err = ParseFaults(faults); err != nil {
+				return err
+			}
+			switch onStoreErr {
+			case "fail-closed":
+				cfg.OnStoreError = leasehold.FailClosed
+			case "fail-open":
+				cfg.OnStoreError = leasehold.FailOpen
+			default:
+				return fmt.Errorf("%w: --on-store-error must be fail-closed or fail-open, got %q", ErrInvalidConfig, onStoreErr)
+			}
+			switch onRenewFail {
+			case "fence":
+				cfg.OnRenewFailure = leasehold.RenewalFence
+			case "continue":
+				cfg.OnRenewFailure = leasehold.RenewalContinue
+			default:
+				return fmt.Errorf("%w: --on-renew-failure must be fence or continue, got %q", ErrInvalidConfig, onRenewFail)
+			}
+			switch fencing {
+			case "on":
+			case "off":
+				cfg.NoFencing = true
+			default:
+				return fmt.Errorf("%w: --fencing must be on or off, got %q", ErrInvalidConfig, fencing)
+			}
+			if logLocks {
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if cfg, err = cfg.WithDefaults(); err != nil {
+				return err
+			}
+			var tf *os.File
+			if timeline != "" { // fail before a long run, not after
+				if tf, err = os.Create(timeline); err != nil {
+					return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
+				}
+				defer tf.Close()
+			}
+			cmd.SilenceUsage = true
+			rep, err := Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				err = rep.WriteJSON(out)
+			} else {
+				err = rep.WriteText(out, verbose)
+			}
+			if err != nil {
+				return err
+			}
+			if tf != nil {
+				if err := rep.WriteTimeline(tf); err != nil {
+					return fmt.Errorf("drill: write timeline: %w", err)
+				}
+				if err := tf.Close(); err != nil {
+					return fmt.Errorf("drill: write timeline: %w", err)
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "timeline: %s\n", timeline)
+				}
+			}
+			if !rep.Passed {
+				names := make([]string, 0)
+				for _, iv := range rep.Failed() {
+					names = append(names, iv.Name)
+				}
+				return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storeURL, "store", "memory", "lock store: memory (the embedded store; others are not supported by the drill yet)")
+	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
+	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
+	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL")
+	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
+	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
+	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
+	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
+	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
+	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all, or none")
+	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage")
+	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
+	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
+	f.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
+	f.DurationVar(&cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
+	f.BoolVar(&asJSON, "json", false, "print the report, history included, as JSON")
+	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
+	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	})
+	return cmd
+}
+
+// redactURL hides a password in a store URL.
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndex(s, "@"); at > i {
+			return s[:i+3] + "xxxxx@" + s[at+1:]
+		}
+	}
+	return s
+}

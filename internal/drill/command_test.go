@@ -1,0 +1,75 @@
+package drill
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCommand(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := Command()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(t.Context())
+	return out.String(), err
+}
+
+func TestCommandBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--fencing", "maybe"},
+		{"--on-store-error", "fail-sideways"},
+		{"--on-renew-failure", "pray"},
+		{"--faults", "pause,meteor"},
+		{"--replicas", "1"},
+		{"--ttl", "-1s"},
+		{"--no-such-flag"},
+		{"--store", "redis://user:hunter2@localhost:6379"},
+	} {
+		out, err := runCommand(t, args...)
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%v: expected ErrInvalidConfig, got %v", args, err)
+		}
+		if err != nil && strings.Contains(err.Error()+out, "hunter2") {
+			t.Errorf("%v: the password leaked into the output: %v", args, err)
+		}
+	}
+}
+
+func TestCommandJSONAndTimeline(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "drill.svg")
+	out, err := runCommand(t, "--faults", "crash", "--jobs", "8", "--ttl", "150ms", "--json", "--timeline", svg)
+	if err != nil {
+		t.Fatalf("expected a passing drill, got %v\n%s", err, out)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("expected JSON, got %v:\n%s", err, out)
+	}
+	if !rep.Passed || rep.Done != 8 || len(rep.Invariants) == 0 {
+		t.Errorf("expected a passed report with 8 jobs done, got passed=%v done=%d", rep.Passed, rep.Done)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("<svg")) || !bytes.Contains(b, []byte("crash")) {
+		t.Errorf("expected an SVG timeline showing the crash, got %.200s", b)
+	}
+}
+
+func TestCommandFailsOnViolation(t *testing.T) {
+	out, err := runCommand(t, "--faults", "pause", "--fencing", "off", "--jobs", "8", "--ttl", "150ms")
+	if !errors.Is(err, ErrInvariantViolated) {
+		t.Fatalf("expected ErrInvariantViolated, got %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "FAIL  no stale write accepted") {
+		t.Errorf("expected a FAIL verdict line for the stale write, got:\n%s", out)
+	}
+}
