@@ -205,3 +205,68 @@ func BenchmarkHandOff(b *testing.B) {
 	b.ReportMetric(q(0.99), "p99-µs")
 	b.ReportMetric(float64(samples[len(samples)-1].Microseconds()), "max-µs")
 }
+
+// BenchmarkCycleInterleaved runs one floor, one Store and one Locker cycle
+// in turn on every iteration and reports each one's mean time and its ratio
+// to the floor: on a shared machine whose load changes from second to
+// second, interleaving compares the three under the same load, which
+// separate sub-benchmarks do not.
+func BenchmarkCycleInterleaved(b *testing.B) {
+	srv := testredis.Start(b)
+	c := srv.Client(b)
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	lk, err := leasehold.New(s, leasehold.Options{Name: "bench", TTL: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lk.Close() })
+	if err := floorRelease.Load(context.Background(), c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const ttl = 30 * time.Second
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			var floorNs, storeNs, lockerNs atomic.Int64
+			parallel(b, g, func(ctx context.Context, key, token string) error {
+				t0 := time.Now()
+				if ok, err := c.SetNX(ctx, key+":floor", token, ttl).Result(); err != nil || !ok {
+					return fmt.Errorf("SET NX: %v %v", ok, err)
+				}
+				if n, err := floorRelease.Run(ctx, c, []string{key + ":floor"}, token).Int(); err != nil || n != 1 {
+					return fmt.Errorf("release: %v %v", n, err)
+				}
+				t1 := time.Now()
+				if _, err := s.Acquire(ctx, key+":store", token, ttl); err != nil {
+					return err
+				}
+				if err := s.Release(ctx, key+":store", token); err != nil {
+					return err
+				}
+				t2 := time.Now()
+				l, err := lk.TryAcquire(ctx, key+":locker")
+				if err != nil {
+					return err
+				}
+				if err := l.Release(ctx); err != nil {
+					return err
+				}
+				t3 := time.Now()
+				floorNs.Add(int64(t1.Sub(t0)))
+				storeNs.Add(int64(t2.Sub(t1)))
+				lockerNs.Add(int64(t3.Sub(t2)))
+				return nil
+			})
+			n := float64(b.N)
+			f, st, l := float64(floorNs.Load())/n, float64(storeNs.Load())/n, float64(lockerNs.Load())/n
+			b.ReportMetric(f, "floor-ns/cycle")
+			b.ReportMetric(st, "store-ns/cycle")
+			b.ReportMetric(l, "locker-ns/cycle")
+			b.ReportMetric(st/f, "store/floor")
+			b.ReportMetric(l/f, "locker/floor")
+		})
+	}
+}
