@@ -1,0 +1,445 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/etcdstore"
+	"github.com/leasehold/leasehold/internal/testetcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// uniqueKey returns a key unique to the test.
+func uniqueKey(t *testing.T, suffix string) string {
+	return fmt.Sprintf("%s:%d:%s", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano(), suffix)
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func leaseOf(t *testing.T, cli *clientv3.Client, etcdKey string) clientv3.LeaseID {
+	t.Helper()
+	r, err := cli.Get(ctxFor(t, 5*time.Second), etcdKey)
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("get %s: expected one key, got %v, %v", etcdKey, r, err)
+	}
+	return clientv3.LeaseID(r.Kvs[0].Lease)
+}
+
+// waitRevoked waits until lease id is gone (revoked in the background).
+func waitRevoked(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
+		if err == nil && r.TTL == -1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease %x: expected it revoked within 5s, TimeToLive says %v, %v", id, r, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestKeyLayoutAndFence(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 10*time.Second)
+	key := uniqueKey(t, "k")
+	g, err := s.Acquire(ctx, key, "tok", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runbook's `etcdctl get lh-test/KEY`: value = token, fence = create revision.
+	r, err := cli.Get(ctx, "lh-test/"+key)
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("raw get: expected the lock key, got %v, %v", r, err)
+	}
+	kv := r.Kvs[0]
+	if string(kv.Value) != "tok" || uint64(kv.CreateRevision) != g.Fence || kv.Lease == 0 {
+		t.Fatalf("raw key: expected value tok, create revision %d and a lease, got %q %d %x", g.Fence, kv.Value, kv.CreateRevision, kv.Lease)
+	}
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil || ttl.GrantedTTL != 5 {
+		t.Fatalf("lease: expected granted TTL 5s, got %v, %v", ttl, err)
+	}
+	// A write to an unrelated key moves the revision on; the next fence is above it.
+	if _, err := cli.Put(ctx, "unrelated", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, key, "tok"); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := s.Acquire(ctx, key, "tok2", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Fence <= g.Fence+2 { // + the unrelated put + the delete
+		t.Fatalf("expected fence > %d, got %d", g.Fence+2, g2.Fence)
+	}
+}
+
+func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{time.Millisecond, "1s"}, // also etcd's minimum TTL with testetcd's timing
+		{time.Second, "1s"},
+		{1500 * time.Millisecond, "2s"},
+		{61 * time.Second, "61s"},
+	} {
+		key := uniqueKey(t, tc.ttl.String())
+		if _, err := s.Acquire(ctx, key, "t", tc.ttl); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Facts["lease_ttl"]; got != tc.want {
+			t.Errorf("TTL %v: expected a lease of %s, got %s", tc.ttl, tc.want, got)
+		}
+	}
+	for _, bad := range []time.Duration{0, -time.Second} {
+		if _, err := s.Acquire(ctx, uniqueKey(t, "bad"), "t", bad); !errors.Is(err, etcdstore.ErrInvalidTTL) {
+			t.Errorf("Acquire with TTL %v: expected ErrInvalidTTL, got %v", bad, err)
+		}
+		if err := s.Renew(ctx, uniqueKey(t, "bad"), "t", bad); !errors.Is(err, etcdstore.ErrInvalidTTL) {
+			t.Errorf("Renew with TTL %v: expected ErrInvalidTTL, got %v", bad, err)
+		}
+	}
+}
+
+// The server never expires a lock before the TTL the holder asked for (its
+// local guard is measured from before the request), and does expire it within
+// TTL rounded up + the leader's 500 ms expiry sweep (+ slack for a loaded
+// machine).
+func TestExpiryWholeSeconds(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "k")
+	const ttl = 1500 * time.Millisecond
+	sent := time.Now()
+	f1, err := s.Acquire(ctx, key, "a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone time.Duration
+	for {
+		_, err := s.Inspect(ctx, key)
+		if errors.Is(err, leasehold.ErrNotHeld) {
+			gone = time.Since(sent)
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(sent) > 2*time.Second+500*time.Millisecond+3*time.Second {
+			t.Fatalf("a %v lock (2 s lease) still held after %v", ttl, time.Since(sent))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gone < ttl {
+		t.Fatalf("the lock expired %v after the acquire was sent, before its TTL %v", gone, ttl)
+	}
+	if err := s.Renew(ctx, key, "a", ttl); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Renew after expiry: expected ErrNotOwned, got %v", err)
+	}
+	ls, err := s.List(ctx, key)
+	if err != nil || len(ls) != 0 {
+		t.Fatalf("List after expiry: expected nothing, got %v, %v", ls, err)
+	}
+	g, err := s.Acquire(ctx, key, "b", ttl)
+	if err != nil || g.Fence <= f1.Fence {
+		t.Fatalf("acquire after expiry: expected fence > %d, got %v, %v", f1.Fence, g, err)
+	}
+}
+
+func TestContentionReportsRemaining(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 10*time.Second)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctx, key, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Acquire(ctx, key, "b", time.Second)
+	if !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	if g.Remaining < 5*time.Second || g.Remaining > 10*time.Second {
+		t.Fatalf("expected Remaining in [5s, 10s] (whole seconds, rounded down), got %v", g.Remaining)
+	}
+	if g.Fence != 0 {
+		t.Fatalf("contention: expected fence 0, got %d", g.Fence)
+	}
+}
+
+// A retry with the same token moves the key to the new lease and keeps the
+// fence; the old lease is revoked in the background. Renew with a longer TTL
+// than granted does the same.
+func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "k")
+	ek := "lh-test/" + key
+	g1, err := s.Acquire(ctx, key, "tok", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1 := leaseOf(t, cli, ek)
+	g2, err := s.Acquire(ctx, key, "tok", 30*time.Second)
+	if err != nil || g2.Fence != g1.Fence {
+		t.Fatalf("retry: expected fence %d, got %v, %v", g1.Fence, g2, err)
+	}
+	l2 := leaseOf(t, cli, ek)
+	if l2 == l1 {
+		t.Fatal("retry: expected the key on a new lease")
+	}
+	waitRevoked(t, cli, l1)
+
+	// Same TTL: a keep-alive, the lease stays.
+	if err := s.Renew(ctx, key, "tok", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if l := leaseOf(t, cli, ek); l != l2 {
+		t.Fatalf("renew with the granted TTL: expected lease %x, got %x", l2, l)
+	}
+	// Longer TTL: a new lease, token-checked; the fence stays.
+	if err := s.Renew(ctx, key, "tok", 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l3 := leaseOf(t, cli, ek)
+	if l3 == l2 {
+		t.Fatal("renew with a longer TTL: expected a new lease")
+	}
+	waitRevoked(t, cli, l2)
+	info, err := s.Inspect(ctx, key)
+	if err != nil || info.Fence != g1.Fence || info.Facts["lease_ttl"] != "90s" || info.Remaining < 60*time.Second {
+		t.Fatalf("after the longer renew: expected fence %d on a 90s lease, got %+v, %v", g1.Fence, info, err)
+	}
+	// Release deletes the key and revokes its lease.
+	if err := s.Release(ctx, key, "tok"); err != nil {
+		t.Fatal(err)
+	}
+	waitRevoked(t, cli, l3)
+}
+
+// Losers of a race leave no lease behind.
+func TestLosersRevokeTheirLease(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctx, key, "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := s.Acquire(ctx, key, "b"+strconv.Itoa(i), time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after, err := cli.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Leases) <= len(before.Leases) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected the 20 losing leases revoked: %d leases before, %d after 5s", len(before.Leases), len(after.Leases))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Expiry deletes the key, so a watcher wakes on expiry too (unlike Redis
+// pub/sub), and a new acquisition (a put) wakes nobody.
+func TestWaitReleaseWakesOnExpiry(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "k")
+	ch, stop, err := s.WaitRelease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	sent := time.Now()
+	if _, err := s.Acquire(ctx, key, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		if el := time.Since(sent); el < time.Second {
+			t.Fatalf("woke %v after the acquire, before the 1s lease could expire (a put woke the waiter?)", el)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10s of a 1s lock expiring")
+	}
+	stop()
+	stop() // idempotent
+}
+
+func TestWaitReleaseEndsWithContext(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	cancel()
+	// The watch ended with its context; the goroutine exits (goleak checks)
+	// and stop still returns.
+	select {
+	case <-ch:
+		t.Fatal("a cancelled watch must not report a release")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func TestClosedAndBadInput(t *testing.T) {
+	if _, err := etcdstore.New(nil, etcdstore.Options{}); !errors.Is(err, etcdstore.ErrInvalidOptions) {
+		t.Fatalf("New(nil): expected ErrInvalidOptions, got %v", err)
+	}
+	c := testetcd.Start(t)
+	s, err := etcdstore.New(c.Client(t), etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Prefix() != etcdstore.DefaultPrefix {
+		t.Fatalf("expected default prefix %q, got %q", etcdstore.DefaultPrefix, s.Prefix())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := ctxFor(t, 5*time.Second)
+	if _, err := s.Acquire(ctx, "k", "t", time.Second); !errors.Is(err, etcdstore.ErrClosed) {
+		t.Fatalf("Acquire after Close: expected ErrClosed, got %v", err)
+	}
+	if _, _, err := s.WaitRelease(ctx, "k"); !errors.Is(err, etcdstore.ErrClosed) {
+		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
+	}
+	// The client was the caller's: still open.
+	if _, err := s.Client().Get(ctx, "x"); err != nil {
+		t.Fatalf("client after Store.Close: expected it open, got %v", err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url       string
+		endpoints []string
+		user      string
+		prefix    string
+		err       string
+	}{
+		{url: "etcd://127.0.0.1:2379", endpoints: []string{"127.0.0.1:2379"}},
+		{url: "etcd://a:1,b:2,c:3/", endpoints: []string{"a:1", "b:2", "c:3"}},
+		{url: "etcd://app:s3cr%40t@a:1?prefix=jobs/", endpoints: []string{"a:1"}, user: "app", prefix: "jobs/"},
+		{url: "redis://a:1", err: "must start with etcd://"},
+		{url: "etcd://", err: "no host:port"},
+		{url: "etcd://a", err: `"a" needs host:port`},
+		{url: "etcd://a:1/path", err: "takes no path"},
+		{url: "etcd://a:1?pool=3", err: `unknown etcd URL parameter "pool"`},
+		{url: "etcd://:hunter2@a:1", err: "without a user name"},
+		{url: "etcd://app@a:1", err: "must be user:password"},
+	} {
+		cfg, prefix, err := etcdstore.ParseURL(tc.url)
+		if tc.err != "" {
+			if !errors.Is(err, etcdstore.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: expected ErrInvalidOptions containing %q, got %v", tc.url, tc.err, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("%s: the error shows the password: %v", tc.url, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if fmt.Sprint(cfg.Endpoints) != fmt.Sprint(tc.endpoints) || cfg.Username != tc.user || prefix != tc.prefix {
+			t.Errorf("%s: expected %v user %q prefix %q, got %v user %q prefix %q", tc.url, tc.endpoints, tc.user, tc.prefix, cfg.Endpoints, cfg.Username, prefix)
+		}
+		if tc.user != "" && cfg.Password != "s3cr@t" {
+			t.Errorf("%s: expected the decoded password", tc.url)
+		}
+	}
+}
+
+func TestOpen(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 10*time.Second)
+	host := strings.TrimPrefix(c.Members[0].ClientURL, "http://")
+	s, err := etcdstore.OpenURL(ctx, "etcd://"+host+"?prefix=opened/", etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "k", "t", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Client(t).Get(ctx, "opened/k")
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("expected the lock under the URL's prefix, got %v, %v", r, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client().Get(ctx, "x"); err == nil {
+		t.Fatal("Close of an opened store: expected its client closed")
+	}
+
+	s2, err := etcdstore.Open(ctx, c.Endpoints(), etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s2.Close()
+
+	// Nothing listens on a fresh free port: Open fails within its context.
+	dead := testetcd.Start(t)
+	deadEP := dead.Endpoints()
+	dead.Close()
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := etcdstore.Open(dctx, deadEP, etcdstore.Options{}); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("Open of a stopped member: expected a \"does not answer\" error, got %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("Open of a stopped member took %v, expected to end with its 1s context", el)
+	}
+	if _, err := etcdstore.Open(ctx, nil, etcdstore.Options{}); !errors.Is(err, etcdstore.ErrInvalidOptions) {
+		t.Fatalf("Open without endpoints: expected ErrInvalidOptions, got %v", err)
+	}
+}
