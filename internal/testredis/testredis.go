@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -86,13 +87,20 @@ func start(tb testing.TB, tls bool, extra []string) *Server {
 func (s *Server) start() {
 	s.tb.Helper()
 	s.cmd = exec.Command(Binary(s.tb), s.args...)
-	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	logPath := filepath.Join(s.Dir, "redis.log") // the server's output; shown when it fails to start
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.tb.Fatalf("redis-server log: %v", err)
+	}
+	defer logf.Close()
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
 	}
 	if err := s.waitReady(10 * time.Second); err != nil {
 		s.Stop()
-		s.tb.Fatalf("redis-server on %s not ready: %v", s.Addr, err)
+		out, _ := os.ReadFile(logPath)
+		s.tb.Fatalf("redis-server on %s not ready: %v\n%s", s.Addr, err, out)
 	}
 }
 

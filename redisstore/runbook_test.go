@@ -1,0 +1,62 @@
+package redisstore_test
+
+import (
+	"errors"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// TestRunbook runs the redis-cli commands of README.md's runbook against a
+// held lock and checks that they show its owner, TTL and fence.
+func TestRunbook(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal("redis-cli not found: run scripts/install-test-deps.sh (Debian package redis-tools)")
+	}
+	srv := testredis.Start(t)
+	s := newStore(t, srv.Client(t), redisstore.Options{})
+	const key = "scheduler:job:42"
+	g, err := s.Acquire(t.Context(), key, "owner-token", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(cli, append([]string{"-p", strconv.Itoa(srv.Port)}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	k := "leasehold:{scheduler:job:42}"
+	if got := run("GET", k+":lock"); got != "owner-token" {
+		t.Fatalf("GET :lock: expected owner-token, got %q", got)
+	}
+	if ms, err := strconv.Atoi(run("PTTL", k+":lock")); err != nil || ms <= 0 || ms > 60000 {
+		t.Fatalf("PTTL :lock: expected (0, 60000], got %d, %v", ms, err)
+	}
+	if got := run("GET", k+":fence"); got != strconv.FormatUint(g.Fence, 10) {
+		t.Fatalf("GET :fence: expected %d, got %q", g.Fence, got)
+	}
+	if got := run("--scan", "--pattern", "leasehold:{scheduler:*}:lock"); got != k+":lock" {
+		t.Fatalf("--scan: expected %s:lock, got %q", k, got)
+	}
+	info, err := s.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Facts["lock_key"] != k+":lock" || info.Facts["fence_key"] != k+":fence" || info.Facts["channel"] != "leasehold:released" {
+		t.Fatalf("Facts: expected the runbook's key names, got %v", info.Facts)
+	}
+	run("DEL", k+":lock") // break glass
+	if err := s.Release(t.Context(), key, "owner-token"); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Release after DEL: expected ErrNotOwned, got %v", err)
+	}
+}
