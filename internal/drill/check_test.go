@@ -130,7 +130,7 @@ func TestCheckerTakeoverAndFences(t *testing.T) {
 	cfg, _ := Config{TTL: 400 * ms}.WithDefaults()
 	base := History{
 		Stops:   []Stop{{Fault: FaultCrash, Key: "k", Token: "A", At: 500 * ms}},
-		Applied: map[string][]time.Duration{"A": {0, 300 * ms}},
+		Applied: map[string][]Call{"A": {{0, 1 * ms}, {299 * ms, 300 * ms}}},
 	}
 	// Taken over 410 ms after the last renewal: fine.
 	ok := base
@@ -142,7 +142,7 @@ func TestCheckerTakeoverAndFences(t *testing.T) {
 	if v := verdict(t, rep, "fences increase"); v.Verdict != Pass {
 		t.Errorf("expected fences to increase, got %s %q", v.Verdict, v.Summary)
 	}
-	// Taken over 200 ms after the last renewal, with a repeated fence.
+	// Taken over 210 ms after the last renewal, with a repeated fence.
 	bad := base
 	bad.Acquisitions = []Acquisition{{Key: "k", Token: "A", Fence: 2, At: 0}, {Key: "k", Token: "B", Fence: 2, At: 510 * ms}}
 	rep = Check(cfg, bad)

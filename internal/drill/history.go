@@ -75,6 +75,11 @@ type Anomaly struct {
 	Detail string        `json:"detail"`
 }
 
+// Call is when a store call was sent and when it returned.
+type Call struct {
+	Call, Return time.Duration
+}
+
 // History is everything a drill recorded; the checker reads only this.
 type History struct {
 	Ops          []Op          `json:"ops"`
@@ -82,9 +87,10 @@ type History struct {
 	Windows      []Window      `json:"windows"`
 	Acquisitions []Acquisition `json:"acquisitions"`
 	Stops        []Stop        `json:"stops"`
-	// Applied maps a token to the return times of its store calls that
-	// extended its lock (acquire, renew; also when the reply was lost).
-	Applied map[string][]time.Duration `json:"-"`
+	// Applied maps a token to its store calls that extended its lock
+	// (acquire, renew; also when the reply was lost). The store applied each
+	// somewhere between its Call and its Return.
+	Applied map[string][]Call `json:"-"`
 	// Restarts are the times the store lost its data.
 	Restarts []time.Duration `json:"restarts_ns,omitempty"`
 	// Stuck are locks seen in the store after TTL past their last applied
@@ -120,7 +126,7 @@ func newRecorder() *recorder {
 	return &recorder{
 		t0:       time.Now(),
 		inflight: make(map[string]int),
-		h:        History{Applied: make(map[string][]time.Duration), Events: make(map[string]int)},
+		h:        History{Applied: make(map[string][]Call), Events: make(map[string]int)},
 	}
 }
 
@@ -173,15 +179,16 @@ func (r *recorder) event(kind string) {
 	r.mu.Unlock()
 }
 
-// begin marks a store call for token in flight.
-func (r *recorder) begin(token string) {
+// begin marks a store call for token in flight and returns when it was sent.
+func (r *recorder) begin(token string) time.Duration {
 	r.mu.Lock()
 	r.inflight[token]++
 	r.mu.Unlock()
+	return r.since()
 }
 
 // end marks it returned; applied says the store extended token's lock.
-func (r *recorder) end(token string, applied bool) {
+func (r *recorder) end(token string, call time.Duration, applied bool) {
 	now := r.since()
 	r.mu.Lock()
 	r.inflight[token]--
@@ -189,7 +196,7 @@ func (r *recorder) end(token string, applied bool) {
 		delete(r.inflight, token)
 	}
 	if applied {
-		r.h.Applied[token] = append(r.h.Applied[token], now)
+		r.h.Applied[token] = append(r.h.Applied[token], Call{Call: call, Return: now})
 	}
 	r.mu.Unlock()
 }
@@ -207,7 +214,7 @@ func (r *recorder) lastApplied(token string) (last time.Duration, busy, known bo
 	defer r.mu.Unlock()
 	ts := r.h.Applied[token]
 	if len(ts) > 0 {
-		last, known = ts[len(ts)-1], true
+		last, known = ts[len(ts)-1].Return, true
 	}
 	return last, r.inflight[token] > 0, known
 }
@@ -259,7 +266,7 @@ func (r *recorder) snapshot() History {
 	h.Restarts = slices.Clone(h.Restarts)
 	h.Stuck = slices.Clone(h.Stuck)
 	h.Beliefs = slices.Clone(h.Beliefs)
-	h.Applied = make(map[string][]time.Duration, len(r.h.Applied))
+	h.Applied = make(map[string][]Call, len(r.h.Applied))
 	for k, v := range r.h.Applied {
 		h.Applied[k] = slices.Clone(v)
 	}

@@ -214,13 +214,15 @@ func (d *drill) sample(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// A lock listed was live at some instant after now: now, not the
+		// time List returns, is the conservative moment to compare with.
+		now := d.rec.since()
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		locks, err := d.mem.List(lctx, keyPrefix)
 		cancel()
 		if err != nil {
 			continue
 		}
-		now := d.rec.since()
 		for _, l := range locks {
 			last, busy, known := d.rec.lastApplied(l.Token)
 			if busy || !known || now-last <= d.cfg.TTL+slack {

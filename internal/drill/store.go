@@ -87,9 +87,9 @@ func (p *procStore) Acquire(ctx context.Context, key, token string, ttl time.Dur
 	if err := p.gate(ctx); err != nil {
 		return leasehold.Grant{}, err
 	}
-	p.rec.begin(token)
+	call := p.rec.begin(token)
 	g, err := p.inner.Acquire(ctx, key, token, ttl)
-	p.rec.end(token, err == nil || p.applied(err))
+	p.rec.end(token, call, err == nil || p.applied(err))
 	if err == nil {
 		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, At: p.rec.since()})
 	}
@@ -100,9 +100,9 @@ func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Durat
 	if err := p.gate(ctx); err != nil {
 		return err
 	}
-	p.rec.begin(token)
+	call := p.rec.begin(token)
 	err := p.inner.Renew(ctx, key, token, ttl)
-	p.rec.end(token, err == nil || p.applied(err))
+	p.rec.end(token, call, err == nil || p.applied(err))
 	return err
 }
 
@@ -110,9 +110,9 @@ func (p *procStore) Release(ctx context.Context, key, token string) error {
 	if err := p.gate(ctx); err != nil {
 		return err
 	}
-	p.rec.begin(token)
+	call := p.rec.begin(token)
 	err := p.inner.Release(ctx, key, token)
-	p.rec.end(token, false)
+	p.rec.end(token, call, false)
 	return err
 }
 
