@@ -208,3 +208,34 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
 	}
 }
+
+// TestNotificationsResumeAfterRestart checks that the shared subscription
+// reconnects after redis-server restarts: releases wake waiters again.
+func TestNotificationsResumeAfterRestart(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{})
+	ctx := t.Context()
+	ch, stop, err := s.WaitRelease(ctx, "resub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	srv.Restart()
+	deadline := time.Now().Add(15 * time.Second) // go-redis pings an idle subscription every 3 s
+	for i := 0; ; i++ {
+		tok := fmt.Sprint("t", i)
+		if _, err := s.Acquire(ctx, "resub", tok, time.Minute); err == nil {
+			_ = s.Release(ctx, "resub", tok)
+		}
+		select {
+		case <-ch:
+			t.Logf("notified after restart on release %d", i)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no release notification within 15s after a restart: the subscription did not come back")
+		}
+	}
+}
