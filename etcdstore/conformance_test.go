@@ -13,12 +13,20 @@ import (
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
 func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
 	t.Helper()
-	s, err := etcdstore.New(c.Client(t), etcdstore.Options{Prefix: "lh-test/"})
+	s, err := newStoreTB(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+func newStoreTB(tb testing.TB, c *testetcd.Cluster) (*etcdstore.Store, error) {
+	s, err := etcdstore.New(c.Client(tb), etcdstore.Options{Prefix: "lh-test/"})
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s, nil
 }
 
 func TestConformanceSingle(t *testing.T) {
