@@ -17,7 +17,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/storeurl"
@@ -98,12 +100,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Stdout: stdout, Stderr: stderr, Getenv: os.Getenv,
 		StderrIsTerminal: isTerminal(os.Stderr), StdinIsTerminal: isTerminal(os.Stdin),
 	}
+	// go-redis logs dial failures itself; the locker reports them anyway.
+	redis.SetLogger(redisLogger{app})
 	return app.Execute(context.Background(), app.Root(), args)
 }
 
+// isTerminal reports whether f is a terminal (not just any character device:
+// /dev/null is one too).
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // Execute runs root with args and maps its error to an exit status, printing
@@ -265,4 +271,13 @@ func short(err error) string {
 		return "<nil>"
 	}
 	return strings.ReplaceAll(err.Error(), "leasehold: ", "")
+}
+
+// redisLogger shows go-redis's own log lines only with --verbose.
+type redisLogger struct{ a *App }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l.a.verbose {
+		fmt.Fprintln(l.a.Stderr, "redis:", strings.TrimRight(fmt.Sprintf(format, v...), "\n"))
+	}
 }
