@@ -12,12 +12,18 @@ import (
 // Lease is a successful acquisition of a key. Its methods are safe for
 // concurrent use. A Lease from TryAcquire, Acquire or Do is renewed
 // automatically until Release; a Lease from Hold is not.
+//
+// A lease starts no goroutine of its own: one timer drives automatic
+// renewal, the local expiry guard and the maximum hold time, and its callback
+// runs one at a time. Release and Locker.Close stop the timer and wait for a
+// callback in progress, so nothing the lease started outlives it.
 type Lease struct {
 	l        *Locker
 	key      string
 	token    string
 	fence    uint64
 	ttl      time.Duration
+	drift    time.Duration
 	acquired time.Time
 	hold     bool // per-loop TTL hold: no automatic renewal
 	degraded bool // fail-open, local-only
@@ -26,33 +32,36 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	unlock func() // frees the local gate; idempotent
 
-	// kctx ends the in-flight renewal when Release or Close stops the keeper.
-	kctx    context.Context
-	kcancel context.CancelFunc
-
-	stop chan struct{} // closed by Release: the keeper exits
-	done chan struct{} // closed when the keeper has exited
-	bump chan struct{} // a manual Renew moved validUntil
-
-	mu         sync.Mutex
-	validUntil time.Time // local expiry guard deadline (monotonic)
-	over       bool      // ownership ended: released, lost, abandoned, expired or closed
-	releasing  bool
-	maxHeld    bool
+	mu          sync.Mutex
+	timer       *time.Timer
+	validUntil  time.Time // local expiry guard deadline (monotonic)
+	nextRenew   time.Time // zero: no automatic renewal
+	maxHoldAt   time.Time // zero: no cap
+	failures    int       // consecutive failed automatic renewals
+	guardOff    bool      // RenewalContinue past local expiry
+	maxHeld     bool
+	over        bool // ownership ended: released, lost, abandoned, expired or closed
+	stopped     bool // Release or Close took over: the timer must not act
+	inTick      bool
+	idle        chan struct{}      // closed when the running tick returns, for a waiter
+	renewCancel context.CancelFunc // aborts the automatic renewal in flight
 }
 
 func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, ttl time.Duration, sent time.Time, hold, degraded bool, unlock func()) (*Lease, error) {
 	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	ls := &Lease{
-		l: l, key: key, token: token, fence: fence, ttl: ttl, acquired: sent,
+		l: l, key: key, token: token, fence: fence, ttl: ttl, drift: l.opts.drift(ttl), acquired: sent,
 		hold: hold, degraded: degraded,
 		ctx: lctx, cancel: cancel, unlock: unlock,
-		stop: make(chan struct{}), done: make(chan struct{}), bump: make(chan struct{}, 1),
-		validUntil: sent.Add(ttl - l.opts.drift(ttl)),
 	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	ls.validUntil = sent.Add(ttl - ls.drift)
+	if !hold && !degraded {
+		ls.nextRenew = sent.Add(l.opts.RenewInterval)
+	}
+	if !hold && l.opts.MaxHold > 0 {
+		ls.maxHoldAt = sent.Add(l.opts.MaxHold)
+	}
+	if !l.track(ls) {
 		cancel(ErrLockerClosed)
 		if !degraded {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
@@ -62,10 +71,9 @@ func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, 
 		unlock()
 		return nil, ErrLockerClosed
 	}
-	l.wg.Add(1)
-	l.mu.Unlock()
-	ls.kctx, ls.kcancel = context.WithCancel(l.ctx)
-	go ls.keep()
+	ls.mu.Lock()
+	ls.schedule()
+	ls.mu.Unlock()
 	return ls, nil
 }
 
@@ -123,7 +131,7 @@ func (ls *Lease) ValidUntil() time.Time {
 // lease has nothing to renew in the store; Renew extends its local deadline.
 func (ls *Lease) Renew(ctx context.Context) error {
 	ls.mu.Lock()
-	over, maxHeld := ls.over, ls.maxHeld
+	over, maxHeld := ls.over || ls.stopped, ls.maxHeld
 	ls.mu.Unlock()
 	switch {
 	case over:
@@ -167,17 +175,10 @@ func (ls *Lease) Renew(ctx context.Context) error {
 // values but not its cancellation, bounded by Options.ReleaseTimeout, so it
 // works with the lease's already-cancelled context.
 func (ls *Lease) Release(ctx context.Context) error {
-	ls.mu.Lock()
-	if ls.releasing {
-		ls.mu.Unlock()
+	if !ls.stop() {
 		return nil
 	}
-	ls.releasing = true
-	ls.mu.Unlock()
-	close(ls.stop)
-	ls.kcancel()
-	<-ls.done
-
+	defer ls.l.untrack(ls)
 	ls.mu.Lock()
 	over := ls.over
 	ls.over = true
@@ -195,6 +196,35 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return ls.storeRelease(ctx)
 }
 
+// stop keeps the timer from acting again and waits for a callback in
+// progress. It reports false when the lease was already stopped.
+func (ls *Lease) stop() bool {
+	ls.mu.Lock()
+	if ls.stopped {
+		ls.mu.Unlock()
+		return false
+	}
+	ls.stopped = true
+	if ls.timer != nil {
+		ls.timer.Stop()
+	}
+	if ls.renewCancel != nil {
+		ls.renewCancel()
+	}
+	var wait chan struct{}
+	if ls.inTick {
+		if ls.idle == nil {
+			ls.idle = make(chan struct{})
+		}
+		wait = ls.idle
+	}
+	ls.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	return true
+}
+
 func (ls *Lease) storeRelease(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
@@ -208,6 +238,27 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "release", Err: err})
 		return storeErr("release", ls.key, err)
+	}
+}
+
+// closeByLocker ends the lease because its Locker is closing, releasing it in
+// the store unless ownership is already untrusted.
+func (ls *Lease) closeByLocker() {
+	if !ls.stop() {
+		return
+	}
+	ls.mu.Lock()
+	over := ls.over
+	ls.over = true
+	ls.mu.Unlock()
+	if over {
+		return
+	}
+	defer ls.unlock()
+	ls.observeHeld(ErrLockerClosed)
+	ls.cancel(ErrLockerClosed)
+	if !ls.degraded {
+		_ = ls.storeRelease(context.Background())
 	}
 }
 
@@ -231,16 +282,16 @@ func (ls *Lease) notOwned(op string) {
 
 // extend moves the local expiry guard to sent+TTL-drift, never backward.
 func (ls *Lease) extend(sent time.Time) {
-	until := sent.Add(ls.ttl - ls.l.opts.drift(ls.ttl))
+	until := sent.Add(ls.ttl - ls.drift)
 	ls.mu.Lock()
 	if until.After(ls.validUntil) {
 		ls.validUntil = until
+		ls.guardOff = false
+	}
+	if !ls.inTick {
+		ls.schedule()
 	}
 	ls.mu.Unlock()
-	select {
-	case ls.bump <- struct{}{}:
-	default:
-	}
 }
 
 // end marks ownership as over for cause, reports kind (0: nothing) and the
@@ -254,6 +305,9 @@ func (ls *Lease) end(cause error, kind EventKind) {
 		return
 	}
 	ls.over = true
+	if ls.timer != nil && !ls.inTick {
+		ls.timer.Stop()
+	}
 	ls.mu.Unlock()
 	if kind != 0 {
 		ls.l.observe(Event{Kind: kind, Key: ls.key, Fence: ls.fence, Err: cause})
@@ -261,6 +315,7 @@ func (ls *Lease) end(cause error, kind EventKind) {
 	ls.observeHeld(cause)
 	ls.cancel(cause)
 	ls.unlock()
+	ls.l.untrack(ls)
 }
 
 // observeHeld reports the end of the lease with the context's cause: the
@@ -272,140 +327,146 @@ func (ls *Lease) observeHeld(cause error) {
 	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause})
 }
 
-// keep is the lease's one goroutine: automatic renewal, the local expiry
-// guard and the maximum hold time. It exits on Release, on Close and when the
-// lease ends; Release and Close wait for it.
-func (ls *Lease) keep() {
-	defer ls.l.wg.Done()
-	defer close(ls.done)
-	o := &ls.l.opts
+// guardActive reports whether the local expiry guard applies. ls.mu held.
+func (ls *Lease) guardActive() bool {
+	return !ls.guardOff && (!ls.degraded || ls.hold)
+}
 
-	kctx := ls.kctx
-	defer ls.kcancel()
-
-	var guardC <-chan time.Time
-	guard := time.NewTimer(time.Until(ls.ValidUntil()))
-	defer guard.Stop()
-	if !ls.degraded || ls.hold {
-		guardC = guard.C
+// schedule arms the timer for the earliest deadline still pending. ls.mu held.
+func (ls *Lease) schedule() {
+	if ls.over || ls.stopped {
+		return
 	}
-	var renewC <-chan time.Time
-	renew := time.NewTimer(o.RenewInterval)
-	defer renew.Stop()
-	if !ls.hold && !ls.degraded {
-		renewC = renew.C
-	}
-	var maxC <-chan time.Time
-	if o.MaxHold > 0 && !ls.hold {
-		t := time.NewTimer(time.Until(ls.acquired.Add(o.MaxHold)))
-		defer t.Stop()
-		maxC = t.C
-	}
-	failures := 0
-	for {
-		select {
-		case <-ls.stop:
-			return
-		case <-ls.l.ctx.Done():
-			ls.closeByLocker()
-			return
-		case <-ls.bump:
-			guard.Reset(time.Until(ls.ValidUntil()))
-		case <-guardC:
-			if d := time.Until(ls.ValidUntil()); d > 0 { // a manual Renew moved it
-				guard.Reset(d)
-				continue
-			}
-			if ls.hold {
-				ls.end(ErrLeaseExpired, 0)
-				return
-			}
-			if o.OnRenewFailure == RenewalContinue && renewC != nil {
-				ls.l.observe(Event{Kind: EventExpired, Key: ls.key, Fence: ls.fence})
-				ls.log().Warn("leasehold: lease expired locally; continuing by policy", slog.Int("attempt", failures))
-				guardC = nil
-				continue
-			}
-			ls.log().Error("leasehold: lease expired locally", slog.Int("attempt", failures))
-			ls.end(ErrLeaseExpired, EventExpired)
-			return
-		case <-maxC:
-			maxC, renewC = nil, nil
-			ls.mu.Lock()
-			ls.maxHeld = true
-			ls.mu.Unlock()
-			ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
-			ls.cancel(ErrMaxHoldReached)
-			ls.log().Warn("leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
-			if guardC == nil { // Continue policy past local expiry
-				guardC = guard.C
-				guard.Reset(time.Until(ls.ValidUntil()))
-			}
-		case <-renewC:
-			if !ls.renewOnce(kctx, &failures) {
-				return
-			}
-			if guardC == nil && o.OnRenewFailure == RenewalContinue && failures == 0 {
-				guardC = guard.C
-			}
-			renew.Reset(o.RenewInterval)
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
 		}
+	}
+	consider(ls.nextRenew)
+	if ls.guardActive() {
+		consider(ls.validUntil)
+	}
+	if !ls.maxHeld {
+		consider(ls.maxHoldAt)
+	}
+	if next.IsZero() {
+		return
+	}
+	d := time.Until(next)
+	if ls.timer == nil {
+		ls.timer = time.AfterFunc(d, ls.tick)
+	} else {
+		ls.timer.Reset(d)
 	}
 }
 
-// renewOnce makes one automatic renewal attempt and reports whether the
-// keeper goes on.
-func (ls *Lease) renewOnce(kctx context.Context, failures *int) bool {
+// tick is the timer callback: maximum hold time, local expiry guard and
+// automatic renewal, in that order. Only one tick runs at a time: the timer
+// is re-armed when it returns.
+func (ls *Lease) tick() {
+	ls.mu.Lock()
+	if ls.stopped || ls.over {
+		ls.mu.Unlock()
+		return
+	}
+	ls.inTick = true
+	ls.mu.Unlock()
+	defer func() {
+		ls.mu.Lock()
+		ls.inTick = false
+		if ls.idle != nil {
+			close(ls.idle)
+			ls.idle = nil
+		}
+		ls.schedule()
+		ls.mu.Unlock()
+	}()
+	o := &ls.l.opts
+	now := time.Now()
+
+	ls.mu.Lock()
+	maxDue := !ls.maxHoldAt.IsZero() && !ls.maxHeld && !now.Before(ls.maxHoldAt)
+	if maxDue {
+		ls.maxHeld, ls.nextRenew, ls.guardOff = true, time.Time{}, false
+	}
+	ls.mu.Unlock()
+	if maxDue {
+		ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
+		ls.log().Warn("leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
+		ls.cancel(ErrMaxHoldReached)
+	}
+
+	ls.mu.Lock()
+	guardDue := ls.guardActive() && !now.Before(ls.validUntil)
+	continuing := guardDue && !ls.hold && !ls.maxHeld && o.OnRenewFailure == RenewalContinue
+	if continuing {
+		ls.guardOff = true
+	}
+	failures, maxHeld := ls.failures, ls.maxHeld
+	renewDue := !ls.nextRenew.IsZero() && !now.Before(ls.nextRenew)
+	ls.mu.Unlock()
+	switch {
+	case continuing:
+		ls.l.observe(Event{Kind: EventExpired, Key: ls.key, Fence: ls.fence})
+		ls.log().Warn("leasehold: lease expired locally; continuing by policy", slog.Int("attempt", failures))
+	case guardDue && (ls.hold || maxHeld):
+		ls.end(ErrLeaseExpired, 0) // the natural end of a hold, or of a capped lease
+		return
+	case guardDue:
+		ls.log().Error("leasehold: lease expired locally", slog.Int("attempt", failures))
+		ls.end(ErrLeaseExpired, EventExpired)
+		return
+	}
+	if renewDue {
+		ls.renewAuto()
+	}
+}
+
+// renewAuto makes one automatic renewal attempt.
+func (ls *Lease) renewAuto() {
 	o := &ls.l.opts
 	sent := time.Now()
 	deadline := sent.Add(o.RenewTimeout)
-	if vu := ls.ValidUntil(); o.OnRenewFailure == RenewalFence && vu.Before(deadline) {
-		deadline = vu // never wait past local expiry
+	ls.mu.Lock()
+	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
+		deadline = ls.validUntil // never wait past local expiry
 	}
-	ctx, cancel := context.WithDeadline(kctx, deadline)
+	ctx, cancel := context.WithDeadline(ls.l.ctx, deadline)
+	ls.renewCancel = cancel
+	ls.mu.Unlock()
 	err := ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)
 	cancel()
+	ls.mu.Lock()
+	ls.renewCancel = nil
+	stopped := ls.stopped
+	ls.nextRenew = time.Now().Add(o.RenewInterval)
+	if err == nil {
+		ls.failures = 0
+	} else if !errors.Is(err, ErrNotOwned) && !stopped {
+		ls.failures++
+	}
+	failures := ls.failures
+	ls.mu.Unlock()
 	switch {
 	case err == nil:
-		*failures = 0
 		ls.extend(sent)
 		ls.l.observe(Event{Kind: EventRenewed, Key: ls.key, Fence: ls.fence, Duration: time.Since(sent)})
-		return true
+		return
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
 		ls.log().Error("leasehold: lease lost")
 		ls.end(ErrLeaseLost, EventLost)
-		return false
-	case kctx.Err() != nil:
-		return true // Release or Close is stopping the keeper
-	}
-	*failures++
-	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
-	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: *failures, Err: err})
-	ls.log().Warn("leasehold: lease renewal failed", slog.Int("attempt", *failures), slog.Any("error", err))
-	if o.OnRenewFailure == RenewalFence && *failures >= o.MaxRenewFailures {
-		ls.log().Error("leasehold: lease abandoned", slog.Int("attempt", *failures), slog.Any("error", err))
-		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: *failures, Err: err})
-		ls.end(ErrLeaseAbandoned, 0)
-		return false
-	}
-	return true
-}
-
-// closeByLocker ends the lease because its Locker is closing, releasing it in
-// the store unless ownership is already untrusted.
-func (ls *Lease) closeByLocker() {
-	ls.mu.Lock()
-	if ls.over || ls.releasing {
-		ls.mu.Unlock()
 		return
+	case stopped:
+		return // Release or Close aborted the attempt
 	}
-	ls.over = true
-	ls.mu.Unlock()
-	defer ls.unlock()
-	ls.observeHeld(ErrLockerClosed)
-	ls.cancel(ErrLockerClosed)
-	if !ls.degraded {
-		_ = ls.storeRelease(context.Background())
+	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
+	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
+	ls.log().Warn("leasehold: lease renewal failed", slog.Int("attempt", failures), slog.Any("error", err))
+	if o.OnRenewFailure == RenewalFence && failures >= o.MaxRenewFailures {
+		ls.log().Error("leasehold: lease abandoned", slog.Int("attempt", failures), slog.Any("error", err))
+		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
+		ls.end(ErrLeaseAbandoned, 0)
 	}
 }

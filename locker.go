@@ -24,11 +24,11 @@ type Locker struct {
 	opts     Options
 	gate     gate
 
-	ctx      context.Context // cancelled by Close
+	ctx      context.Context // cancelled by Close: aborts renewals in flight
 	closeAll context.CancelFunc
 	mu       sync.Mutex
 	closed   bool
-	wg       sync.WaitGroup // one per lease keeper goroutine
+	leases   map[*Lease]struct{} // held leases, for Close
 }
 
 // New returns a Locker over store. It validates opts and returns an error
@@ -46,7 +46,7 @@ func New(store Store, opts Options) (*Locker, error) {
 			slog.String("locker", o.Name), slog.Duration("budget", budget), slog.Duration("ttl", o.TTL),
 			slog.Int("max_renew_failures", o.MaxRenewFailures), slog.Duration("renew_interval", o.RenewInterval))
 	}
-	l := &Locker{store: store, opts: o}
+	l := &Locker{store: store, opts: o, leases: make(map[*Lease]struct{})}
 	l.ctx, l.closeAll = context.WithCancel(context.Background())
 	l.notifier, _ = store.(Notifier)
 	return l, nil
@@ -185,7 +185,7 @@ func (l *Locker) Loop(ctx context.Context, key string, interval time.Duration, f
 
 // Close cancels the context of every lease still held (cause
 // ErrLockerClosed), releases them in the store (best effort, bounded by
-// ReleaseTimeout), and waits for every goroutine the locker started. Later
+// ReleaseTimeout), and waits for every renewal in progress. Later
 // acquires return ErrLockerClosed. Close is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -193,9 +193,33 @@ func (l *Locker) Close() error {
 		l.closed = true
 		l.closeAll()
 	}
+	leases := make([]*Lease, 0, len(l.leases))
+	for ls := range l.leases {
+		leases = append(leases, ls)
+	}
 	l.mu.Unlock()
-	l.wg.Wait()
+	for _, ls := range leases {
+		ls.closeByLocker()
+		l.untrack(ls)
+	}
 	return nil
+}
+
+// track registers a new lease; false when the locker is closed.
+func (l *Locker) track(ls *Lease) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.leases[ls] = struct{}{}
+	return true
+}
+
+func (l *Locker) untrack(ls *Lease) {
+	l.mu.Lock()
+	delete(l.leases, ls)
+	l.mu.Unlock()
 }
 
 func (l *Locker) observe(e Event) {
