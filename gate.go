@@ -6,14 +6,16 @@ import (
 )
 
 // gate is the local keyed mutex: goroutines of one process contend here
-// first, so a locker has at most one store request in flight per key and one
-// lease per key.
+// first, so a locker has at most one store request in flight and one lease
+// per key.
 type gate struct {
-	mu sync.Mutex
-	m  map[string]*gateEntry
+	mu   sync.Mutex
+	m    map[string]*gateEntry
+	pool sync.Pool // of *gateEntry with an empty sem
 }
 
 type gateEntry struct {
+	key  string
 	sem  chan struct{} // capacity 1: a token in it means taken
 	refs int           // holders plus waiters; the entry goes away at zero
 }
@@ -26,52 +28,55 @@ func (g *gate) ref(key string) *gateEntry {
 	}
 	e := g.m[key]
 	if e == nil {
-		e = &gateEntry{sem: make(chan struct{}, 1)}
+		if pe, ok := g.pool.Get().(*gateEntry); ok {
+			e = pe
+		} else {
+			e = &gateEntry{sem: make(chan struct{}, 1)}
+		}
+		e.key = key
 		g.m[key] = e
 	}
 	e.refs++
 	return e
 }
 
-func (g *gate) unref(key string, e *gateEntry) {
+func (g *gate) unref(e *gateEntry) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e.refs--
 	if e.refs == 0 {
-		delete(g.m, key)
+		delete(g.m, e.key)
+		e.key = ""
+		g.pool.Put(e) // nobody else can reach it: its sem is empty
 	}
 }
 
 // tryLock takes key's gate without waiting.
-func (g *gate) tryLock(key string) (unlock func(), ok bool) {
+func (g *gate) tryLock(key string) (*gateEntry, bool) {
 	e := g.ref(key)
 	select {
 	case e.sem <- struct{}{}:
-		return g.unlocker(key, e), true
+		return e, true
 	default:
-		g.unref(key, e)
+		g.unref(e)
 		return nil, false
 	}
 }
 
 // lock takes key's gate, waiting until ctx ends.
-func (g *gate) lock(ctx context.Context, key string) (unlock func(), err error) {
+func (g *gate) lock(ctx context.Context, key string) (*gateEntry, error) {
 	e := g.ref(key)
 	select {
 	case e.sem <- struct{}{}:
-		return g.unlocker(key, e), nil
+		return e, nil
 	case <-ctx.Done():
-		g.unref(key, e)
+		g.unref(e)
 		return nil, ctx.Err()
 	}
 }
 
-func (g *gate) unlocker(key string, e *gateEntry) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-e.sem
-			g.unref(key, e)
-		})
-	}
+// unlock frees a gate taken by tryLock or lock. Call it exactly once.
+func (g *gate) unlock(e *gateEntry) {
+	<-e.sem
+	g.unref(e)
 }

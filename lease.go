@@ -30,7 +30,7 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	unlock func() // frees the local gate; idempotent
+	gate   *gateEntry // the local gate, freed exactly once by whoever sets over
 
 	mu          sync.Mutex
 	timer       *time.Timer
@@ -47,12 +47,12 @@ type Lease struct {
 	renewCancel context.CancelFunc // aborts the automatic renewal in flight
 }
 
-func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, ttl time.Duration, sent time.Time, hold, degraded bool, unlock func()) (*Lease, error) {
-	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, ttl time.Duration, sent time.Time, hold, degraded bool, entry *gateEntry) (*Lease, error) {
+	lctx, cancel := context.WithCancelCause(detach(ctx))
 	ls := &Lease{
 		l: l, key: key, token: token, fence: fence, ttl: ttl, drift: l.opts.drift(ttl), acquired: sent,
 		hold: hold, degraded: degraded,
-		ctx: lctx, cancel: cancel, unlock: unlock,
+		ctx: lctx, cancel: cancel, gate: entry,
 	}
 	ls.validUntil = sent.Add(ttl - ls.drift)
 	if !hold && !degraded {
@@ -64,11 +64,11 @@ func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, 
 	if !l.track(ls) {
 		cancel(ErrLockerClosed)
 		if !degraded {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
+			rctx, rcancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
 			_ = l.store.Release(rctx, key, token)
 			rcancel()
 		}
-		unlock()
+		l.gate.unlock(entry)
 		return nil, ErrLockerClosed
 	}
 	ls.mu.Lock()
@@ -226,7 +226,7 @@ func (ls *Lease) stop() bool {
 }
 
 func (ls *Lease) storeRelease(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(detach(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
 	err := ls.l.store.Release(rctx, ls.key, ls.token)
 	switch {
@@ -260,6 +260,17 @@ func (ls *Lease) closeByLocker() {
 	if !ls.degraded {
 		_ = ls.storeRelease(context.Background())
 	}
+}
+
+// unlock frees the local gate. Call it once, from whoever set ls.over.
+func (ls *Lease) unlock() { ls.l.gate.unlock(ls.gate) }
+
+// detach returns ctx's values without its cancellation.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx // never cancelled: nothing to detach
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // bind returns a context that ends when parent ends or the lease ends, with

@@ -241,19 +241,20 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 		l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultContended, Duration: time.Since(start)})
 		return nil, err
 	}
-	var unlock func()
+	var entry *gateEntry
 	if wait {
 		var err error
-		if unlock, err = l.gate.lock(ctx, key); err != nil {
+		if entry, err = l.gate.lock(ctx, key); err != nil {
 			return contended(errors.Join(fmt.Errorf("%w: %q: gave up waiting", ErrNotAcquired, key), err))
 		}
 	} else {
 		var ok bool
-		if unlock, ok = l.gate.tryLock(key); !ok {
+		if entry, ok = l.gate.tryLock(key); !ok {
 			l.observe(Event{Kind: EventContention, Key: key})
 			return contended(fmt.Errorf("%w: %q is held by another goroutine of this process", ErrNotAcquired, key))
 		}
 	}
+	unlock := func() { l.gate.unlock(entry) }
 	token := NewToken()
 	backoff := 25 * time.Millisecond
 	var (
@@ -269,7 +270,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 		sent := time.Now()
 		g, err := l.store.Acquire(ctx, key, token, ttl)
 		if err == nil {
-			lease, err := l.newLease(ctx, key, token, g.Fence, ttl, sent, hold, false, unlock)
+			lease, err := l.newLease(ctx, key, token, g.Fence, ttl, sent, hold, false, entry)
 			if err != nil {
 				return nil, err
 			}
@@ -326,6 +327,6 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 		l.observe(Event{Kind: EventFailOpen, Key: key, Err: err})
 		l.opts.Logger.Error("leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
 			slog.String("locker", l.opts.Name), slog.String("key", key), slog.Any("error", err))
-		return l.newLease(ctx, key, token, 0, ttl, sent, hold, true, unlock)
+		return l.newLease(ctx, key, token, 0, ttl, sent, hold, true, entry)
 	}
 }
