@@ -60,6 +60,9 @@ func Check(cfg Config, h History) *Report {
 		eventCounts(h),
 		faultWindows(h),
 	}
+	if iv, ok := skippedFaults(h); ok {
+		rep.Invariants = append(rep.Invariants, iv)
+	}
 	rep.Passed = true
 	for _, iv := range rep.Invariants {
 		if iv.Verdict == Fail {
@@ -487,7 +490,11 @@ func faultWindows(h History) Invariant {
 	iv := Invariant{Name: "faults injected", Verdict: Info}
 	names := make([]string, 0, len(h.Windows))
 	for _, w := range h.Windows {
-		names = append(names, string(w.Fault))
+		if w.Skipped {
+			names = append(names, string(w.Fault)+" (skipped)")
+		} else {
+			names = append(names, string(w.Fault))
+		}
 		iv.detail("%-9s %v–%v: %s", w.Fault, fmtDur(w.Start), fmtDur(w.End), w.Note)
 	}
 	if len(names) == 0 {
@@ -496,4 +503,21 @@ func faultWindows(h History) Invariant {
 		iv.Summary = strings.Join(names, ", ")
 	}
 	return iv
+}
+
+// skippedFaults is an INFO verdict naming each fault that could not be
+// injected and why; false when none was skipped.
+func skippedFaults(h History) (Invariant, bool) {
+	iv := Invariant{Name: "faults skipped", Verdict: Info}
+	var names []string
+	for _, w := range h.Windows {
+		if w.Skipped {
+			names = append(names, fmt.Sprintf("%s: %s", w.Fault, strings.TrimPrefix(w.Note, "skipped: ")))
+		}
+	}
+	if len(names) == 0 {
+		return iv, false
+	}
+	iv.Summary = strings.Join(names, "; ")
+	return iv, true
 }

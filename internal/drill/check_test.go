@@ -130,7 +130,7 @@ func TestCheckerTakeoverAndFences(t *testing.T) {
 	cfg, _ := Config{TTL: 400 * ms}.WithDefaults()
 	base := History{
 		Stops:   []Stop{{Fault: FaultCrash, Key: "k", Token: "A", At: 500 * ms}},
-		Applied: map[string][]Call{"A": {{0, 1 * ms}, {299 * ms, 300 * ms}}},
+		Applied: map[string][]Call{"A": {{Call: 0, Return: 1 * ms}, {Call: 299 * ms, Return: 300 * ms}}},
 	}
 	// Taken over 410 ms after the last renewal: fine.
 	ok := base

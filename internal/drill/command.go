@@ -36,13 +36,13 @@ recorded history whether the invariants held and prints one verdict per invarian
 The exit status is non-zero when any invariant failed.`,
 		Example: `  leasehold drill
   leasehold drill --faults pause,outage --outage 2s --timeline drill.svg
-  leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail`,
+  leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail
+  leasehold drill --store redis-server                       # own redis-server, every fault
+  leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if storeURL != "memory" && storeURL != "" {
-				return fmt.Errorf("%w: --store %q: only the embedded memory store is supported by the drill so far", ErrInvalidConfig, redactURL(storeURL))
-			}
+			cfg.Store = storeURL
 			if cfg.Faults, err = ParseFaults(faults); err != nil {
 				return err
 			}
@@ -118,7 +118,8 @@ The exit status is non-zero when any invariant failed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&storeURL, "store", "memory", "lock store: memory (the embedded store; others are not supported by the drill yet)")
+	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it)")
+	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
 	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL")

@@ -30,7 +30,8 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--replicas", "1"},
 		{"--ttl", "-1s"},
 		{"--no-such-flag"},
-		{"--store", "redis://user:hunter2@localhost:6379"},
+		{"--store", "postgres://user:hunter2@localhost:5432"},
+		{"--store", "redis://user:hunter2@localhost:6379/notadb"},
 	} {
 		out, err := runCommand(t, args...)
 		if !errors.Is(err, ErrInvalidConfig) {

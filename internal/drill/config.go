@@ -16,6 +16,10 @@ import (
 // cannot run; the message names the setting to fix.
 var ErrInvalidConfig = errors.New("drill: invalid configuration")
 
+// ErrSetup is returned by Run when the drill could not start: the store is
+// unreachable or its own redis-server did not come up.
+var ErrSetup = errors.New("drill: setup failed")
+
 // ErrInvariantViolated is returned by Command (and matched by a non-zero exit)
 // when at least one invariant failed.
 var ErrInvariantViolated = errors.New("drill: invariant violated")
@@ -86,6 +90,16 @@ func faultNames() string {
 // Config configures a drill. The zero value is valid and means the
 // documented defaults (fill them with WithDefaults).
 type Config struct {
+	// Store is the lock store: "" or "memory" (the embedded memory store,
+	// default), "redis://[USER:PASSWORD@]HOST:PORT[/DB]" (or rediss://) for
+	// an existing Redis, reached through a fault proxy; the drill does not
+	// restart a Redis it did not start), or StoreRedisServer ("redis-server")
+	// to have the drill start its own redis-server on a free loopback port,
+	// without persistence, and restart it for the restart fault.
+	Store string
+	// RedisServer is the redis-server binary for StoreRedisServer. Default
+	// "redis-server" on PATH.
+	RedisServer string
 	// Replicas is the number of worker processes, each with its own Locker
 	// over the same store. Default 3.
 	Replicas int
@@ -178,6 +192,15 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.TimeLimit <= 0:
 		return bad("time limit must be > 0, got %v", c.TimeLimit)
 	}
+	switch {
+	case c.Store == "" || c.Store == "memory" || c.Store == StoreRedisServer:
+	case strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://"):
+		if _, err := redisOptions(c.Store); err != nil {
+			return c, err
+		}
+	default:
+		return bad("store must be memory, %s or redis://HOST:PORT[/DB], got %q", StoreRedisServer, redactURL(c.Store))
+	}
 	if c.Latency == 0 {
 		c.Latency = c.renewTimeout() + 100*time.Millisecond
 	}
@@ -190,6 +213,23 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// isRedis reports whether the drill runs on Redis.
+func (c Config) isRedis() bool { return c.Store != "" && c.Store != "memory" }
+
+// storeLabel names the store for the report, without a password.
+func (c Config) storeLabel() string {
+	switch {
+	case !c.isRedis():
+		return "memory"
+	case c.Store == StoreRedisServer:
+		return "redis (own redis-server) via fault proxy"
+	}
+	if o, err := redisOptions(c.Store); err == nil {
+		return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)
+	}
+	return "redis"
 }
 
 // renewTimeout is the lockers' renew timeout: the leasehold default for TTL.

@@ -2,10 +2,11 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/memstore"
 )
 
 // inject injects the configured faults one after another, 2 × TTL apart
@@ -14,9 +15,7 @@ import (
 func (d *drill) inject(ctx context.Context) {
 	defer func() {
 		d.injected.Store(true)
-		d.mem.SetDown(false)
-		d.mem.SetLatency(0)
-		d.mem.SetFaults(nil)
+		d.be.heal()
 		for _, r := range d.replicas {
 			r.requestPause(false)
 			if inc := r.current(); inc != nil {
@@ -30,7 +29,7 @@ func (d *drill) inject(ctx context.Context) {
 	for _, f := range d.cfg.Faults {
 		start := d.rec.since()
 		note := d.injectOne(ctx, f)
-		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note})
+		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")})
 		if !sleep(ctx, d.cfg.gap()) {
 			return
 		}
@@ -51,32 +50,37 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (d *drill) injectOne(ctx context.Context, f Fault) string {
 	switch f {
 	case FaultOutage:
-		d.mem.SetDown(true)
+		d.be.setDown(true)
 		sleep(ctx, d.cfg.Outage)
-		d.mem.SetDown(false)
+		d.be.setDown(false)
+		if d.cfg.isRedis() {
+			return fmt.Sprintf("fault proxy down for %v: connections cut and refused", d.cfg.Outage)
+		}
 		return fmt.Sprintf("store down for %v", d.cfg.Outage)
 	case FaultLatency:
-		d.mem.SetLatency(d.cfg.Latency)
+		d.be.setLatency(d.cfg.Latency)
 		sleep(ctx, d.cfg.Window)
-		d.mem.SetLatency(0)
+		d.be.setLatency(0)
+		if d.cfg.isRedis() {
+			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout %v, client timeout %v)", d.cfg.Latency, d.cfg.renewTimeout(), d.cfg.clientTimeout())
+		}
 		return fmt.Sprintf("+%v per store call (renew timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
 	case FaultLostReply:
 		rate := d.cfg.DropRate
-		d.mem.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
-			switch op {
-			case memstore.OpAcquire, memstore.OpRenew, memstore.OpRelease:
-				if d.float() < rate {
-					return memstore.Fault{DropReply: true}
-				}
-			}
-			return memstore.Fault{}
-		})
+		d.be.dropReplies(rate)
 		sleep(ctx, d.cfg.Window)
-		d.mem.SetFaults(nil)
+		d.be.dropReplies(0)
+		if d.cfg.isRedis() {
+			return fmt.Sprintf("fault proxy forwards requests and drops %.0f%% of replies (a connection that lost one loses the rest until it is cut)", 100*rate)
+		}
 		return fmt.Sprintf("%.0f%% of acquire/renew/release replies dropped after the store applied them", 100*rate)
 	case FaultRestart:
-		d.mem.Restart()
-		d.rec.restart()
+		if err := d.be.restart(d.rec.restart); err != nil {
+			if errors.Is(err, errRestartSkipped) {
+				return "skipped: " + strings.TrimPrefix(err.Error(), errRestartSkipped.Error()+": ")
+			}
+			return fmt.Sprintf("restart failed: %v", err)
+		}
 		return "store restarted: every lock and fence counter lost"
 	case FaultPause:
 		return d.injectPause(ctx)

@@ -48,6 +48,8 @@ type Window struct {
 	Start time.Duration `json:"start_ns"`
 	End   time.Duration `json:"end_ns"`
 	Note  string        `json:"note,omitempty"`
+	// Skipped: the fault could not be injected (Note says why).
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // Acquisition is a successful store acquire, recorded at its return.
@@ -75,9 +77,11 @@ type Anomaly struct {
 	Detail string        `json:"detail"`
 }
 
-// Call is when a store call was sent and when it returned.
+// Call is when a store call was sent and when it returned. Latest, when
+// set, is the latest time a call that failed may still have been applied (a
+// request held on the way after the client gave up).
 type Call struct {
-	Call, Return time.Duration
+	Call, Return, Latest time.Duration
 }
 
 // History is everything a drill recorded; the checker reads only this.
@@ -187,8 +191,9 @@ func (r *recorder) begin(token string) time.Duration {
 	return r.since()
 }
 
-// end marks it returned; applied says the store extended token's lock.
-func (r *recorder) end(token string, call time.Duration, applied bool) {
+// end marks it returned; applied says the store extended token's lock, at
+// the latest late after the return.
+func (r *recorder) end(token string, call time.Duration, applied bool, late time.Duration) {
 	now := r.since()
 	r.mu.Lock()
 	r.inflight[token]--
@@ -196,7 +201,7 @@ func (r *recorder) end(token string, call time.Duration, applied bool) {
 		delete(r.inflight, token)
 	}
 	if applied {
-		r.h.Applied[token] = append(r.h.Applied[token], Call{Call: call, Return: now})
+		r.h.Applied[token] = append(r.h.Applied[token], Call{Call: call, Return: now, Latest: now + late})
 	}
 	r.mu.Unlock()
 }
@@ -212,9 +217,8 @@ func (r *recorder) acquired(a Acquisition) {
 func (r *recorder) lastApplied(token string) (last time.Duration, busy, known bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ts := r.h.Applied[token]
-	if len(ts) > 0 {
-		last, known = ts[len(ts)-1].Return, true
+	for _, c := range r.h.Applied[token] {
+		last, known = max(last, c.Return, c.Latest), true
 	}
 	return last, r.inflight[token] > 0, known
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/memstore"
 )
 
 // replica is one worker process. It runs as a series of incarnations: a
@@ -58,17 +57,29 @@ func (r *replica) current() *incarnation {
 // supervise runs incarnations until ctx ends, then closes their lockers.
 func (r *replica) supervise(ctx context.Context) {
 	d := r.d
-	var lockers []*leasehold.Locker
+	var (
+		lockers []*leasehold.Locker
+		closers []func()
+	)
 	defer func() {
 		for _, l := range lockers {
 			_ = l.Close()
+		}
+		for _, c := range closers {
+			c()
 		}
 	}()
 	r.mu.Lock()
 	r.working = -1
 	r.mu.Unlock()
 	for n := 0; ctx.Err() == nil; n++ {
-		ps := &procStore{inner: d.mem, rec: d.rec, replica: r.id, applied: func(err error) bool { return errors.Is(err, memstore.ErrReplyLost) }}
+		st, closeStore, err := d.be.open()
+		if err != nil { // not a network call: a client cannot be built
+			panic(err)
+		}
+		closeStore = sync.OnceFunc(closeStore)
+		closers = append(closers, closeStore)
+		ps := &procStore{inner: st, rec: d.rec, replica: r.id, applied: d.be.maybeApplied, late: d.be.lateness()}
 		name := fmt.Sprintf("replica-%d", r.id)
 		obs := leasehold.ObserverFunc(func(e leasehold.Event) { d.rec.event(e.Kind.String()) })
 		l, err := leasehold.New(ps, d.cfg.lockerOptions(name, obs))
@@ -94,6 +105,7 @@ func (r *replica) supervise(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		closeStore() // a dead process's connections close; its Locker is closed at the end, its store calls fail fast
 		t := time.NewTimer(2 * d.cfg.TTL) // the process restarts
 		select {
 		case <-t.C:

@@ -50,7 +50,7 @@ type ConfigSummary struct {
 
 func summarize(c Config) ConfigSummary {
 	return ConfigSummary{
-		Store: "memory", Replicas: c.Replicas, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
+		Store: c.storeLabel(), Replicas: c.Replicas, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
 		OnStoreError: c.OnStoreError.String(), OnRenewFailure: c.OnRenewFailure.String(), Fencing: !c.NoFencing,
 		Faults: c.Faults, Outage: c.Outage, Latency: c.Latency, Window: c.Window, DropRate: c.DropRate,
 	}
@@ -82,7 +82,7 @@ func (r *Report) Invariant(name string) (Invariant, bool) {
 func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "drill: %s store, %d replicas, %d jobs, TTL %v, %s, renew failure: %s, fencing %s, faults: %s\n",
+	fmt.Fprintf(&b, "drill: store %s, %d replicas, %d jobs, TTL %v, %s, renew failure: %s, fencing %s, faults: %s\n",
 		c.Store, c.Replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), faultList(c.Faults))
 	for _, iv := range r.Invariants {
 		fmt.Fprintf(&b, "%-4s  %-42s %s\n", iv.Verdict, iv.Name, iv.Summary)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
-	"github.com/leasehold/leasehold/memstore"
 )
 
 // keyPrefix is the prefix of every lock key a drill takes.
@@ -19,16 +18,29 @@ const keyPrefix = "drill/job/"
 
 func jobKey(job int) string { return fmt.Sprintf("%s%03d", keyPrefix, job) }
 
-// Run runs one drill with cfg on a fresh embedded memory store and returns
-// its report. It returns an error only when the drill could not run (bad
-// configuration); a failed invariant is a Report whose Passed is false.
-// Run stops every goroutine it started before it returns.
+// Run runs one drill with cfg and returns its report: on a fresh embedded
+// memory store, or on Redis (Config.Store) through a fault proxy. It returns
+// an error only when the drill could not run: bad configuration
+// (ErrInvalidConfig) or a store it could not reach or start (ErrSetup); a
+// failed invariant is a Report whose Passed is false. Run stops every
+// goroutine and process it started before it returns; on Redis it deletes
+// the run's keys (they carry a prefix unique to the run).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
 	d := newDrill(cfg)
+	if cfg.isRedis() {
+		rb, err := newRedisBackend(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.be = rb
+	} else {
+		d.be = newMemBackend(d.float)
+	}
+	defer d.be.close()
 	d.run(ctx)
 	h := d.rec.snapshot()
 	return Check(cfg, h), nil
@@ -38,7 +50,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // injector and the recorder.
 type drill struct {
 	cfg Config
-	mem *memstore.Store
+	be  backend
 	reg register
 	rec *recorder
 
@@ -67,7 +79,6 @@ func newDrill(cfg Config) *drill {
 	}
 	d := &drill{
 		cfg:     cfg,
-		mem:     memstore.New(),
 		rec:     newRecorder(),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		done:    make([]atomic.Bool, cfg.Jobs),
@@ -217,8 +228,8 @@ func (d *drill) sample(ctx context.Context) {
 		// A lock listed was live at some instant after now: now, not the
 		// time List returns, is the conservative moment to compare with.
 		now := d.rec.since()
-		lctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		locks, err := d.mem.List(lctx, keyPrefix)
+		lctx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
+		locks, err := d.be.observer().List(lctx, keyPrefix)
 		cancel()
 		if err != nil {
 			continue
@@ -243,8 +254,8 @@ func (d *drill) checkBelief(ctx context.Context, ls *leasehold.Lease, sec *Secti
 	if ls.Degraded() {
 		return
 	}
-	ictx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	info, err := d.mem.Inspect(ictx, ls.Key())
+	ictx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
+	info, err := d.be.observer().Inspect(ictx, ls.Key())
 	cancel()
 	now := time.Now()
 	if err != nil && !errors.Is(err, leasehold.ErrNotHeld) {

@@ -22,9 +22,12 @@ type procStore struct {
 	inner   leasehold.Store
 	rec     *recorder
 	replica int
-	// applied reports whether a failed call was nevertheless applied by the
-	// store (a lost reply).
+	// applied reports whether a failed call may nevertheless have been
+	// applied by the store (a lost reply).
 	applied func(error) bool
+	// late bounds how long after its return a failed call may still be
+	// applied.
+	late time.Duration
 
 	mu     sync.Mutex
 	frozen chan struct{} // non-nil while paused; closed on thaw
@@ -89,7 +92,7 @@ func (p *procStore) Acquire(ctx context.Context, key, token string, ttl time.Dur
 	}
 	call := p.rec.begin(token)
 	g, err := p.inner.Acquire(ctx, key, token, ttl)
-	p.rec.end(token, call, err == nil || p.applied(err))
+	p.end(token, call, err)
 	if err == nil {
 		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, At: p.rec.since()})
 	}
@@ -102,8 +105,21 @@ func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Durat
 	}
 	call := p.rec.begin(token)
 	err := p.inner.Renew(ctx, key, token, ttl)
-	p.rec.end(token, call, err == nil || p.applied(err))
+	p.end(token, call, err)
 	return err
+}
+
+// end records an acquire or renew: applied when it succeeded, maybe applied
+// (up to p.late after its return) when it failed without an answer.
+func (p *procStore) end(token string, call time.Duration, err error) {
+	switch {
+	case err == nil:
+		p.rec.end(token, call, true, 0)
+	case p.applied(err):
+		p.rec.end(token, call, true, p.late)
+	default:
+		p.rec.end(token, call, false, 0)
+	}
 }
 
 func (p *procStore) Release(ctx context.Context, key, token string) error {
@@ -112,7 +128,7 @@ func (p *procStore) Release(ctx context.Context, key, token string) error {
 	}
 	call := p.rec.begin(token)
 	err := p.inner.Release(ctx, key, token)
-	p.rec.end(token, call, false)
+	p.rec.end(token, call, false, 0)
 	return err
 }
 
