@@ -53,13 +53,13 @@ func newMemBackend(float func() float64) *memBackend {
 }
 
 func (m *memBackend) open() (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
-func (m *memBackend) observer() leasehold.Store                { return m.mem }
-func (m *memBackend) observeTimeout() time.Duration            { return 20 * time.Millisecond }
-func (m *memBackend) maybeApplied(err error) bool              { return errors.Is(err, memstore.ErrReplyLost) }
-func (m *memBackend) lateness() time.Duration                  { return 0 }
-func (m *memBackend) setDown(down bool)                        { m.mem.SetDown(down) }
-func (m *memBackend) setLatency(d time.Duration)               { m.mem.SetLatency(d) }
-func (m *memBackend) close()                                   {}
+func (m *memBackend) observer() leasehold.Store              { return m.mem }
+func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
+func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
+func (m *memBackend) lateness() time.Duration                { return 0 }
+func (m *memBackend) setDown(down bool)                      { m.mem.SetDown(down) }
+func (m *memBackend) setLatency(d time.Duration)             { m.mem.SetLatency(d) }
+func (m *memBackend) close()                                 {}
 
 func (m *memBackend) dropReplies(rate float64) {
 	if rate == 0 {

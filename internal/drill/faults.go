@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
 )
 
 // inject injects the configured faults one after another, 2 × TTL apart

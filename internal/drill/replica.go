@@ -105,7 +105,7 @@ func (r *replica) supervise(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		closeStore() // a dead process's connections close; its Locker is closed at the end, its store calls fail fast
+		closeStore()                      // a dead process's connections close; its Locker is closed at the end, its store calls fail fast
 		t := time.NewTimer(2 * d.cfg.TTL) // the process restarts
 		select {
 		case <-t.C:
