@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
 
@@ -83,6 +85,11 @@ The exit status is non-zero when any invariant failed.`,
 				defer tf.Close()
 			}
 			cmd.SilenceUsage = true
+			if cfg.isRedis() {
+				// go-redis logs dial failures (expected during the outage)
+				// to stderr by default; route them to --log or nowhere.
+				redis.SetLogger(redisLogger{cfg.Logger})
+			}
 			rep, err := Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -143,6 +150,14 @@ The exit status is non-zero when any invariant failed.`,
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	})
 	return cmd
+}
+
+// redisLogger sends go-redis's log lines to the drill's logger at debug
+// level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 // redactURL hides a password in a store URL.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testredis"
 )
 
 func runCommand(t *testing.T, args ...string) (string, error) {
@@ -72,5 +74,23 @@ func TestCommandFailsOnViolation(t *testing.T) {
 	}
 	if !strings.Contains(out, "FAIL  no stale write accepted") {
 		t.Errorf("expected a FAIL verdict line for the stale write, got:\n%s", out)
+	}
+}
+
+// The command on a password-protected Redis: AUTH goes through the fault
+// proxy, the run passes, and the password appears nowhere in the output.
+func TestCommandRedisLostReplies(t *testing.T) {
+	srv := testredis.Start(t, "--requirepass", "hunter2")
+	url := "redis://:hunter2@" + srv.Addr + "/1"
+	out, err := runCommand(t, "--store", url, "--faults", "lostreply", "--drop-rate", "0.5", "--jobs", "8", "--ttl", "250ms", "-v")
+	if err != nil {
+		t.Fatalf("expected a passing drill on Redis, got %v\n%s", err, out)
+	}
+	t.Log("\n" + out)
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("the password leaked into the output:\n%s", out)
+	}
+	if !strings.Contains(out, "store redis "+srv.Addr+"/1 via fault proxy") || !strings.Contains(out, "drops 50% of replies") {
+		t.Errorf("expected the Redis store and the lost-reply window in the output, got:\n%s", out)
 	}
 }

@@ -105,7 +105,9 @@ func (r *replica) supervise(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		closeStore()                      // a dead process's connections close; its Locker is closed at the end, its store calls fail fast
+		// A dead process's connections close. Its Locker is closed at the
+		// end; its store calls fail fast meanwhile.
+		closeStore()
 		t := time.NewTimer(2 * d.cfg.TTL) // the process restarts
 		select {
 		case <-t.C:

@@ -157,6 +157,7 @@ func (d *drill) run(parent context.Context) {
 	}
 	stopSamp()
 	sampWG.Wait()
+	d.finalProbe(parent)
 	d.rec.count(func(h *History) {
 		h.Jobs = d.cfg.Jobs
 		h.Done = int(d.doneCount.Load())
@@ -276,4 +277,26 @@ func (d *drill) checkBelief(ctx context.Context, ls *leasehold.Lease, sec *Secti
 	}
 	d.rec.anomaly(&d.rec.h.Beliefs, Anomaly{At: d.rec.at(now), Key: ls.Key(),
 		Detail: fmt.Sprintf("replica %d trusted its lease (fence %d, valid %v more) while the store said %s holds it", sec.Replica, ls.Fence(), ls.ValidUntil().Sub(now).Round(time.Millisecond), holder)})
+}
+
+// finalProbe lists the locks once every replica has stopped and TTL has
+// passed: every key must be free by then (each holder released or stopped
+// renewing at least a TTL ago), lost acquire and release replies included.
+func (d *drill) finalProbe(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*d.be.observeTimeout())
+	locks, err := d.be.observer().List(lctx, keyPrefix)
+	cancel()
+	if err != nil {
+		return
+	}
+	now := d.rec.since()
+	for _, l := range locks {
+		if !d.rec.stuckKnown(l.Key, now) {
+			d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
+				Detail: fmt.Sprintf("lock still held (fence %d, %v left) more than TTL %v after every replica stopped", l.Fence, l.Remaining.Round(time.Millisecond), d.cfg.TTL)})
+		}
+	}
 }
