@@ -35,7 +35,11 @@ a holder paused past its TTL right before its write, a store outage, a holder th
 without releasing, latency above the renew timeout, replies lost after the store applied
 the request, and a store restart that loses its data. A checker then decides from the
 recorded history whether the invariants held and prints one verdict per invariant.
-The exit status is non-zero when any invariant failed.`,
+The exit status is non-zero when any invariant failed.
+
+--store memory (default) runs on the embedded store. --store redis://HOST:PORT[/DB] runs on
+an existing Redis, each replica connecting through a fault proxy (the drill does not restart
+it); --store redis-server starts the drill's own redis-server so it can restart it too.`,
 		Example: `  leasehold drill
   leasehold drill --faults pause,outage --outage 2s --timeline drill.svg
   leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail

@@ -1,4 +1,5 @@
-// Package drill runs a game day against leasehold: replicas of a small worker
+// Package drill runs a game day against leasehold, on the embedded memory
+// store or on Redis through a fault proxy (Config.Store): replicas of a small worker
 // process jobs under per-item leases and write each job's result to a fenced
 // register, while an injector pauses a holder past its TTL, takes the store
 // down, crashes a holder without release, adds latency above the renew
