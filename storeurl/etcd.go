@@ -3,44 +3,87 @@ package storeurl
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold/etcdstore"
 )
 
-// parseEtcd returns the endpoints of etcd://host:port[,host:port…].
-func parseEtcd(raw, desc string) ([]string, error) {
+// checkEtcd validates the endpoints of etcd://[user:password@]host:port[,…]
+// more strictly than the etcd client does, so a typo is a bad URL rather
+// than a connection timeout.
+func checkEtcd(raw, desc string) error {
 	_, rest, _ := strings.Cut(raw, "://")
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		if tail := strings.Trim(rest[i:], "/"); tail != "" {
-			return nil, fmt.Errorf("%w: %q: etcd URLs take no path or options, only etcd://host:port[,host:port]", ErrBadURL, desc)
-		}
-		rest = rest[:i]
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		rest = rest[at+1:]
 	}
-	if strings.Contains(rest, "@") {
-		return nil, fmt.Errorf("%w: %q: credentials in etcd URLs are not supported; use etcd://host:port[,host:port]", ErrBadURL, desc)
+	hosts, _, _ := strings.Cut(rest, "?")
+	hosts = strings.TrimSuffix(hosts, "/")
+	if hosts == "" {
+		return fmt.Errorf("%w: %q: no endpoint; want etcd://host:port[,host:port]", ErrBadURL, desc)
 	}
-	if rest == "" {
-		return nil, fmt.Errorf("%w: %q: no endpoint; want etcd://host:port[,host:port]", ErrBadURL, desc)
+	if strings.ContainsAny(hosts, "/#") {
+		return fmt.Errorf("%w: %q: etcd URLs take no path; set the key prefix with ?prefix=", ErrBadURL, desc)
 	}
-	var eps []string
-	for _, ep := range strings.Split(rest, ",") {
+	for _, ep := range strings.Split(hosts, ",") {
 		host, port, err := net.SplitHostPort(ep)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: endpoint %q is not host:port", ErrBadURL, desc, ep)
+			return fmt.Errorf("%w: %q: endpoint %q is not host:port", ErrBadURL, desc, ep)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
-			return nil, fmt.Errorf("%w: %q: endpoint %q needs a host and a port between 1 and 65535", ErrBadURL, desc, ep)
+			return fmt.Errorf("%w: %q: endpoint %q needs a host and a port between 1 and 65535", ErrBadURL, desc, ep)
 		}
-		eps = append(eps, ep)
 	}
-	return eps, nil
+	if _, _, err := etcdstore.ParseURL(raw); err != nil {
+		return fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	}
+	return nil
 }
 
+// etcdDialTimeout bounds connecting (and authenticating) to etcd.
+const etcdDialTimeout = 5 * time.Second
+
+// openEtcd connects to etcd and checks that a quorum answers. It dials the
+// client itself, with a dial timeout, because authenticating a user blocks in
+// clientv3.New otherwise.
 func openEtcd(ctx context.Context, raw, desc string) (*Opened, error) {
-	eps, err := parseEtcd(raw, desc)
-	if err != nil {
+	if err := checkEtcd(raw, desc); err != nil {
 		return nil, err
 	}
-	return dialEtcd(ctx, eps, desc)
+	cfg, prefix, err := etcdstore.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	}
+	if prefix == "" {
+		prefix = etcdstore.DefaultPrefix
+	}
+	dctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	cfg.DialTimeout = etcdDialTimeout
+	if dl, ok := dctx.Deadline(); ok {
+		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	cfg.Context = context.WithoutCancel(ctx)
+	cfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+	}
+	if _, err := cli.Get(dctx, prefix, clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("%w: %s does not answer: %w", ErrUnavailable, desc, err)
+	}
+	st, err := etcdstore.New(cli, etcdstore.Options{Prefix: prefix})
+	if err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	}
+	// The store before the client it uses.
+	return &Opened{Store: st, Kind: Etcd, Shared: true, closers: []io.Closer{st, cli}}, nil
 }

@@ -5,10 +5,10 @@
 //	redis://[user:password@]host:port[/db][?prefix=P&<go-redis options>]
 //	rediss://…                               the same over TLS
 //	redis://host:port?addr=host2:port2&addr=…  a Redis Cluster (go-redis ParseClusterURL)
-//	etcd://host:port[,host:port…]            an etcd cluster
+//	etcd://[user:password@]host:port[,host:port…][?prefix=P]  an etcd cluster
 //
-// The prefix query parameter sets the key prefix of the Redis store; every
-// other query parameter is go-redis's (dial_timeout, read_timeout, …).
+// The prefix query parameter sets the key prefix of the store; every other
+// query parameter of a Redis URL is go-redis's (dial_timeout, read_timeout, …).
 //
 // Passwords never appear in what this package returns: Describe redacts
 // them, and every error is scrubbed of them.
@@ -33,6 +33,9 @@ var (
 	// ErrUnknownScheme is returned for a scheme this package does not know;
 	// it also matches ErrBadURL.
 	ErrUnknownScheme = fmt.Errorf("%w: unknown scheme", ErrBadURL)
+	// ErrUnavailable is returned by Open for a well-formed URL whose store
+	// did not answer (etcd is dialled at open; Redis is not).
+	ErrUnavailable = errors.New("storeurl: store unavailable")
 )
 
 // Kind names a kind of store.
@@ -103,11 +106,11 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// Open parses raw and opens the store it names. It does not require the
-// store to be reachable: connection failures surface on first use, so a
-// fail-open caller can still decide what to do. An unusable URL returns an
-// error wrapping ErrBadURL (ErrUnknownScheme for an unknown scheme) that
-// names the problem and never contains the password.
+// Open parses raw and opens the store it names. A Redis store is not
+// contacted (failures surface on first use); etcd is, and an etcd cluster
+// that does not answer returns an error wrapping ErrUnavailable. An unusable
+// URL returns an error wrapping ErrBadURL (ErrUnknownScheme for an unknown
+// scheme) that names the problem. No error contains the password.
 func Open(ctx context.Context, raw string) (*Opened, error) {
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/leasehold/leasehold/internal/testetcd"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/storeurl"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testetcd.VerifyTestMain(m) }
 
 const secret = "hunter2pw"
 
@@ -58,7 +58,8 @@ func TestOpenRejects(t *testing.T) {
 		{"etcd://a", false, "not host:port"},
 		{"etcd://a:0", false, "port"},
 		{"etcd://a:2379,", false, `""`},
-		{"etcd://u:" + secret + "@a:2379", false, "credentials"},
+		{"etcd://u:" + secret + "@a:2379?bogus=1", false, "bogus"},
+		{"etcd://:" + secret + "@a:2379", false, "user name"},
 		{"etcd://a:2379/x", false, "no path"},
 	}
 	for _, tt := range tests {

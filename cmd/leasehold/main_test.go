@@ -167,4 +167,3 @@ func noPanic(t *testing.T, out ...string) {
 		}
 	}
 }
-

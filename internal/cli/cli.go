@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -212,7 +213,10 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, storeurl.Supported)
 	}
 	o, err := storeurl.Open(ctx, raw)
-	if err != nil {
+	switch {
+	case errors.Is(err, storeurl.ErrUnavailable):
+		return nil, &ExitError{Code: ExitUnavailable, Err: err}
+	case err != nil:
 		return nil, usage("--store: %v", err)
 	}
 	if shared && !o.Shared {
@@ -281,3 +285,17 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 		fmt.Fprintln(l.a.Stderr, "redis:", strings.TrimRight(fmt.Sprintf(format, v...), "\n"))
 	}
 }
+
+// downStore stands in for a store that could not even be opened, so that a
+// Locker applies its store-failure policy to it like to any outage.
+type downStore struct{ err error }
+
+func (d downStore) Acquire(context.Context, string, string, time.Duration) (leasehold.Grant, error) {
+	return leasehold.Grant{}, d.err
+}
+func (d downStore) Renew(context.Context, string, string, time.Duration) error { return d.err }
+func (d downStore) Release(context.Context, string, string) error              { return d.err }
+func (d downStore) Inspect(context.Context, string) (leasehold.LockInfo, error) {
+	return leasehold.LockInfo{}, d.err
+}
+func (d downStore) List(context.Context, string) ([]leasehold.LockInfo, error) { return nil, d.err }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storeurl"
 )
 
 type runOpts struct {
@@ -173,7 +174,10 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 	defer stopMetrics()
 
 	st, err := a.openStore(ctx, "run", true)
-	if err != nil {
+	if errors.Is(err, storeurl.ErrUnavailable) {
+		// Not even opened (etcd is dialled at open): the policy decides.
+		st = &storeurl.Opened{Store: downStore{err: errors.Unwrap(err)}, Shared: true, Desc: storeurl.Describe(a.storeFlagOrEnv())}
+	} else if err != nil {
 		return err
 	}
 	defer st.Close()
