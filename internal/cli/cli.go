@@ -157,10 +157,11 @@ Every command that talks to a store takes --store URL (or ` + EnvStore + `):
   redis://[user:password@]host:port[/db][?prefix=P]
   rediss://…                          Redis over TLS
   redis://host:port?addr=host:port…   Redis Cluster (every addr= is one more node)
-  etcd://host:port[,host:port]        etcd
+  etcd://[user:password@]host:port[,host:port][?prefix=P]   etcd
 
-The prefix parameter sets the Redis key prefix (default "leasehold:"); other
-query parameters are go-redis options (dial_timeout, read_timeout, …).
+The prefix parameter sets the key prefix (Redis default "leasehold:", etcd
+"leasehold/"); other Redis query parameters are go-redis options
+(dial_timeout, read_timeout, max_retries, …).
 Passwords are never printed.
 
 Flags may stand before or after positional arguments; everything after --

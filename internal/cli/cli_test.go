@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	app := &App{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	code := app.Execute(t.Context(), app.Root(), args)
+	return code, out.String(), errb.String()
+}
+
+// In process, so goleak sees every goroutine bench starts (workers,
+// lockers, the progress line) end.
+func TestBenchMemoryInProcess(t *testing.T) {
+	code, stdout, stderr := runMain(t, "bench", "--store", "memory", "--duration", "200ms", "--concurrency", "2", "--waiters", "2", "--json")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var b benchJSON
+	if err := json.Unmarshal([]byte(stdout), &b); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Cycles) != 1 || b.Cycles[0].Cycles == 0 || b.Handoff.Handoffs == 0 || b.Handoff.Errors != 0 {
+		t.Errorf("implausible bench: %+v", b)
+	}
+	if !strings.Contains(stderr, "done") {
+		t.Errorf("expected dots and done on a non-terminal stderr, got %q", stderr)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"calibrate", "--p99", "1s", "--jitter", "0s", "--guard", "0s"}, ExitOK, ""},
+		{[]string{"calibrate", "--p99", "10s", "--jitter", "1s", "--guard", "1s", "--slo", "5s"}, ExitFailure, ""},
+		{[]string{"inspect", "k"}, ExitUsage, "no store: pass --store URL or set LEASEHOLD_STORE"},
+		{[]string{"nope"}, ExitUsage, `unknown command "nope"`},
+		{[]string{"ls", "a", "b", "--store", "memory"}, ExitUsage, "at most one PREFIX"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runMain(t, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%q: expected exit %d and %q, got %d: %s", tt.args, tt.code, tt.want, code, stderr)
+		}
+		if strings.Contains(stderr, "leasehold: leasehold:") {
+			t.Errorf("%q: doubled prefix: %s", tt.args, stderr)
+		}
+	}
+}
