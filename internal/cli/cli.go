@@ -194,7 +194,7 @@ Exit statuses:
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
 
-	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.benchCmd())
+	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
 	return root
 }
 

@@ -60,3 +60,22 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestDrillExitStatuses(t *testing.T) {
+	code, _, errOut := runMain(t, "drill", "--replicas", "x")
+	if code != ExitUsage || !strings.Contains(errOut, "--replicas") {
+		t.Fatalf("expected exit 2 naming --replicas, got %d: %s", code, errOut)
+	}
+	code, _, errOut = runMain(t, "drill", "--fencing", "maybe")
+	if code != ExitUsage || !strings.Contains(errOut, "--fencing must be on or off") {
+		t.Fatalf("expected exit 2 naming --fencing, got %d: %s", code, errOut)
+	}
+	code, out, errOut := runMain(t, "drill", "--jobs", "6", "--faults", "none", "--ttl", "200ms")
+	if code != ExitOK || !strings.Contains(out, "every invariant held") {
+		t.Fatalf("expected a passing drill with exit 0, got %d: %s %s", code, out, errOut)
+	}
+	code, out, _ = runMain(t, "drill", "--jobs", "12", "--faults", "pause", "--fencing", "off", "--ttl", "200ms", "--seed", "7")
+	if code != ExitFailure || !strings.Contains(out, "FAIL  no stale write accepted") {
+		t.Fatalf("expected the unfenced drill to fail with exit 1, got %d: %s", code, out)
+	}
+}

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"errors"
+
+	"github.com/leasehold/leasehold/internal/drill"
+	"github.com/spf13/cobra"
+)
+
+// drillCmd wires the game day (package drill) into the command line and maps
+// its errors to exit statuses: 2 for bad flags, 1 when an invariant failed or
+// the drill could not set up its store.
+func (a *App) drillCmd() *cobra.Command {
+	cmd := drill.Command()
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		err := run(c, args)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, drill.ErrInvalidConfig):
+			return &ExitError{Code: ExitUsage, Err: err}
+		default: // drill.ErrInvariantViolated, drill.ErrSetup, a failed write
+			return &ExitError{Code: ExitFailure, Err: err}
+		}
+	}
+	flagErr := cmd.FlagErrorFunc()
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Err: flagErr(c, err)}
+	})
+	return cmd
+}
