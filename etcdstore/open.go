@@ -106,6 +106,11 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 		defer cancel()
 	}
 	cfg.Logger = zap.NewNop()
+	if dl, ok := ctx.Deadline(); ok && cfg.DialTimeout == 0 {
+		// With credentials, clientv3.New authenticates while it dials; without
+		// a dial timeout that blocks past ctx on an unreachable endpoint.
+		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -438,6 +439,24 @@ func TestOpen(t *testing.T) {
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("Open of a stopped member took %v, expected to end with its 1s context", el)
+	}
+	// With credentials the client authenticates while it dials: that too
+	// must end with the context, and the password must not show.
+	// The endpoint accepts connections and never answers.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	start = time.Now()
+	actx, acancel := context.WithTimeout(t.Context(), time.Second)
+	defer acancel()
+	_, err = etcdstore.OpenURL(actx, "etcd://root:hunter2@"+mute.Addr().String(), etcdstore.Options{})
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("OpenURL with credentials of a stopped member: expected an error without the password, got %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("OpenURL with credentials of a stopped member took %v, expected to end with its 1s context", el)
 	}
 	if _, err := etcdstore.Open(ctx, nil, etcdstore.Options{}); !errors.Is(err, etcdstore.ErrInvalidOptions) {
 		t.Fatalf("Open without endpoints: expected ErrInvalidOptions, got %v", err)
