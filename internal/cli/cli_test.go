@@ -70,7 +70,11 @@ func TestDrillExitStatuses(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(errOut, "--fencing must be on or off") {
 		t.Fatalf("expected exit 2 naming --fencing, got %d: %s", code, errOut)
 	}
-	code, out, errOut := runMain(t, "drill", "--jobs", "6", "--faults", "none", "--ttl", "200ms")
+	code, _, errOut = runMain(t, "drill", "--metrics-addr", "not-an-address")
+	if code != ExitUsage || !strings.Contains(errOut, "--metrics-addr") {
+		t.Fatalf("expected exit 2 naming --metrics-addr, got %d: %s", code, errOut)
+	}
+	code, out, errOut := runMain(t, "drill", "--jobs", "6", "--faults", "none", "--ttl", "200ms", "--metrics-addr", "127.0.0.1:0")
 	if code != ExitOK || !strings.Contains(out, "every invariant held") {
 		t.Fatalf("expected a passing drill with exit 0, got %d: %s %s", code, out, errOut)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/drill"
 	"github.com/spf13/cobra"
 )
@@ -11,13 +12,18 @@ import (
 // its errors to exit statuses: 2 for bad flags, 1 when an invariant failed or
 // the drill could not set up its store.
 func (a *App) drillCmd() *cobra.Command {
-	cmd := drill.Command()
+	cmd := drill.NewCommand(drill.CommandOptions{
+		Metrics: func(addr string) (leasehold.Observer, func(), error) { return a.startMetrics(addr, "drill") },
+	})
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		err := run(c, args)
+		var ee *ExitError
 		switch {
 		case err == nil:
 			return nil
+		case errors.As(err, &ee):
+			return err // already has its status (e.g. a bad --metrics-addr)
 		case errors.Is(err, drill.ErrInvalidConfig):
 			return &ExitError{Code: ExitUsage, Err: err}
 		default: // drill.ErrInvariantViolated, drill.ErrSetup, a failed write

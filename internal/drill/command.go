@@ -13,18 +13,30 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// CommandOptions adds what the drill cannot build itself to its command.
+type CommandOptions struct {
+	// Metrics, when set, adds --metrics-addr: it is called with the address
+	// and returns an Observer that serves the events as metrics there, and
+	// the function that stops serving.
+	Metrics func(addr string) (leasehold.Observer, func(), error)
+}
+
 // Command returns the `drill` subcommand. It runs a drill on the embedded
 // memory store, prints one verdict line per invariant (or the JSON report
 // with --json), optionally writes an SVG timeline, and returns an error
 // wrapping ErrInvalidConfig for bad flags and ErrInvariantViolated when an
 // invariant failed.
-func Command() *cobra.Command {
+func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
+
+// NewCommand is Command with options.
+func NewCommand(opts CommandOptions) *cobra.Command {
 	var (
 		cfg                       Config
 		storeURL, faults          string
 		onStoreErr, onRenewFail   string
 		fencing, timeline         string
 		asJSON, verbose, logLocks bool
+		metricsAddr               string
 	)
 	cmd := &cobra.Command{
 		Use:   "drill",
@@ -88,6 +100,14 @@ it); --store redis-server starts the drill's own redis-server so it can restart 
 				}
 				defer tf.Close()
 			}
+			if metricsAddr != "" {
+				obs, stop, err := opts.Metrics(metricsAddr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				cfg.Observer = obs
+			}
 			cmd.SilenceUsage = true
 			if cfg.isRedis() {
 				// go-redis logs dial failures (expected during the outage)
@@ -150,6 +170,9 @@ it); --store redis-server starts the drill's own redis-server so it can restart 
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
 	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	if opts.Metrics != nil {
+		f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	})

@@ -139,6 +139,10 @@ type Config struct {
 	Seed uint64
 	// Logger receives the lockers' log records. Default: discarded.
 	Logger *slog.Logger
+	// Observer, when set, also receives every event of the replicas' lockers
+	// (named "replica-N") and of the fenced register, e.g. a Prometheus
+	// adapter behind `leasehold drill --metrics-addr`.
+	Observer leasehold.Observer
 }
 
 // WithDefaults returns c with zero fields set to their defaults and checks

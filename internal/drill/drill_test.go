@@ -3,6 +3,7 @@ package drill
 import (
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,9 +74,15 @@ func TestSafeConfigurationPassesEveryFault(t *testing.T) {
 // outage makes the checker fail: the paused holder's stale write lands.
 func TestUnsafeConfigurationFails(t *testing.T) {
 	t.Parallel()
+	var fallbacks atomic.Int32
 	rep, err := Run(t.Context(), Config{
 		TTL: 300 * time.Millisecond, Jobs: 24, OnStoreError: leasehold.FailOpen, NoFencing: true,
 		Faults: []Fault{FaultPause, FaultOutage}, Outage: 600 * time.Millisecond,
+		Observer: leasehold.ObserverFunc(func(e leasehold.Event) {
+			if e.Kind == leasehold.EventFailOpen {
+				fallbacks.Add(1)
+			}
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +99,9 @@ func TestUnsafeConfigurationFails(t *testing.T) {
 	}
 	if rep.Events["fail_open"] == 0 {
 		t.Errorf("expected fail-open fallbacks during the outage, got none")
+	}
+	if got, want := int(fallbacks.Load()), rep.Events["fail_open"]; got != want {
+		t.Errorf("expected Config.Observer to see every fail-open fallback (%d), got %d", want, got)
 	}
 }
 

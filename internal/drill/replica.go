@@ -81,8 +81,7 @@ func (r *replica) supervise(ctx context.Context) {
 		closers = append(closers, closeStore)
 		ps := &procStore{inner: st, rec: d.rec, replica: r.id, applied: d.be.maybeApplied, late: d.be.lateness()}
 		name := fmt.Sprintf("replica-%d", r.id)
-		obs := leasehold.ObserverFunc(func(e leasehold.Event) { d.rec.event(e.Kind.String()) })
-		l, err := leasehold.New(ps, d.cfg.lockerOptions(name, obs))
+		l, err := leasehold.New(ps, d.cfg.lockerOptions(name, d.observer()))
 		if err != nil { // options were validated by Config.WithDefaults
 			panic(err)
 		}

@@ -72,6 +72,18 @@ type drill struct {
 	injected atomic.Bool
 }
 
+// observer records every event in the history and forwards it to
+// Config.Observer.
+func (d *drill) observer() leasehold.Observer {
+	extra := d.cfg.Observer
+	return leasehold.ObserverFunc(func(e leasehold.Event) {
+		d.rec.event(e.Kind.String())
+		if extra != nil {
+			extra.Observe(e)
+		}
+	})
+}
+
 func newDrill(cfg Config) *drill {
 	seed := cfg.Seed
 	if seed == 0 {
@@ -85,7 +97,7 @@ func newDrill(cfg Config) *drill {
 		allDone: make(chan struct{}),
 		pauses:  make(chan pauseEvent, 1),
 	}
-	obs := leasehold.ObserverFunc(func(e leasehold.Event) { d.rec.event(e.Kind.String()) })
+	obs := d.observer()
 	if cfg.NoFencing {
 		d.reg = &unfencedRegister{}
 	} else {
