@@ -377,7 +377,9 @@ func (ls *Lease) schedule() {
 // is re-armed when it returns.
 func (ls *Lease) tick() {
 	ls.mu.Lock()
-	if ls.stopped || ls.over {
+	if ls.stopped || ls.over || ls.inTick {
+		// inTick: a Reset from a manual Renew fired while a tick ran; that
+		// tick re-arms the timer when it returns.
 		ls.mu.Unlock()
 		return
 	}
