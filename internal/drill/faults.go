@@ -18,7 +18,7 @@ func (d *drill) inject(ctx context.Context) {
 		for _, r := range d.replicas {
 			r.requestPause(false)
 			if inc := r.current(); inc != nil {
-				inc.ps.thaw()
+				inc.thaw()
 			}
 		}
 	}()
@@ -166,7 +166,7 @@ func (d *drill) injectPause(ctx context.Context) string {
 	}
 	taken := d.done[ev.job].Load()
 	if inc := r.current(); inc != nil {
-		inc.ps.thaw()
+		inc.thaw()
 	}
 	if !taken {
 		return fmt.Sprintf("replica %d paused %v before writing job %d; nobody took the job over", ev.replica, time.Since(start).Round(time.Millisecond), ev.job)

@@ -12,9 +12,13 @@ import (
 
 // replica is one worker process. It runs as a series of incarnations: a
 // crash ends one and, after 2 × TTL, the next starts with a fresh Locker,
-// as a restarted pod would.
+// as a restarted pod would. In-process, its worker loop runs here against
+// the drill (h is the *drill); with Config.Processes, the parent keeps one
+// replica per child as the injector's handle (its working job and pause
+// request) and the child runs the same loop against a workerHost.
 type replica struct {
-	d     *drill
+	h     host
+	cfg   Config
 	id    int
 	hints chan int // jobs redelivered to this replica: taken with a blocking Acquire
 
@@ -24,11 +28,14 @@ type replica struct {
 	pauseReq bool
 }
 
-// incarnation is one process lifetime of a replica.
+// incarnation is one process lifetime of a replica: in-process, a Locker
+// over its own procStore; with Config.Processes, in the parent, a child
+// process (proc) and, in the child, its Locker.
 type incarnation struct {
 	n      int
 	locker *leasehold.Locker
 	ps     *procStore
+	proc   *child
 	crash  chan struct{} // closed when the process dies
 	once   sync.Once
 }
@@ -54,9 +61,9 @@ func (r *replica) current() *incarnation {
 	return r.inc
 }
 
-// supervise runs incarnations until ctx ends, then closes their lockers.
-func (r *replica) supervise(ctx context.Context) {
-	d := r.d
+// supervise runs r's in-process incarnations until ctx ends, then closes
+// their lockers.
+func (d *drill) supervise(ctx context.Context, r *replica) {
 	var (
 		lockers []*leasehold.Locker
 		closers []func()
@@ -80,50 +87,76 @@ func (r *replica) supervise(ctx context.Context) {
 		closeStore = sync.OnceFunc(closeStore)
 		closers = append(closers, closeStore)
 		ps := &procStore{inner: st, rec: d.rec, replica: r.id, applied: d.be.maybeApplied, late: d.be.lateness()}
-		name := fmt.Sprintf("replica-%d", r.id)
-		l, err := leasehold.New(ps, d.cfg.lockerOptions(name, d.observer()))
+		inc, err := r.newIncarnation(n, ps, d.observer())
 		if err != nil { // options were validated by Config.WithDefaults
 			panic(err)
 		}
-		lockers = append(lockers, l)
-		inc := &incarnation{n: n, locker: l, ps: ps, crash: make(chan struct{})}
-		r.mu.Lock()
-		r.inc = inc
-		r.mu.Unlock()
-
-		ictx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Go(func() { r.work(ictx, inc) })
-		wg.Go(func() { r.redeliveries(ictx, inc) })
-		select {
-		case <-ctx.Done():
-		case <-inc.crash:
-		}
-		cancel()
-		wg.Wait()
+		lockers = append(lockers, inc.locker)
+		r.run(ctx, inc)
 		if ctx.Err() != nil {
 			return
 		}
 		// A dead process's connections close. Its Locker is closed at the
 		// end; its store calls fail fast meanwhile.
 		closeStore()
-		t := time.NewTimer(2 * d.cfg.TTL) // the process restarts
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, 2*d.cfg.TTL) { // the process restarts
 			return
 		}
 	}
+}
+
+// newIncarnation builds incarnation n of r: a Locker named replica-N over
+// ps, reporting to obs.
+func (r *replica) newIncarnation(n int, ps *procStore, obs leasehold.Observer) (*incarnation, error) {
+	l, err := leasehold.New(ps, r.cfg.lockerOptions(fmt.Sprintf("replica-%d", r.id), obs))
+	if err != nil {
+		return nil, err
+	}
+	inc := &incarnation{n: n, locker: l, ps: ps, crash: make(chan struct{})}
+	r.mu.Lock()
+	r.inc = inc
+	r.mu.Unlock()
+	return inc, nil
+}
+
+// run runs the incarnation's worker loop and redelivery worker until ctx
+// ends or the incarnation dies, and joins them. It does not close the
+// Locker: a dead process never releases.
+func (r *replica) run(ctx context.Context, inc *incarnation) {
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.work(ictx, inc) })
+	wg.Go(func() { r.redeliveries(ictx, inc) })
+	select {
+	case <-ctx.Done():
+	case <-inc.crash:
+	}
+	cancel()
+	wg.Wait()
 }
 
 // die crashes the current incarnation: its store calls fail from now on
 // and its goroutines stop without releasing anything.
 func (inc *incarnation) die() {
 	inc.once.Do(func() {
-		inc.ps.kill()
+		if inc.proc != nil {
+			inc.proc.kill()
+		} else {
+			inc.ps.kill()
+		}
 		close(inc.crash)
 	})
+}
+
+// thaw ends a pause: in-process it unblocks the store calls, for a child
+// process it sends SIGCONT.
+func (inc *incarnation) thaw() {
+	if inc.proc != nil {
+		inc.proc.thaw()
+		return
+	}
+	inc.ps.thaw()
 }
 
 func (inc *incarnation) dead() bool {
@@ -138,10 +171,10 @@ func (inc *incarnation) dead() bool {
 // work is the main worker loop: pick a job that is not done, try its lease.
 func (r *replica) work(ctx context.Context, inc *incarnation) {
 	for ctx.Err() == nil && !inc.dead() {
-		job := r.d.pickJob()
+		job, finished := r.h.pickJob()
 		var backoff time.Duration
 		if job < 0 {
-			if int(r.d.doneCount.Load()) == r.d.cfg.Jobs {
+			if finished {
 				return
 			}
 			backoff = 10 * time.Millisecond // waiting for the next job to arrive
@@ -172,9 +205,9 @@ func (r *replica) backoff(o outcome) time.Duration {
 	var backoff time.Duration
 	switch o {
 	case outContended:
-		backoff = 5*time.Millisecond + r.d.randN(10*time.Millisecond)
+		backoff = 5*time.Millisecond + r.h.randN(10*time.Millisecond)
 	case outStoreError, outFailed:
-		backoff = 25*time.Millisecond + r.d.randN(25*time.Millisecond)
+		backoff = 25*time.Millisecond + r.h.randN(25*time.Millisecond)
 	case outCrashed:
 		return -1
 	}
@@ -191,7 +224,7 @@ func (r *replica) redeliveries(ctx context.Context, inc *incarnation) {
 		case <-inc.crash:
 			return
 		case job := <-r.hints:
-			if !r.d.done[job].Load() && r.process(ctx, inc, job, true) == outCrashed {
+			if !r.h.isDone(job) && r.process(ctx, inc, job, true) == outCrashed {
 				return
 			}
 		}
@@ -202,14 +235,14 @@ func (r *replica) redeliveries(ctx context.Context, inc *incarnation) {
 // is skipped), work, check ownership, write the result with the lease's
 // fence, release.
 func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait bool) outcome {
-	d := r.d
+	h, cfg := r.h, r.cfg
 	key := jobKey(job)
 	var (
 		ls  *leasehold.Lease
 		err error
 	)
 	if wait {
-		actx, cancel := context.WithTimeout(ctx, 4*d.cfg.TTL+d.cfg.WorkMax)
+		actx, cancel := context.WithTimeout(ctx, 4*cfg.TTL+cfg.WorkMax)
 		ls, err = inc.locker.Acquire(actx, key)
 		cancel()
 	} else {
@@ -223,25 +256,21 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		return outStoreError
 	}
 	sec := Section{Replica: r.id, Incarnation: inc.n, Job: job, Key: key, Token: ls.Token(), Fence: ls.Fence(),
-		Degraded: ls.Degraded(), Takeover: wait, Start: d.rec.since()}
-	id := d.rec.openSection(sec)
+		Degraded: ls.Degraded(), Takeover: wait, Start: h.since()}
+	id := h.openSection(sec)
 	sec.ID = id
-	finish := func(o string, worked bool) {
-		end := d.rec.since()
-		d.rec.section(id, func(s *Section) { s.End, s.Outcome, s.Worked = end, o, worked })
-	}
+	finish := func(o string, worked bool) { h.endSection(id, h.since(), o, worked) }
 	release := func() { _ = ls.Release(context.WithoutCancel(ctx)) }
 
-	if _, found := d.read(r.id, job, id); found {
+	if _, found := h.read(r.id, job, id); found {
 		release()
-		d.markDone(job)
 		finish("already done", false)
 		return outDone
 	}
 	r.setWorking(job, !ls.Degraded())
 	defer r.setWorking(-1, false)
 
-	t := time.NewTimer(d.cfg.WorkMin + d.randN(d.cfg.WorkMax-d.cfg.WorkMin))
+	t := time.NewTimer(cfg.WorkMin + h.randN(cfg.WorkMax-cfg.WorkMin))
 	select {
 	case <-t.C:
 	case <-ls.Done():
@@ -251,7 +280,7 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		return outFailed
 	case <-inc.crash:
 		t.Stop()
-		d.rec.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: key, Token: ls.Token(), At: d.rec.since()})
+		h.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: key, Token: ls.Token(), At: h.since()})
 		finish("crashed", false)
 		return outCrashed
 	case <-ctx.Done():
@@ -265,19 +294,14 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		finish(causeName(err), false)
 		return outFailed
 	}
-	d.checkBelief(ctx, ls, &sec)
-	if r.takePause() {
-		r.pause(ctx, inc, job, ls, id)
-	}
+	h.checkBelief(ctx, ls, &sec)
+	h.beforeWrite(ctx, r, inc, job, ls, id)
 	if inc.dead() {
 		finish("crashed", false)
 		return outCrashed
 	}
 	value := fmt.Sprintf("r%d/s%d", r.id, id)
-	ok := d.write(r.id, job, id, ls.Fence(), value)
-	if ok {
-		d.markDone(job)
-	}
+	ok := h.write(r.id, job, id, ls.Fence(), value)
 	release()
 	if ok {
 		finish("written", true)
@@ -303,12 +327,15 @@ func causeName(err error) string {
 	return err.Error()
 }
 
+// setWorking records the job r works on under a store lease (fenced), or
+// -1, and tells the host (a child process tells its parent).
 func (r *replica) setWorking(job int, fenced bool) {
 	r.mu.Lock()
 	if fenced || job < 0 {
 		r.working = job
 	}
 	r.mu.Unlock()
+	r.h.working(r.id, job, fenced)
 }
 
 // busyJob returns the job the replica is working on under a store lease, or -1.
@@ -336,8 +363,7 @@ func (r *replica) takePause() bool {
 
 // pause freezes the whole process right before its write: every store call
 // of this incarnation (its renewals too) waits until the injector thaws it.
-func (r *replica) pause(ctx context.Context, inc *incarnation, job int, ls *leasehold.Lease, id int) {
-	d := r.d
+func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int, ls *leasehold.Lease, id int) {
 	inc.ps.freeze()
 	at := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseStart = at })

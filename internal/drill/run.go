@@ -105,7 +105,7 @@ func newDrill(cfg Config) *drill {
 	}
 	d.arrival = cfg.plannedSchedule() / time.Duration(cfg.Jobs)
 	for i := range cfg.Replicas {
-		d.replicas = append(d.replicas, &replica{d: d, id: i, hints: make(chan int, cfg.Jobs)})
+		d.replicas = append(d.replicas, &replica{h: d, cfg: cfg, id: i, working: -1, hints: make(chan int, cfg.Jobs)})
 	}
 	return d
 }
@@ -141,7 +141,7 @@ func (d *drill) run(parent context.Context) {
 
 	var wg sync.WaitGroup
 	for _, r := range d.replicas {
-		wg.Go(func() { r.supervise(work) })
+		wg.Go(func() { d.supervise(work, r) })
 	}
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
@@ -192,9 +192,9 @@ func (d *drill) available() int {
 	return min(d.cfg.Jobs, 1+int(d.rec.since()/d.arrival))
 }
 
-// pickJob returns a random job that has arrived and is not known to be done,
-// or -1.
-func (d *drill) pickJob() int {
+// pickOpenJob returns a random job that has arrived and is not known to be
+// done, or -1.
+func (d *drill) pickOpenJob() int {
 	var open []int
 	for i := range d.available() {
 		if !d.done[i].Load() {
@@ -211,6 +211,9 @@ func (d *drill) read(client, job, section int) (value string, found bool) {
 	call := d.rec.since()
 	v, f, ok := d.reg.Read(jobKey(job))
 	d.rec.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call, Return: d.rec.since()})
+	if ok {
+		d.markDone(job)
+	}
 	return string(v), ok
 }
 
@@ -222,6 +225,9 @@ func (d *drill) write(client, job, section int, f uint64, value string) bool {
 		o.Err = err.Error()
 	}
 	d.rec.op(o)
+	if err == nil {
+		d.markDone(job)
+	}
 	return err == nil
 }
 

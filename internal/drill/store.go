@@ -20,7 +20,7 @@ var errProcessDead = errors.New("drill: replica process is dead")
 // meanwhile) and dead (a crash: every call fails without reaching the store).
 type procStore struct {
 	inner   leasehold.Store
-	rec     *recorder
+	rec     callRecorder
 	replica int
 	// applied reports whether a failed call may nevertheless have been
 	// applied by the store (a lost reply).
