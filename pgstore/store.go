@@ -167,6 +167,10 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 // it. Open pings the database and, unless opts.Migrate is MigrateNever,
 // creates the table and the sequence when missing.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	check := opts // bad options fail before any connection
+	if err := check.setDefaults(); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgstore: %w", leasehold.ErrInvalidOptions, err)

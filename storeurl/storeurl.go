@@ -6,9 +6,15 @@
 //	rediss://…                               the same over TLS
 //	redis://host:port?addr=host2:port2&addr=…  a Redis Cluster (go-redis ParseClusterURL)
 //	etcd://[user:password@]host:port[,host:port…][?prefix=P]  an etcd cluster
+//	postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]
+//	postgresql://…                           the same
 //
 // The prefix query parameter sets the key prefix of the store; every other
 // query parameter of a Redis URL is go-redis's (dial_timeout, read_timeout, …).
+// For PostgreSQL, table and schema name the lock table (default
+// public.leasehold_locks), migrate=false skips creating it (for a user
+// without the CREATE privilege), and every other parameter is pgx's
+// (sslmode, connect_timeout, pool_max_conns, …).
 //
 // Passwords never appear in what this package returns: Describe redacts
 // them, and every error is scrubbed of them.
@@ -34,7 +40,7 @@ var (
 	// it also matches ErrBadURL.
 	ErrUnknownScheme = fmt.Errorf("%w: unknown scheme", ErrBadURL)
 	// ErrUnavailable is returned by Open for a well-formed URL whose store
-	// did not answer (etcd is dialled at open; Redis is not).
+	// did not answer (etcd and PostgreSQL are dialled at open; Redis is not).
 	ErrUnavailable = errors.New("storeurl: store unavailable")
 )
 
@@ -43,13 +49,14 @@ type Kind string
 
 // Kinds of store.
 const (
-	Memory Kind = "memory"
-	Redis  Kind = "redis"
-	Etcd   Kind = "etcd"
+	Memory   Kind = "memory"
+	Redis    Kind = "redis"
+	Etcd     Kind = "etcd"
+	Postgres Kind = "postgres"
 )
 
 // Supported lists the accepted URL forms, for error messages and help.
-const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port]"
+const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], postgres://user@host:port/db"
 
 // Opened is an open store. Close it when done.
 type Opened struct {
@@ -107,8 +114,8 @@ func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
 // Open parses raw and opens the store it names. A Redis store is not
-// contacted (failures surface on first use); etcd is, and an etcd cluster
-// that does not answer returns an error wrapping ErrUnavailable. An unusable
+// contacted (failures surface on first use); etcd and PostgreSQL are, and
+// one that does not answer returns an error wrapping ErrUnavailable. An unusable
 // URL returns an error wrapping ErrBadURL (ErrUnknownScheme for an unknown
 // scheme) that names the problem. No error contains the password.
 func Open(ctx context.Context, raw string) (*Opened, error) {
@@ -139,6 +146,8 @@ func open(ctx context.Context, raw, desc string) (*Opened, error) {
 		return openRedis(ctx, raw, desc)
 	case "etcd":
 		return openEtcd(ctx, raw, desc)
+	case "postgres", "postgresql":
+		return openPostgres(ctx, raw, desc)
 	case "memory":
 		return nil, fmt.Errorf("%w: the memory store takes no address: write just \"memory\"", ErrBadURL)
 	}

@@ -28,6 +28,10 @@ func TestDescribe(t *testing.T) {
 		{"redis://app:" + secret + "@h:1?password=" + secret, "redis://app:xxxxx@h:1?password=xxxxx"},
 		{"redis://app:hun/ter?2@h:1", "redis://app:xxxxx@h:1"},
 		{"etcd://a:2379,b:2379", "etcd://a:2379,b:2379"},
+		{"postgres://app:" + secret + "@db:5432/locks?sslmode=disable", "postgres://app:xxxxx@db:5432/locks?sslmode=disable"},
+		{"postgresql://app:" + secret + "@db/locks?table=t", "postgresql://app:xxxxx@db/locks?table=t"},
+		{"postgres://app@db/locks?password=" + secret, "postgres://app@db/locks?password=xxxxx"},
+		{"postgres://app:" + secret + "@db:notaport/locks", "postgres://app:xxxxx@db:notaport/locks"},
 	}
 	for _, tt := range tests {
 		got := storeurl.Describe(tt.in)
@@ -61,6 +65,12 @@ func TestOpenRejects(t *testing.T) {
 		{"etcd://u:" + secret + "@a:2379?bogus=1", false, "bogus"},
 		{"etcd://:" + secret + "@a:2379", false, "user name"},
 		{"etcd://a:2379/x", false, "no path"},
+		{"postgres://u:" + secret + "@h:notaport/db", false, "port"},
+		{"postgres://u:" + secret + "@h:5432/db?table=", false, "table"},
+		{"postgres://u:" + secret + "@h:5432/db?schema=", false, "schema"},
+		{"postgresql://u:" + secret + "@h:5432/db?migrate=maybe", false, "migrate"},
+		{"postgres://u:" + secret + "@h:5432/db?sslmode=bogus", false, "sslmode"},
+		{"postgres://u:" + secret + "@h:5432/db?table=" + strings.Repeat("t", 64), false, "at most 63"},
 	}
 	for _, tt := range tests {
 		o, err := storeurl.Open(ctx, tt.url)

@@ -158,6 +158,7 @@ Every command that talks to a store takes --store URL (or ` + EnvStore + `):
   rediss://…                          Redis over TLS
   redis://host:port?addr=host:port…   Redis Cluster (every addr= is one more node)
   etcd://[user:password@]host:port[,host:port][?prefix=P]   etcd
+  postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]   PostgreSQL
 
 The prefix parameter sets the key prefix (Redis default "leasehold:", etcd
 "leasehold/"); other Redis query parameters are go-redis options

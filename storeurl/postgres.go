@@ -1,0 +1,65 @@
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/pgstore"
+)
+
+// pgConnectTimeout bounds connecting to PostgreSQL (and creating the table).
+const pgConnectTimeout = 5 * time.Second
+
+// openPostgres opens a postgres:// or postgresql:// URL with pgstore.Open,
+// after taking out our own parameters (table, schema, migrate); the rest is
+// pgx's (sslmode, connect_timeout, pool_max_conns, …).
+func openPostgres(ctx context.Context, raw, desc string) (*Opened, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %s", ErrBadURL, desc, parseErr(err))
+	}
+	q := u.Query()
+	var opts pgstore.Options
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"table", &opts.Table}, {"schema", &opts.Schema}} {
+		if !q.Has(p.name) {
+			continue
+		}
+		if *p.dst = q.Get(p.name); *p.dst == "" {
+			return nil, fmt.Errorf("%w: %q: %s= is empty; leave it out for the default", ErrBadURL, desc, p.name)
+		}
+		q.Del(p.name)
+	}
+	if q.Has("migrate") {
+		m, err := strconv.ParseBool(q.Get("migrate"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: migrate=%q: want true or false", ErrBadURL, desc, q.Get("migrate"))
+		}
+		opts.Migrate = pgstore.MigrateNever
+		if m {
+			opts.Migrate = pgstore.MigrateCreate
+		}
+		q.Del("migrate")
+	}
+	u.RawQuery = q.Encode()
+
+	octx, cancel := context.WithTimeout(ctx, pgConnectTimeout)
+	defer cancel()
+	st, err := pgstore.Open(octx, u.String(), opts)
+	switch {
+	case errors.Is(err, leasehold.ErrInvalidOptions):
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+	}
+	// Close stops the LISTEN connection and closes the pool Open created.
+	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}}, nil
+}
