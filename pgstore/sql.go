@@ -19,19 +19,22 @@ const (
 // in; every value is a parameter.
 func (s *Store) buildSQL() {
 	t := s.table
-	// $1 key, $2 token, $3 TTL µs, $4 sequence name. The upsert takes a free
-	// or expired row, or refreshes our own (same fence); when it does
-	// nothing, the fallback reads the holder's remaining TTL. nextval is
+	// $1 key, $2 token, $3 TTL µs, $4 sequence name. One reading of the
+	// database clock (now.ts) is the acquisition time, the base of the
+	// expiry and the instant the holder's row is judged expired at. The
+	// upsert takes a free or expired row, or refreshes our own (same fence);
+	// when it does nothing, the fallback reads the holder's remaining TTL. nextval is
 	// consumed even when the key is held: fences only need to increase.
 	s.acquireSQL = `WITH up AS (
 	INSERT INTO ` + t + ` AS t (key, token, fence, expires_at, acquired_at)
-	VALUES ($1, $2, nextval($4::regclass), clock_timestamp() + ` + ttlExpr + `, clock_timestamp())
+	SELECT $1, $2, nextval($4::regclass), now.ts + ` + ttlExpr + `, now.ts
+	FROM (SELECT clock_timestamp() AS ts) AS now
 	ON CONFLICT (key) DO UPDATE SET
 		token       = EXCLUDED.token,
 		fence       = CASE WHEN t.token = EXCLUDED.token THEN t.fence ELSE EXCLUDED.fence END,
 		expires_at  = EXCLUDED.expires_at,
 		acquired_at = CASE WHEN t.token = EXCLUDED.token THEN t.acquired_at ELSE EXCLUDED.acquired_at END
-	WHERE t.expires_at <= clock_timestamp() OR t.token = EXCLUDED.token
+	WHERE t.expires_at <= EXCLUDED.acquired_at OR t.token = EXCLUDED.token
 	RETURNING fence
 )
 SELECT true, fence, 0::bigint FROM up
