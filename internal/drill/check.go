@@ -63,6 +63,9 @@ func Check(cfg Config, h History) *Report {
 	if iv, ok := skippedFaults(h); ok {
 		rep.Invariants = append(rep.Invariants, iv)
 	}
+	if len(h.Workers) > 0 {
+		rep.Invariants = append(rep.Invariants, workerProcesses(h))
+	}
 	rep.Passed = true
 	for _, iv := range rep.Invariants {
 		if iv.Verdict == Fail {
@@ -520,4 +523,25 @@ func skippedFaults(h History) (Invariant, bool) {
 	}
 	iv.Summary = strings.Join(names, "; ")
 	return iv, true
+}
+
+// workerProcesses is an INFO verdict on the worker processes
+// (Config.Processes): how many ran, how many the faults stopped or killed.
+// The drill reaps every one before Run returns.
+func workerProcesses(h History) Invariant {
+	iv := Invariant{Name: "worker processes", Verdict: Info}
+	stops, crashed, forced := 0, 0, 0
+	for _, w := range h.Workers {
+		stops += w.Stops
+		switch w.Exit {
+		case "killed (crash)":
+			crashed++
+		case "killed (did not stop in time)":
+			forced++
+		}
+		iv.detail("replica %d #%d pid %d %v–%v: %s, %d SIGSTOP", w.Replica, w.Incarnation, w.PID, fmtDur(w.Start), fmtDur(w.End), w.Exit, w.Stops)
+	}
+	iv.Summary = fmt.Sprintf("%d started, %d SIGSTOP/SIGCONT (pause), %d SIGKILL (crash), %d killed at the end for not stopping; all reaped",
+		len(h.Workers), stops, crashed, forced)
+	return iv
 }

@@ -38,6 +38,7 @@ func NewCommand(opts CommandOptions) *cobra.Command {
 		asJSON, verbose, logLocks bool
 		metricsAddr               string
 	)
+	workerCmd := newWorkerCommand()
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Run a game day: inject faults into working replicas and check the recorded history",
@@ -51,12 +52,15 @@ The exit status is non-zero when any invariant failed.
 
 --store memory (default) runs on the embedded store. --store redis://HOST:PORT[/DB] runs on
 an existing Redis, each replica connecting through a fault proxy (the drill does not restart
-it); --store redis-server starts the drill's own redis-server so it can restart it too.`,
+it); --store redis-server starts the drill's own redis-server so it can restart it too.
+--processes runs each replica as a child process of this program (on Redis only): a pause
+is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
   leasehold drill --faults pause,outage --outage 2s --timeline drill.svg
   leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail
   leasehold drill --store redis-server                       # own redis-server, every fault
-  leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply`,
+  leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
+  leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -89,6 +93,16 @@ it); --store redis-server starts the drill's own redis-server so it can restart 
 			}
 			if logLocks {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+				// The worker is this command's hidden subcommand, wherever
+				// the command is mounted ("leasehold drill worker").
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+				}
+				path := strings.Fields(cmd.CommandPath())[1:]
+				cfg.WorkerCommand = append(append([]string{exe}, path...), workerCmd.Name())
 			}
 			if cfg, err = cfg.WithDefaults(); err != nil {
 				return err
@@ -148,7 +162,9 @@ it); --store redis-server starts the drill's own redis-server so it can restart 
 			return nil
 		},
 	}
+	cmd.AddCommand(workerCmd)
 	f := cmd.Flags()
+	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
 	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
@@ -177,6 +193,24 @@ it); --store redis-server starts the drill's own redis-server so it can restart 
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	})
 	return cmd
+}
+
+// newWorkerCommand is the hidden `drill worker` subcommand: one worker
+// process of `drill --processes`. It reads its settings (the Redis password
+// included) from stdin, never from flags, and talks to the drill over its
+// stdin and stdout.
+func newWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:           "worker",
+		Short:         "One worker process of drill --processes (started by the drill; not for direct use)",
+		Hidden:        true,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWorker(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
 }
 
 // redisLogger sends go-redis's log lines to the drill's logger at debug

@@ -100,6 +100,16 @@ type Config struct {
 	// RedisServer is the redis-server binary for StoreRedisServer. Default
 	// "redis-server" on PATH.
 	RedisServer string
+	// Processes runs every replica as a child process (WorkerCommand)
+	// instead of a group of goroutines: a pause is SIGSTOP/SIGCONT and a
+	// crash SIGKILL. It needs a store every process reaches: Redis
+	// (StoreRedisServer or a redis:// URL), not the memory store.
+	Processes bool
+	// WorkerCommand starts one worker process: the program and its
+	// arguments. Default: this executable with the arguments "drill worker"
+	// (the hidden subcommand of NewCommand). The worker reads its settings
+	// from stdin and runs RunWorker.
+	WorkerCommand []string
 	// Replicas is the number of worker processes, each with its own Locker
 	// over the same store. Default 3.
 	Replicas int
@@ -204,6 +214,14 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	default:
 		return bad("store must be memory, %s or redis://HOST:PORT[/DB], got %q", StoreRedisServer, redactURL(c.Store))
+	}
+	if c.Processes {
+		switch {
+		case !c.isRedis():
+			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
+		case !processesSupported:
+			return bad("--processes needs SIGSTOP and SIGCONT, which this operating system does not have")
+		}
 	}
 	if c.Latency == 0 {
 		c.Latency = c.renewTimeout() + 100*time.Millisecond

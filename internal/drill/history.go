@@ -115,6 +115,25 @@ type History struct {
 	Jobs, Done int
 	// Duration is the workload's length.
 	Duration time.Duration `json:"duration_ns"`
+	// Workers are the worker processes (Config.Processes), one per replica
+	// incarnation.
+	Workers []Worker `json:"workers,omitempty"`
+}
+
+// Worker is one worker process (Config.Processes): one incarnation of a
+// replica, from its start to its exit.
+type Worker struct {
+	Replica     int           `json:"replica"`
+	Incarnation int           `json:"incarnation"`
+	PID         int           `json:"pid"`
+	Start       time.Duration `json:"start_ns"`
+	End         time.Duration `json:"end_ns"`
+	// Exit says how it ended: "stopped" (exited after the drill closed its
+	// stdin), "killed" (SIGKILL: the crash fault, or a worker that did not
+	// stop in time), or the exit status of a worker that failed.
+	Exit string `json:"exit"`
+	// Stops counts the SIGSTOPs it got (the pause fault).
+	Stops int `json:"sigstops,omitempty"`
 }
 
 // recorder collects a History from concurrent goroutines.
@@ -194,7 +213,11 @@ func (r *recorder) begin(token string) time.Duration {
 // end marks it returned; applied says the store extended token's lock, at
 // the latest late after the return.
 func (r *recorder) end(token string, call time.Duration, applied bool, late time.Duration) {
-	now := r.since()
+	r.endAt(token, call, r.since(), applied, late)
+}
+
+// endAt is end with the return time given (a worker process's call).
+func (r *recorder) endAt(token string, call, now time.Duration, applied bool, late time.Duration) {
 	r.mu.Lock()
 	r.inflight[token]--
 	if r.inflight[token] == 0 {
@@ -269,6 +292,7 @@ func (r *recorder) snapshot() History {
 	h.Stops = slices.Clone(h.Stops)
 	h.Restarts = slices.Clone(h.Restarts)
 	h.Stuck = slices.Clone(h.Stuck)
+	h.Workers = slices.Clone(h.Workers)
 	h.Beliefs = slices.Clone(h.Beliefs)
 	h.Applied = make(map[string][]Call, len(r.h.Applied))
 	for k, v := range r.h.Applied {

@@ -77,6 +77,6 @@ func (d *drill) working(int, int, bool) {}
 
 func (d *drill) beforeWrite(ctx context.Context, r *replica, inc *incarnation, job int, ls *leasehold.Lease, section int) {
 	if r.takePause() {
-		d.pause(ctx, r, inc, job, ls, section)
+		d.pause(ctx, r, inc, job, ls.Key(), ls.Token(), section)
 	}
 }

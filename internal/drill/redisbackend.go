@@ -35,6 +35,10 @@ type redisBackend struct {
 	obs    *redisstore.Store
 	prefix string
 	ctx    context.Context // for restarts
+	// url is what a worker process (Config.Processes) parses for its
+	// client options before it points them at the proxy; it carries the
+	// password and is never printed.
+	url string
 }
 
 // redisOptions parses a redis:// or rediss:// URL, or returns the options of
@@ -66,14 +70,13 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
 			return nil, err
 		}
-		opts = &redis.Options{Addr: b.server.addr}
-	} else if opts, err = redisOptions(cfg.Store); err != nil {
+		b.url = "redis://" + b.server.addr
+	} else {
+		b.url = cfg.Store
+	}
+	if opts, err = baseOptions(b.url); err != nil {
 		return nil, err
 	}
-	if opts.Protocol == 0 {
-		opts.Protocol = 2 // no HELLO round trip on every new connection
-	}
-	opts.DisableIdentity = true
 
 	direct := *opts
 	direct.MaxRetries = -1
@@ -88,15 +91,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 	if b.proxy, err = faultproxy.Start(opts.Addr); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	replica := *opts
-	replica.Addr = b.proxy.Addr()
-	t := cfg.clientTimeout()
-	replica.DialTimeout, replica.ReadTimeout, replica.WriteTimeout = t, t, t
-	replica.ContextTimeoutEnabled = true
-	replica.MaxRetries = -1 // no retries: a fault shows up as an error
-	replica.DialerRetries = 1
-	replica.PoolSize = 8
-	b.opts = &replica
+	b.opts = replicaOptions(opts, b.proxy.Addr(), cfg)
 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -107,10 +102,40 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 	return b, nil
 }
 
+// baseOptions parses the store URL and sets what every client of the drill
+// shares.
+func baseOptions(url string) (*redis.Options, error) {
+	opts, err := redisOptions(url)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Protocol == 0 {
+		opts.Protocol = 2 // no HELLO round trip on every new connection
+	}
+	opts.DisableIdentity = true
+	return opts, nil
+}
+
+// replicaOptions are one replica process's client options: through the
+// proxy, short timeouts, no retries.
+func replicaOptions(base *redis.Options, proxy string, cfg Config) *redis.Options {
+	replica := *base
+	replica.Addr = proxy
+	t := cfg.clientTimeout()
+	replica.DialTimeout, replica.ReadTimeout, replica.WriteTimeout = t, t, t
+	replica.ContextTimeoutEnabled = true
+	replica.MaxRetries = -1 // no retries: a fault shows up as an error
+	replica.DialerRetries = 1
+	replica.PoolSize = 8
+	return &replica
+}
+
 // storeOptions: a prefix unique to this run, and fence counters that do not
 // outlive it by much.
-func (b *redisBackend) storeOptions() redisstore.Options {
-	return redisstore.Options{Prefix: b.prefix, FenceRetention: time.Minute}
+func (b *redisBackend) storeOptions() redisstore.Options { return runStoreOptions(b.prefix) }
+
+func runStoreOptions(prefix string) redisstore.Options {
+	return redisstore.Options{Prefix: prefix, FenceRetention: time.Minute}
 }
 
 // clientTimeout is the replicas' dial, read and write timeout: short, and
@@ -137,7 +162,9 @@ func (b *redisBackend) observeTimeout() time.Duration { return 100 * time.Millis
 
 // maybeApplied: a failed call whose reply is not an answer from Redis
 // (timeout, cut connection) may have been applied.
-func (b *redisBackend) maybeApplied(err error) bool {
+func (b *redisBackend) maybeApplied(err error) bool { return redisMaybeApplied(err) }
+
+func redisMaybeApplied(err error) bool {
 	return !errors.Is(err, leasehold.ErrNotOwned) && !errors.Is(err, leasehold.ErrNotAcquired) &&
 		!errors.Is(err, errProcessDead)
 }

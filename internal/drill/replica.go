@@ -149,6 +149,25 @@ func (inc *incarnation) die() {
 	})
 }
 
+// freeze starts a pause: in-process every store call of the incarnation
+// blocks, a child process gets SIGSTOP.
+func (inc *incarnation) freeze() {
+	if inc.proc != nil {
+		inc.proc.freeze()
+		return
+	}
+	inc.ps.freeze()
+}
+
+// waitThaw waits until the pause ends or ctx does (then it thaws).
+func (inc *incarnation) waitThaw(ctx context.Context) {
+	if inc.proc != nil {
+		inc.proc.waitThaw(ctx)
+		return
+	}
+	inc.ps.waitThaw(ctx)
+}
+
 // thaw ends a pause: in-process it unblocks the store calls, for a child
 // process it sends SIGCONT.
 func (inc *incarnation) thaw() {
@@ -363,16 +382,16 @@ func (r *replica) takePause() bool {
 
 // pause freezes the whole process right before its write: every store call
 // of this incarnation (its renewals too) waits until the injector thaws it.
-func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int, ls *leasehold.Lease, id int) {
-	inc.ps.freeze()
+func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int, key, token string, id int) {
+	inc.freeze()
 	at := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseStart = at })
-	d.rec.stop(Stop{Fault: FaultPause, Replica: r.id, Key: ls.Key(), Token: ls.Token(), At: at})
+	d.rec.stop(Stop{Fault: FaultPause, Replica: r.id, Key: key, Token: token, At: at})
 	select {
 	case d.pauses <- pauseEvent{replica: r.id, job: job}:
 	case <-ctx.Done():
 	}
-	inc.ps.waitThaw(ctx)
+	inc.waitThaw(ctx)
 	end := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseEnd = end })
 }

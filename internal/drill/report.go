@@ -34,6 +34,7 @@ type Takeover struct {
 type ConfigSummary struct {
 	Store          string        `json:"store"`
 	Replicas       int           `json:"replicas"`
+	Processes      bool          `json:"processes,omitempty"` // replicas ran as child processes
 	Jobs           int           `json:"jobs"`
 	TTL            time.Duration `json:"ttl_ns"`
 	WorkMin        time.Duration `json:"work_min_ns"`
@@ -50,7 +51,7 @@ type ConfigSummary struct {
 
 func summarize(c Config) ConfigSummary {
 	return ConfigSummary{
-		Store: c.storeLabel(), Replicas: c.Replicas, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
+		Store: c.storeLabel(), Replicas: c.Replicas, Processes: c.Processes, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
 		OnStoreError: c.OnStoreError.String(), OnRenewFailure: c.OnRenewFailure.String(), Fencing: !c.NoFencing,
 		Faults: c.Faults, Outage: c.Outage, Latency: c.Latency, Window: c.Window, DropRate: c.DropRate,
 	}
@@ -82,8 +83,12 @@ func (r *Report) Invariant(name string) (Invariant, bool) {
 func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "drill: store %s, %d replicas, %d jobs, TTL %v, %s, renew failure: %s, fencing %s, faults: %s\n",
-		c.Store, c.Replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), faultList(c.Faults))
+	replicas := "replicas"
+	if c.Processes {
+		replicas = "replica processes"
+	}
+	fmt.Fprintf(&b, "drill: store %s, %d %s, %d jobs, TTL %v, %s, renew failure: %s, fencing %s, faults: %s\n",
+		c.Store, c.Replicas, replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), faultList(c.Faults))
 	for _, iv := range r.Invariants {
 		fmt.Fprintf(&b, "%-4s  %-42s %s\n", iv.Verdict, iv.Name, iv.Summary)
 		if verbose || iv.Verdict != Pass {

@@ -42,6 +42,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer d.be.close()
 	d.run(ctx)
+	if err := d.failure(); err != nil {
+		return nil, err
+	}
 	h := d.rec.snapshot()
 	return Check(cfg, h), nil
 }
@@ -70,6 +73,29 @@ type drill struct {
 	// arrive at once.
 	arrival  time.Duration
 	injected atomic.Bool
+
+	// abort ends the workload early; failed is why (a worker process that
+	// could not start or died on its own).
+	abort  context.CancelFunc
+	failMu sync.Mutex
+	failed error
+}
+
+// fail records the first error that makes the drill unable to run and ends
+// the workload.
+func (d *drill) fail(err error) {
+	d.failMu.Lock()
+	if d.failed == nil {
+		d.failed = err
+	}
+	d.failMu.Unlock()
+	d.abort()
+}
+
+func (d *drill) failure() error {
+	d.failMu.Lock()
+	defer d.failMu.Unlock()
+	return d.failed
 }
 
 // observer records every event in the history and forwards it to
@@ -136,12 +162,17 @@ func (d *drill) float() float64 {
 func (d *drill) run(parent context.Context) {
 	ctx, cancel := context.WithTimeout(parent, d.cfg.TimeLimit)
 	defer cancel()
+	d.abort = cancel
 	work, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 
 	var wg sync.WaitGroup
 	for _, r := range d.replicas {
-		wg.Go(func() { d.supervise(work, r) })
+		if d.cfg.Processes {
+			wg.Go(func() { d.superviseProcesses(work, r) })
+		} else {
+			wg.Go(func() { d.supervise(work, r) })
+		}
 	}
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
@@ -276,25 +307,62 @@ func (d *drill) checkBelief(ctx context.Context, ls *leasehold.Lease, sec *Secti
 	ictx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
 	info, err := d.be.observer().Inspect(ictx, ls.Key())
 	cancel()
+	d.recordBelief(judgeBelief(ls, sec, info, err, d.rec.since()))
+}
+
+// beliefCheck is the outcome of one ownership check right before a write.
+type beliefCheck struct {
+	Unchecked bool          `json:"unchecked,omitempty"` // the store did not answer
+	Violation bool          `json:"violation,omitempty"` // trusted while the store said otherwise
+	At        time.Duration `json:"at"`
+	Key       string        `json:"key"`
+	Replica   int           `json:"replica"`
+	Fence     uint64        `json:"fence"`
+	ValidFor  time.Duration `json:"valid_for"`
+	Holder    string        `json:"holder,omitempty"`
+	SecStart  time.Duration `json:"sec_start"`
+}
+
+// judgeBelief compares the store's answer (info, err from Inspect) with the
+// lease as its holder sees it now (at): a violation when the holder still
+// trusts it (Err nil, before ValidUntil) while the store names another
+// holder or none.
+func judgeBelief(ls *leasehold.Lease, sec *Section, info leasehold.LockInfo, err error, at time.Duration) beliefCheck {
 	now := time.Now()
+	b := beliefCheck{At: at, Key: ls.Key(), Replica: sec.Replica, Fence: ls.Fence(), SecStart: sec.Start}
 	if err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
-		d.rec.count(func(h *History) { h.BeliefChecks++; h.BeliefUnchecked++ })
-		return
+		b.Unchecked = true
+		return b
 	}
-	d.rec.count(func(h *History) { h.BeliefChecks++ })
 	if ls.Err() != nil || !now.Before(ls.ValidUntil()) || (err == nil && info.Token == ls.Token()) {
+		return b
+	}
+	b.Violation, b.ValidFor, b.Holder = true, ls.ValidUntil().Sub(now), "nobody"
+	if err == nil {
+		b.Holder = fmt.Sprintf("another token (fence %d)", info.Fence)
+	}
+	return b
+}
+
+// recordBelief counts an ownership check and records a violation, unless
+// the store lost its data since the lease began (expected until the next
+// renewal).
+func (d *drill) recordBelief(b beliefCheck) {
+	d.rec.count(func(h *History) {
+		h.BeliefChecks++
+		if b.Unchecked {
+			h.BeliefUnchecked++
+		}
+	})
+	if !b.Violation {
 		return
 	}
-	if d.rec.restartedSince(sec.Start) {
+	if d.rec.restartedSince(b.SecStart) {
 		d.rec.count(func(h *History) { h.BeliefsAfterRestart++ })
 		return
 	}
-	holder := "nobody"
-	if err == nil {
-		holder = fmt.Sprintf("another token (fence %d)", info.Fence)
-	}
-	d.rec.anomaly(&d.rec.h.Beliefs, Anomaly{At: d.rec.at(now), Key: ls.Key(),
-		Detail: fmt.Sprintf("replica %d trusted its lease (fence %d, valid %v more) while the store said %s holds it", sec.Replica, ls.Fence(), ls.ValidUntil().Sub(now).Round(time.Millisecond), holder)})
+	d.rec.anomaly(&d.rec.h.Beliefs, Anomaly{At: b.At, Key: b.Key,
+		Detail: fmt.Sprintf("replica %d trusted its lease (fence %d, valid %v more) while the store said %s holds it", b.Replica, b.Fence, b.ValidFor.Round(time.Millisecond), b.Holder)})
 }
 
 // finalProbe lists the locks once every replica has stopped and TTL has
