@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -506,4 +507,43 @@ func ExampleMigrationSQL() {
 	// 	acquired_at timestamptz NOT NULL
 	// );
 	// CREATE SEQUENCE IF NOT EXISTS "public"."leasehold_locks_fence" AS bigint MINVALUE 1 NO CYCLE;
+}
+
+// The psql runbook in README.md runs as written and sees the lock.
+func TestRunbookQueries(t *testing.T) {
+	_, dsn := fresh(t)
+	s := open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```sql\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no ```sql block")
+	}
+	g, err := s.Acquire(ctx, "scheduler:job:42", "tok", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var (
+		token string
+		fence int64
+	)
+	first, _, _ := strings.Cut(block, ";")
+	if err := conn.QueryRow(ctx, first).Scan(&token, &fence, new(time.Duration), new(time.Time)); err != nil || token != "tok" || uint64(fence) != g.Fence {
+		t.Fatalf("runbook owner query: expected tok/%d, got %q/%d, %v", g.Fence, token, fence, err)
+	}
+	if _, err := conn.Exec(ctx, block); err != nil { // all of it, the break-glass delete included
+		t.Fatalf("runbook: %v", err)
+	}
+	if _, err := s.Inspect(ctx, "scheduler:job:42"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("after the runbook's break-glass delete: expected ErrNotHeld, got %v", err)
+	}
 }
