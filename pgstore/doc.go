@@ -44,9 +44,9 @@
 // holder's local expiry guard (in the Locker) uses the holder's own
 // monotonic clock, measured from before the request was sent, so it fires no
 // later than the database expires the row as long as the database's clock
-// does not run slower than the holder's beyond the Locker's drift margin.
-// A database clock that steps forward expires locks early; run NTP in slew
-// mode on the database server.
+// does not run faster than the holder's by more than the Locker's drift
+// margin. A database clock that steps forward expires locks early; run NTP in
+// slew mode on the database server.
 //
 // # Fences
 //
