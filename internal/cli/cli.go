@@ -224,7 +224,7 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	if shared && !o.Shared {
 		_ = o.Close()
 		return nil, usage("%s needs a store shared between processes, and the memory store lives inside one process: "+
-			"it would exclude nothing and see no other process's locks; use redis://, rediss:// or etcd://", cmdName)
+			"it would exclude nothing and see no other process's locks; use redis://, rediss://, etcd:// or postgres://", cmdName)
 	}
 	return o, nil
 }
