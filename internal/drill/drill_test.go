@@ -11,7 +11,23 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain doubles as the worker process of the --processes tests: the test
+// binary started as `drill.test drill worker` (Config.WorkerCommand's
+// default, this executable) or `drill.test worker` (what Command computes
+// when it is the root) runs the hidden worker subcommand instead of the
+// tests.
 func TestMain(m *testing.M) {
+	if args := os.Args[1:]; len(args) > 0 && (args[0] == "worker" || args[0] == "drill" && len(args) > 1 && args[1] == "worker") {
+		if args[0] == "drill" {
+			args = args[1:]
+		}
+		cmd := Command()
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -168,10 +168,14 @@ func (d *drill) injectPause(ctx context.Context) string {
 	if inc := r.current(); inc != nil {
 		inc.thaw()
 	}
-	if !taken {
-		return fmt.Sprintf("replica %d paused %v before writing job %d; nobody took the job over", ev.replica, time.Since(start).Round(time.Millisecond), ev.job)
+	how := "paused"
+	if d.cfg.Processes {
+		how = "SIGSTOPped"
 	}
-	return fmt.Sprintf("replica %d paused %v before writing job %d, which another replica took over and wrote meanwhile", ev.replica, time.Since(start).Round(time.Millisecond), ev.job)
+	if !taken {
+		return fmt.Sprintf("replica %d %s %v before writing job %d; nobody took the job over", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
+	}
+	return fmt.Sprintf("replica %d %s %v before writing job %d, which another replica took over and wrote meanwhile", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
 }
 
 // injectCrash kills a working replica mid-job and hands its job to another.
@@ -183,6 +187,9 @@ func (d *drill) injectCrash(ctx context.Context) string {
 	inc := r.current()
 	inc.die()
 	d.redeliver(job, r.id)
+	if inc.proc != nil {
+		return fmt.Sprintf("replica %d (pid %d) SIGKILLed holding job %d (no release); a new process after %v", r.id, inc.proc.cmd.Process.Pid, job, 2*d.cfg.TTL)
+	}
 	return fmt.Sprintf("replica %d crashed holding job %d (no release); restarts after %v", r.id, job, 2*d.cfg.TTL)
 }
 
