@@ -94,3 +94,23 @@ func TestCommandRedisLostReplies(t *testing.T) {
 		t.Errorf("expected the Redis store and the lost-reply window in the output, got:\n%s", out)
 	}
 }
+
+// --processes through the command on a password-protected Redis: the
+// workers (this test binary, started as "worker" by the command) get the
+// password through their stdin and reach Redis through the proxy; the run
+// passes and the password appears nowhere.
+func TestCommandProcessesWithPassword(t *testing.T) {
+	srv := testredis.Start(t, "--requirepass", "hunter2")
+	url := "redis://:hunter2@" + srv.Addr + "/2"
+	out, err := runCommand(t, "--store", url, "--processes", "--faults", "crash,lostreply", "--jobs", "8", "--ttl", "250ms", "-v")
+	if err != nil {
+		t.Fatalf("expected a passing drill with worker processes, got %v\n%s", err, out)
+	}
+	t.Log("\n" + out)
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("the password leaked into the output:\n%s", out)
+	}
+	if !strings.Contains(out, "3 replica processes") || !strings.Contains(out, "SIGKILLed holding job") {
+		t.Errorf("expected worker processes and a SIGKILL in the output, got:\n%s", out)
+	}
+}

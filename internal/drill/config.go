@@ -108,7 +108,7 @@ type Config struct {
 	// WorkerCommand starts one worker process: the program and its
 	// arguments. Default: this executable with the arguments "drill worker"
 	// (the hidden subcommand of NewCommand). The worker reads its settings
-	// from stdin and runs RunWorker.
+	// from stdin and talks to the drill over its stdin and stdout.
 	WorkerCommand []string
 	// Replicas is the number of worker processes, each with its own Locker
 	// over the same store. Default 3.

@@ -11,6 +11,11 @@
 // TTL, no client believing it holds a lock it does not, fences that never go
 // backward, and every job done. It measures takeover time against the TTL.
 //
+// With Config.Processes the replicas are child processes of the same binary
+// (the hidden `drill worker` subcommand) on Redis: a pause is then SIGSTOP and
+// SIGCONT, a crash SIGKILL, and the workers report their history to the
+// drill as JSON lines over their stdout.
+//
 // Run is the library entry point; Command wires it to a `leasehold drill`
 // cobra command. docs/drill.md describes the workload, the faults and how
 // to read the report.

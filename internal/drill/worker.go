@@ -32,7 +32,14 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 	if err := dec.Decode(&hello); err != nil {
 		return fmt.Errorf("drill worker: read its settings from stdin (this command is started by `drill --processes`): %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// The drill logs each stderr line with its own time: drop ours.
+	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
 	redis.SetLogger(redisLogger{logger})
 	cfg := Config{Jobs: hello.Jobs, TTL: hello.TTL, WorkMin: hello.WorkMin, WorkMax: hello.WorkMax,
 		OnStoreError: hello.OnStoreError, OnRenewFailure: hello.OnRenewFailure, Logger: logger}
