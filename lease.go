@@ -385,16 +385,7 @@ func (ls *Lease) tick() {
 	}
 	ls.inTick = true
 	ls.mu.Unlock()
-	defer func() {
-		ls.mu.Lock()
-		ls.inTick = false
-		if ls.idle != nil {
-			close(ls.idle)
-			ls.idle = nil
-		}
-		ls.schedule()
-		ls.mu.Unlock()
-	}()
+	defer ls.leaveTick()
 	o := &ls.l.opts
 	now := time.Now()
 
@@ -436,22 +427,70 @@ func (ls *Lease) tick() {
 	}
 }
 
-// renewAuto makes one automatic renewal attempt.
+// renewAuto makes one automatic renewal attempt: alone, or in one batch with
+// the locker's other leases that are due soon when the store can batch.
 func (ls *Lease) renewAuto() {
-	o := &ls.l.opts
 	sent := time.Now()
-	deadline := sent.Add(o.RenewTimeout)
-	ls.mu.Lock()
-	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
-		deadline = ls.validUntil // never wait past local expiry
+	var peers []*Lease
+	br, batching := ls.l.store.(BatchRenewer)
+	if batching {
+		peers = ls.l.claimPeers(ls, sent)
 	}
+	deadline := ls.renewDeadline(sent)
+	for _, p := range peers {
+		if d := p.renewDeadline(sent); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	ls.mu.Lock()
 	ctx, cancel := context.WithDeadline(ls.l.ctx, deadline)
 	ls.renewCancel = cancel
 	ls.mu.Unlock()
-	err := ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)
+	var errs []error
+	if len(peers) == 0 {
+		errs = []error{ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)}
+	} else {
+		reqs := make([]RenewRequest, 0, len(peers)+1)
+		reqs = append(reqs, RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl})
+		for _, p := range peers {
+			reqs = append(reqs, RenewRequest{Key: p.key, Token: p.token, TTL: p.ttl})
+		}
+		errs = br.RenewBatch(ctx, reqs)
+		if len(errs) != len(reqs) { // a broken store; never index past it
+			errs = make([]error, len(reqs))
+			for i := range errs {
+				errs[i] = fmt.Errorf("leasehold: RenewBatch returned a wrong number of results")
+			}
+		}
+	}
 	cancel()
 	ls.mu.Lock()
 	ls.renewCancel = nil
+	ls.mu.Unlock()
+	ls.renewed(sent, errs[0])
+	for i, p := range peers {
+		p.renewed(sent, errs[i+1])
+		p.leaveTick()
+	}
+}
+
+// renewDeadline bounds a renewal sent at sent: RenewTimeout, and under
+// RenewalFence never past local expiry.
+func (ls *Lease) renewDeadline(sent time.Time) time.Time {
+	o := &ls.l.opts
+	deadline := sent.Add(o.RenewTimeout)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
+		deadline = ls.validUntil
+	}
+	return deadline
+}
+
+// renewed applies the outcome of an automatic renewal sent at sent.
+func (ls *Lease) renewed(sent time.Time, err error) {
+	o := &ls.l.opts
+	ls.mu.Lock()
 	stopped := ls.stopped
 	ls.nextRenew = time.Now().Add(o.RenewInterval)
 	if err == nil {
@@ -482,4 +521,29 @@ func (ls *Lease) renewAuto() {
 		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
 		ls.end(ErrLeaseAbandoned, 0)
 	}
+}
+
+// claim marks the lease as in a tick, for a batch renewal run by another
+// lease's tick, if it is due for renewal by before. ls.mu must not be held.
+func (ls *Lease) claim(before time.Time) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.stopped || ls.over || ls.inTick || ls.nextRenew.IsZero() || ls.nextRenew.After(before) {
+		return false
+	}
+	ls.inTick = true
+	return true
+}
+
+// leaveTick ends a tick (or a claim): it wakes a Release waiting for it and
+// re-arms the timer.
+func (ls *Lease) leaveTick() {
+	ls.mu.Lock()
+	ls.inTick = false
+	if ls.idle != nil {
+		close(ls.idle)
+		ls.idle = nil
+	}
+	ls.schedule()
+	ls.mu.Unlock()
 }

@@ -216,6 +216,30 @@ func (l *Locker) track(ls *Lease) bool {
 	return true
 }
 
+// maxBatch caps how many leases one batch renewal carries.
+const maxBatch = 256
+
+// claimPeers claims the locker's other leases that are due for renewal
+// within a quarter of RenewInterval from now, for a batch renewal by self.
+// Renewing them a little early is harmless and saves round trips.
+func (l *Locker) claimPeers(self *Lease, now time.Time) []*Lease {
+	before := now.Add(l.opts.RenewInterval / 4)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.leases) < 2 {
+		return nil
+	}
+	var peers []*Lease
+	for p := range l.leases {
+		if p != self && p.claim(before) {
+			if peers = append(peers, p); len(peers) == maxBatch-1 {
+				break
+			}
+		}
+	}
+	return peers
+}
+
 func (l *Locker) untrack(ls *Lease) {
 	l.mu.Lock()
 	delete(l.leases, ls)

@@ -189,7 +189,7 @@ func TestAbandonAfterExactlyMaxRenewFailuresSkipsRelease(t *testing.T) {
 	}
 	boom := errors.New("connection reset")
 	ops.setFail(func(op memstore.Op, _ string) memstore.Fault {
-		if op == memstore.OpRenew {
+		if op == memstore.OpRenew || op == memstore.OpRenewBatch {
 			return memstore.Fault{Err: boom}
 		}
 		return memstore.Fault{}
@@ -263,7 +263,7 @@ func TestContinuePolicyKeepsGoingAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops.setFail(func(op memstore.Op, _ string) memstore.Fault {
-		if op == memstore.OpRenew {
+		if op == memstore.OpRenew || op == memstore.OpRenewBatch {
 			return memstore.Fault{Err: memstore.ErrUnavailable}
 		}
 		return memstore.Fault{}
@@ -360,7 +360,7 @@ func TestLocalGuardFiresBeforeStoreExpiryEvenWithLargeBudget(t *testing.T) {
 		TTL: ttl, RenewInterval: 20 * time.Millisecond, MaxRenewFailures: 1000,
 	})
 	ops.setFail(func(op memstore.Op, _ string) memstore.Fault {
-		if op == memstore.OpRenew {
+		if op == memstore.OpRenew || op == memstore.OpRenewBatch {
 			return memstore.Fault{Delay: time.Hour} // stalls until the attempt's timeout
 		}
 		return memstore.Fault{}
@@ -395,7 +395,7 @@ func TestHolderLearnsOfLossBeforeStoreExpiry(t *testing.T) {
 	const ttl = 2 * time.Second
 	store := memstore.New()
 	store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
-		if op == memstore.OpRenew {
+		if op == memstore.OpRenew || op == memstore.OpRenewBatch {
 			return memstore.Fault{Err: memstore.ErrUnavailable}
 		}
 		return memstore.Fault{}

@@ -61,6 +61,22 @@ type ForceReleaser interface {
 	ForceRelease(ctx context.Context, key string) (LockInfo, error)
 }
 
+// BatchRenewer is implemented by stores that can renew many locks in one
+// round trip (a Redis pipeline). A Locker holding several leases that are due
+// for renewal at about the same time renews them together: the one that is
+// due takes along every other lease due within a quarter of RenewInterval.
+type BatchRenewer interface {
+	// RenewBatch renews every request as Store.Renew would and returns one
+	// error per request, in order: nil, ErrNotOwned, or a store failure.
+	RenewBatch(ctx context.Context, reqs []RenewRequest) []error
+}
+
+// RenewRequest is one lock to renew in a batch.
+type RenewRequest struct {
+	Key, Token string
+	TTL        time.Duration
+}
+
 // Grant is what Store.Acquire reports.
 type Grant struct {
 	// Fence is the fence token of the acquisition (on success).

@@ -38,6 +38,9 @@ type Op string
 const (
 	OpAcquire Op = "acquire"
 	OpRenew   Op = "renew"
+	// OpRenewBatch is one RenewBatch call (key ""): one round trip for many
+	// renewals. Its fault applies to the whole batch.
+	OpRenewBatch Op = "renew_batch"
 	OpRelease Op = "release"
 	OpInspect Op = "inspect"
 	OpList    Op = "list"
@@ -93,6 +96,7 @@ var (
 	_ leasehold.Store         = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
+	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -236,6 +240,33 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	e.expires = now.Add(ttl)
 	s.mu.Unlock()
 	return after(f, nil)
+}
+
+// RenewBatch implements leasehold.BatchRenewer: every renewal in one call,
+// with one fault decision (OpRenewBatch) for the whole batch, as one round
+// trip has.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	f, err := s.before(ctx, OpRenewBatch, "")
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s.mu.Lock()
+	now := s.now()
+	for i, r := range reqs {
+		e := s.live(r.Key, now)
+		if e == nil || e.token != r.Token {
+			errs[i] = after(f, leasehold.ErrNotOwned)
+			continue
+		}
+		e.expires = now.Add(r.TTL)
+		errs[i] = after(f, nil)
+	}
+	s.mu.Unlock()
+	return errs
 }
 
 // Release implements leasehold.Store.

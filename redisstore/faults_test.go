@@ -239,3 +239,33 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// A batch renewal after Redis lost its script cache (SCRIPT FLUSH, a restart
+// or failover) falls back to EVAL and still renews every lock.
+func TestRenewBatchAfterScriptFlush(t *testing.T) {
+	srv := testredis.Start(t)
+	c := srv.Client(t)
+	s := newStore(t, c, redisstore.Options{})
+	ctx := t.Context()
+	reqs := make([]leasehold.RenewRequest, 5)
+	for i := range reqs {
+		key := "flush:" + string(rune('a'+i))
+		if _, err := s.Acquire(ctx, key, "me", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: time.Minute}
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range s.RenewBatch(ctx, reqs) {
+		if err != nil {
+			t.Fatalf("request %d: expected a renewal after SCRIPT FLUSH, got %v", i, err)
+		}
+	}
+	for _, r := range reqs {
+		if info, err := s.Inspect(ctx, r.Key); err != nil || info.Remaining < 30*time.Second {
+			t.Fatalf("%s: expected > 30s left after the batch, got %v, %v", r.Key, info.Remaining, err)
+		}
+	}
+}

@@ -62,6 +62,7 @@ var (
 	_ leasehold.Store         = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
+	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
 
 // Options configure a Store. The zero value means the documented defaults.
@@ -207,6 +208,58 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return leasehold.ErrNotOwned
 	}
 	return nil
+}
+
+// RenewBatch implements leasehold.BatchRenewer: the renew script for every
+// request in one pipeline (one round trip per node on a Cluster). When Redis
+// has lost the script cache (NOSCRIPT) the batch is sent again with EVAL,
+// which needs no SCRIPT LOAD permission and caches the script again.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	cmds := make([]*redis.Cmd, len(reqs))
+	send := func(eval bool) {
+		pipe := s.c.Pipeline()
+		for i, r := range reqs {
+			if err := checkKey(r.Key); err != nil {
+				errs[i] = err
+				continue
+			}
+			ms, err := ttlMillis(r.TTL)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			args := []any{r.Token, ms, ms + s.retention.Milliseconds()}
+			if eval {
+				cmds[i] = renewScript.Eval(ctx, pipe, s.keys(r.Key), args...)
+			} else {
+				cmds[i] = renewScript.EvalSha(ctx, pipe, s.keys(r.Key), args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+	}
+	send(false)
+	for _, c := range cmds {
+		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			send(true)
+			break
+		}
+	}
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		n, err := c.Int64()
+		switch {
+		case err != nil:
+			errs[i] = storeErr("renew", reqs[i].Key, err)
+		case n != 1:
+			errs[i] = leasehold.ErrNotOwned
+		default:
+			errs[i] = nil
+		}
+	}
+	return errs
 }
 
 // Release implements leasehold.Store: compare-and-DEL, then PUBLISH key on

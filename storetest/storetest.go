@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Expiry", r.expiry)
 	t.Run("InspectList", r.inspectList)
 	t.Run("ForceRelease", r.forceRelease)
+	t.Run("RenewBatch", r.renewBatch)
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
@@ -263,6 +264,53 @@ func (r *runner) tokenChecked(t *testing.T) {
 	}
 	if _, err := s.Inspect(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("Inspect after Release: expected ErrNotHeld, got %v", err)
+	}
+}
+
+// renewBatch checks leasehold.BatchRenewer, for stores that have it: one
+// result per request, in order, each token-checked as Renew is.
+func (r *runner) renewBatch(t *testing.T) {
+	s := r.h.New(t)
+	br, ok := s.(leasehold.BatchRenewer)
+	if !ok {
+		t.Skip("store does not implement leasehold.BatchRenewer")
+	}
+	ctx := ctxFor(t, 10*time.Second)
+	owned1, owned2, other, free := r.key(t, "a"), r.key(t, "b"), r.key(t, "c"), r.key(t, "d")
+	f1 := mustAcquire(t, s, owned1, "me", 2*time.Second)
+	mustAcquire(t, s, owned2, "me", 2*time.Second)
+	mustAcquire(t, s, other, "someone", 2*time.Second)
+	errs := br.RenewBatch(ctx, []leasehold.RenewRequest{
+		{Key: owned1, Token: "me", TTL: time.Minute},
+		{Key: other, Token: "me", TTL: time.Minute},
+		{Key: free, Token: "me", TTL: time.Minute},
+		{Key: owned2, Token: "me", TTL: time.Minute},
+	})
+	if len(errs) != 4 {
+		t.Fatalf("RenewBatch: expected 4 results, got %d", len(errs))
+	}
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("RenewBatch of owned locks: expected nil, got %v and %v", errs[0], errs[3])
+	}
+	if !errors.Is(errs[1], leasehold.ErrNotOwned) || !errors.Is(errs[2], leasehold.ErrNotOwned) {
+		t.Fatalf("RenewBatch of another owner's and of a free key: expected ErrNotOwned, got %v and %v", errs[1], errs[2])
+	}
+	for _, k := range []string{owned1, owned2} {
+		if info, err := s.Inspect(ctx, k); err != nil || info.Remaining < 30*time.Second {
+			t.Fatalf("after RenewBatch(1m): expected %s to have > 30s left, got %v, %v", k, info.Remaining, err)
+		}
+	}
+	if info, err := s.Inspect(ctx, other); err != nil || info.Token != "someone" || info.Remaining > 2*time.Second {
+		t.Fatalf("RenewBatch with a wrong token touched the owner's lock: %+v, %v", info, err)
+	}
+	if _, err := s.Inspect(ctx, free); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("RenewBatch created a lock on a free key: %v", err)
+	}
+	if info, _ := s.Inspect(ctx, owned1); info.Fence != f1 {
+		t.Fatalf("RenewBatch changed the fence: expected %d, got %d", f1, info.Fence)
+	}
+	if errs := br.RenewBatch(ctx, nil); len(errs) != 0 {
+		t.Fatalf("RenewBatch(nil): expected no results, got %v", errs)
 	}
 }
 
