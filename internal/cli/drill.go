@@ -2,6 +2,9 @@ package cli
 
 import (
 	"errors"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/drill"
@@ -17,6 +20,11 @@ func (a *App) drillCmd() *cobra.Command {
 	})
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
+		// Ctrl-C or SIGTERM ends the drill cleanly: worker processes are
+		// continued, told to stop and reaped, the store is healed.
+		ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		c.SetContext(ctx)
 		err := run(c, args)
 		var ee *ExitError
 		switch {
