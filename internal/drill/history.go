@@ -156,8 +156,6 @@ func newRecorder() *recorder {
 // since returns the offset of now from the drill's start (monotonic).
 func (r *recorder) since() time.Duration { return time.Since(r.t0) }
 
-func (r *recorder) at(t time.Time) time.Duration { return t.Sub(r.t0) }
-
 func (r *recorder) op(o Op) {
 	r.mu.Lock()
 	r.h.Ops = append(r.h.Ops, o)
