@@ -41,9 +41,9 @@ const (
 	// OpRenewBatch is one RenewBatch call (key ""): one round trip for many
 	// renewals. Its fault applies to the whole batch.
 	OpRenewBatch Op = "renew_batch"
-	OpRelease Op = "release"
-	OpInspect Op = "inspect"
-	OpList    Op = "list"
+	OpRelease    Op = "release"
+	OpInspect    Op = "inspect"
+	OpList       Op = "list"
 )
 
 // Fault is what happens to one call.
