@@ -167,6 +167,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
 	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
+	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
 	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL")

@@ -147,6 +147,13 @@ type Config struct {
 	// Seed makes job durations and victim choices reproducible; 0 means
 	// time-based.
 	Seed uint64
+	// Register is the fenced register the jobs write to: "" or "memory" (the
+	// default, in the drill), "redis://HOST:PORT[/DB]" (fence.NewRedis, keys
+	// under a prefix of this run) or "postgres://…" (fence.NewTable on a
+	// table of this run). Give a server the drill does not restart: the
+	// register is the storage behind the write boundary, and no fault is
+	// injected into it. Needs fencing on.
+	Register string
 	// Logger receives the lockers' log records. Default: discarded.
 	Logger *slog.Logger
 	// Observer, when set, also receives every event of the replicas' lockers
@@ -214,6 +221,12 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	default:
 		return bad("store must be memory, %s or redis://HOST:PORT[/DB], got %q", StoreRedisServer, redactURL(c.Store))
+	}
+	if err := checkRegister(c.Register); err != nil {
+		return c, err
+	}
+	if c.NoFencing && c.Register != "" && c.Register != "memory" {
+		return bad("--fencing off uses the drill's own unfenced register; drop --register %s", redactURL(c.Register))
 	}
 	if c.Processes {
 		switch {

@@ -42,6 +42,7 @@ type ConfigSummary struct {
 	OnStoreError   string        `json:"on_store_error"`
 	OnRenewFailure string        `json:"on_renew_failure"`
 	Fencing        bool          `json:"fencing"`
+	Register       string        `json:"register"` // memory, or the external register's URL without its password
 	Faults         []Fault       `json:"faults"`
 	Outage         time.Duration `json:"outage_ns"`
 	Latency        time.Duration `json:"latency_ns"`
@@ -49,9 +50,16 @@ type ConfigSummary struct {
 	DropRate       float64       `json:"drop_rate"`
 }
 
+func registerLabel(url string) string {
+	if url == "" {
+		return "memory"
+	}
+	return redactURL(url)
+}
+
 func summarize(c Config) ConfigSummary {
 	return ConfigSummary{
-		Store: c.storeLabel(), Replicas: c.Replicas, Processes: c.Processes, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
+		Store: c.storeLabel(), Register: registerLabel(c.Register), Replicas: c.Replicas, Processes: c.Processes, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
 		OnStoreError: c.OnStoreError.String(), OnRenewFailure: c.OnRenewFailure.String(), Fencing: !c.NoFencing,
 		Faults: c.Faults, Outage: c.Outage, Latency: c.Latency, Window: c.Window, DropRate: c.DropRate,
 	}
@@ -87,8 +95,12 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	if c.Processes {
 		replicas = "replica processes"
 	}
-	fmt.Fprintf(&b, "drill: store %s, %d %s, %d jobs, TTL %v, %s, renew failure: %s, fencing %s, faults: %s\n",
-		c.Store, c.Replicas, replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), faultList(c.Faults))
+	register := ""
+	if c.Register != "" && c.Register != "memory" {
+		register = " (register " + c.Register + ")"
+	}
+	fmt.Fprintf(&b, "drill: store %s, %d %s, %d jobs, TTL %v, %s, renew failure: %s, fencing %s%s, faults: %s\n",
+		c.Store, c.Replicas, replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), register, faultList(c.Faults))
 	for _, iv := range r.Invariants {
 		fmt.Fprintf(&b, "%-4s  %-42s %s\n", iv.Verdict, iv.Name, iv.Summary)
 		if verbose || iv.Verdict != Pass {

@@ -31,6 +31,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	d := newDrill(cfg)
+	if cfg.Register != "" && cfg.Register != "memory" {
+		ext, err := openRegister(ctx, cfg.Register, d.observer())
+		if err != nil {
+			return nil, err
+		}
+		defer ext.close()
+		d.reg = ext
+	}
 	if cfg.isRedis() {
 		rb, err := newRedisBackend(ctx, cfg)
 		if err != nil {
