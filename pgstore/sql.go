@@ -44,6 +44,13 @@ SELECT false, 0::bigint, ` + remExpr + ` FROM ` + t + ` WHERE key = $1 AND NOT E
 	s.renewSQL = `UPDATE ` + t + ` SET expires_at = clock_timestamp() + ` + ttlExpr + `
 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
 
+	// Many renewals in one statement: $1 keys, $2 tokens, $3 TTLs in µs,
+	// as arrays; it returns the keys it renewed.
+	s.renewBatchSQL = `UPDATE ` + t + ` AS l SET expires_at = clock_timestamp() + r.us * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
+WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
+RETURNING l.key`
+
 	// $3 channel. The command tag counts the notified (= deleted) rows.
 	s.releaseSQL = `WITH d AS (
 	DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING key

@@ -55,6 +55,7 @@ var (
 	_ leasehold.Store         = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
+	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
 
 // Migration says whether New and Open create the lock table and the fence
@@ -120,7 +121,7 @@ type Store struct {
 	opts      Options
 	names     [3]string // schema, table, sequence (raw)
 
-	acquireSQL, renewSQL, releaseSQL, inspectSQL, listSQL, forceSQL string
+	acquireSQL, renewSQL, renewBatchSQL, releaseSQL, inspectSQL, listSQL, forceSQL string
 
 	lis       listener
 	closeOnce sync.Once
@@ -318,6 +319,56 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return leasehold.ErrNotOwned
 	}
 	return nil
+}
+
+// RenewBatch implements leasehold.BatchRenewer: every renewal in one UPDATE
+// over unnest'ed arrays, one round trip. A key missing from its result was
+// not owned.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	keys := make([]string, 0, len(reqs))
+	tokens := make([]string, 0, len(reqs))
+	ttls := make([]int64, 0, len(reqs))
+	for i, r := range reqs {
+		if err := checkKey(r.Key); err != nil {
+			errs[i] = err
+			continue
+		}
+		us, err := micros(r.TTL)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		keys, tokens, ttls = append(keys, r.Key), append(tokens, r.Token), append(ttls, us)
+	}
+	if len(keys) == 0 {
+		return errs
+	}
+	renewed := make(map[string]bool, len(keys))
+	rows, err := s.db.Query(ctx, s.renewBatchSQL, keys, tokens, ttls)
+	if err == nil {
+		for rows.Next() {
+			var k string
+			if err = rows.Scan(&k); err != nil {
+				break
+			}
+			renewed[k] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	for i, r := range reqs {
+		switch {
+		case errs[i] != nil:
+		case err != nil:
+			errs[i] = storeErr("renew", r.Key, err)
+		case !renewed[r.Key]:
+			errs[i] = leasehold.ErrNotOwned
+		}
+	}
+	return errs
 }
 
 // Release implements leasehold.Store: a token-checked DELETE and a

@@ -631,6 +631,20 @@ func (r *runner) storeErrors(t *testing.T) {
 			return err
 		},
 	}
+	if br, ok := s.(leasehold.BatchRenewer); ok {
+		ops["RenewBatch"] = func() error {
+			errs := br.RenewBatch(ctx(), []leasehold.RenewRequest{
+				{Key: key, Token: "owner", TTL: time.Minute}, {Key: key, Token: "intruder", TTL: time.Minute},
+			})
+			if len(errs) != 2 {
+				return fmt.Errorf("expected 2 results, got %d", len(errs))
+			}
+			if errs[0] == nil || isContention(errs[0]) {
+				return errs[0]
+			}
+			return errs[1]
+		}
+	}
 	var wg sync.WaitGroup // the ops run at once: a broken store may be slow to fail
 	for op, f := range ops {
 		wg.Add(1)
