@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // Injected failures. Both are store failures to a Locker (they match neither
@@ -78,11 +79,11 @@ type Store struct {
 	down    bool
 	latency time.Duration
 
-	mu    sync.Mutex
-	locks map[string]*entry
-	last  uint64 // the last fence handed out, for any key
-	ops   int
-	subs  map[string]map[chan struct{}]struct{}
+	mu      sync.Mutex
+	locks   map[string]*entry
+	last    uint64 // the last fence handed out, for any key
+	ops     int
+	waiters waiters.Set
 }
 
 type entry struct {
@@ -104,7 +105,6 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		now:   time.Now,
 		locks: make(map[string]*entry),
-		subs:  make(map[string]map[chan struct{}]struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -307,15 +307,8 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	return info, after(f, nil)
 }
 
-// notify wakes key's waiters. s.mu must be held.
-func (s *Store) notify(key string) {
-	for ch := range s.subs[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+// notify wakes key's waiters.
+func (s *Store) notify(key string) { s.waiters.Wake(key) }
 
 func (s *Store) info(key string, e *entry, now time.Time) leasehold.LockInfo {
 	return leasehold.LockInfo{
@@ -361,25 +354,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 }
 
 // WaitRelease implements leasehold.Notifier. Expiry sends no notification.
-func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	m := s.subs[key]
-	if m == nil {
-		m = make(map[chan struct{}]struct{})
-		s.subs[key] = m
-	}
-	m[ch] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.subs[key], ch)
-			if len(s.subs[key]) == 0 {
-				delete(s.subs, key)
-			}
-			s.mu.Unlock()
-		})
-	}, nil
+func (s *Store) WaitRelease(_ context.Context, key string) (<-chan struct{}, func(), error) {
+	ch, stop := s.waiters.Add(key)
+	return ch, stop, nil
 }

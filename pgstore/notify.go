@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // listener is the store's one LISTEN connection, shared by every waiter: its
@@ -16,7 +18,7 @@ type listener struct {
 	startMu sync.Mutex // serialises opening the first connection
 
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters waiters.Set
 	running bool
 	closed  bool
 	cancel  context.CancelFunc
@@ -25,7 +27,6 @@ type listener struct {
 
 func (l *listener) init(s *Store) {
 	l.s = s
-	l.waiters = make(map[string]map[chan struct{}]struct{})
 }
 
 // WaitRelease implements leasehold.Notifier. The first call opens the
@@ -43,30 +44,14 @@ func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, f
 	if err := l.start(ctx); err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
 		return nil, nil, ErrClosed
 	}
-	m := l.waiters[key]
-	if m == nil {
-		m = make(map[chan struct{}]struct{})
-		l.waiters[key] = m
-	}
-	m[ch] = struct{}{}
-	l.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			l.mu.Lock()
-			delete(l.waiters[key], ch)
-			if len(l.waiters[key]) == 0 {
-				delete(l.waiters, key)
-			}
-			l.mu.Unlock()
-		})
-	}, nil
+	ch, stop := l.waiters.Add(key)
+	return ch, stop, nil
 }
 
 // start opens the connection and starts the goroutine, once.
@@ -178,31 +163,10 @@ func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
 }
 
 // wake tells key's waiters that it was released.
-func (l *listener) wake(key string) {
-	l.mu.Lock()
-	for ch := range l.waiters[key] {
-		signal(ch)
-	}
-	l.mu.Unlock()
-}
+func (l *listener) wake(key string) { l.waiters.Wake(key) }
 
 // wakeAll wakes every waiter.
-func (l *listener) wakeAll() {
-	l.mu.Lock()
-	for _, m := range l.waiters {
-		for ch := range m {
-			signal(ch)
-		}
-	}
-	l.mu.Unlock()
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+func (l *listener) wakeAll() { l.waiters.WakeAll() }
 
 // close stops the goroutine and waits for it.
 func (l *listener) close() {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,24 +34,8 @@ func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, f
 		}
 		s.sub = sub
 	}
-	ch := make(chan struct{}, 1)
-	m := s.waiters[key]
-	if m == nil {
-		m = make(map[chan struct{}]struct{})
-		s.waiters[key] = m
-	}
-	m[ch] = struct{}{}
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			s.subMu.Lock()
-			delete(s.waiters[key], ch)
-			if len(s.waiters[key]) == 0 {
-				delete(s.waiters, key)
-			}
-			s.subMu.Unlock()
-		})
-	}, nil
+	ch, stop := s.waiters.Add(key)
+	return ch, stop, nil
 }
 
 // subscribe opens the subscription and starts its goroutine. s.subMu is held.
@@ -74,16 +57,7 @@ func (s *Store) subscribe(ctx context.Context) (*subscription, error) {
 }
 
 // wake tells key's waiters that it was released.
-func (s *Store) wake(key string) {
-	s.subMu.Lock()
-	for ch := range s.waiters[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	s.subMu.Unlock()
-}
+func (s *Store) wake(key string) { s.waiters.Wake(key) }
 
 // Close stops the shared subscription and waits for its goroutine. It does
 // not close the client. Later WaitRelease calls return ErrClosed; the other

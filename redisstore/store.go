@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // Defaults used for zero Options fields.
@@ -91,7 +92,7 @@ type Store struct {
 	subMu   sync.Mutex
 	sub     *subscription // nil until the first WaitRelease
 	closed  bool
-	waiters map[string]map[chan struct{}]struct{}
+	waiters waiters.Set
 }
 
 // New returns a Store over client. It does not contact Redis; the first
@@ -114,7 +115,6 @@ func New(client Client, opts Options) (*Store, error) {
 		prefix:    opts.Prefix,
 		channel:   opts.Prefix + "released",
 		retention: opts.FenceRetention,
-		waiters:   make(map[string]map[chan struct{}]struct{}),
 	}, nil
 }
 
