@@ -63,8 +63,9 @@ func (g *gate) tryLock(key string) (*gateEntry, bool) {
 	}
 }
 
-// lock takes key's gate, waiting until ctx ends.
-func (g *gate) lock(ctx context.Context, key string) (*gateEntry, error) {
+// lock takes key's gate, waiting until ctx ends (its error) or closing is
+// closed (ErrLockerClosed).
+func (g *gate) lock(ctx context.Context, key string, closing <-chan struct{}) (*gateEntry, error) {
 	e := g.ref(key)
 	select {
 	case e.sem <- struct{}{}:
@@ -72,6 +73,9 @@ func (g *gate) lock(ctx context.Context, key string) (*gateEntry, error) {
 	case <-ctx.Done():
 		g.unref(e)
 		return nil, ctx.Err()
+	case <-closing:
+		g.unref(e)
+		return nil, ErrLockerClosed
 	}
 }
 

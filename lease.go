@@ -430,22 +430,39 @@ func (ls *Lease) tick() {
 // renewAuto makes one automatic renewal attempt: alone, or in one batch with
 // the locker's other leases that are due soon when the store can batch.
 func (ls *Lease) renewAuto() {
+	o := &ls.l.opts
 	sent := time.Now()
 	var peers []*Lease
 	br, batching := ls.l.store.(BatchRenewer)
 	if batching {
-		peers = ls.l.claimPeers(ls, sent)
-	}
-	deadline := ls.renewDeadline(sent)
-	for _, p := range peers {
-		if d := p.renewDeadline(sent); d.Before(deadline) {
-			deadline = d
-		}
+		// A peer joins only if its own guard leaves it the whole renew
+		// timeout, so no peer shortens the batch's deadline.
+		peers = ls.l.claimPeers(ls, sent, sent.Add(o.RenewTimeout))
 	}
 	ls.mu.Lock()
+	if ls.stopped { // Release or Close began before the request went out
+		ls.mu.Unlock()
+		for _, p := range peers {
+			p.renewed(sent, context.Canceled, true)
+			p.leaveTick()
+		}
+		return
+	}
+	deadline := sent.Add(o.RenewTimeout)
+	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
+		deadline = ls.validUntil // never wait past local expiry
+	}
 	ctx, cancel := context.WithDeadline(ls.l.ctx, deadline)
 	ls.renewCancel = cancel
 	ls.mu.Unlock()
+
+	// The local guard must not depend on the store honouring ctx's deadline
+	// (go-redis ignores it unless ContextTimeoutEnabled is set): each lease
+	// in flight gets a timer at its own guard deadline.
+	stopGuards := []func() bool{ls.guardDuringRenewal()}
+	for _, p := range peers {
+		stopGuards = append(stopGuards, p.guardDuringRenewal())
+	}
 	var errs []error
 	if len(peers) == 0 {
 		errs = []error{ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)}
@@ -463,39 +480,56 @@ func (ls *Lease) renewAuto() {
 			}
 		}
 	}
+	// Cancelled (not timed out): Release or Close stopped the attempt. That
+	// is nobody's renewal failure, least of all a peer's.
+	aborted := errors.Is(ctx.Err(), context.Canceled)
 	cancel()
+	for _, stop := range stopGuards {
+		stop()
+	}
 	ls.mu.Lock()
 	ls.renewCancel = nil
 	ls.mu.Unlock()
-	ls.renewed(sent, errs[0])
+	ls.renewed(sent, errs[0], aborted)
 	for i, p := range peers {
-		p.renewed(sent, errs[i+1])
+		p.renewed(sent, errs[i+1], aborted)
 		p.leaveTick()
 	}
 }
 
-// renewDeadline bounds a renewal sent at sent: RenewTimeout, and under
-// RenewalFence never past local expiry.
-func (ls *Lease) renewDeadline(sent time.Time) time.Time {
-	o := &ls.l.opts
-	deadline := sent.Add(o.RenewTimeout)
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
-		deadline = ls.validUntil
+// guardDuringRenewal arms a timer that ends the lease with ErrLeaseExpired
+// at its guard deadline (RenewalFence only), for as long as a renewal is in
+// flight and the lease's own timer is held back. It returns the timer's Stop.
+func (ls *Lease) guardDuringRenewal() func() bool {
+	if ls.l.opts.OnRenewFailure != RenewalFence {
+		return func() bool { return true }
 	}
-	return deadline
+	t := time.AfterFunc(time.Until(ls.ValidUntil()), func() {
+		ls.log().Error("leasehold: lease expired locally", slog.String("during", "renewal"))
+		ls.end(ErrLeaseExpired, EventExpired)
+	})
+	return t.Stop
 }
 
-// renewed applies the outcome of an automatic renewal sent at sent.
-func (ls *Lease) renewed(sent time.Time, err error) {
+// renewed applies the outcome of an automatic renewal sent at sent. aborted
+// means Release or Close cancelled the request: a failure then is not
+// counted, and the lease (if it goes on) renews again soon.
+func (ls *Lease) renewed(sent time.Time, err error, aborted bool) {
 	o := &ls.l.opts
 	ls.mu.Lock()
+	if ls.over {
+		ls.mu.Unlock()
+		return // the guard fired while the renewal was in flight
+	}
 	stopped := ls.stopped
 	ls.nextRenew = time.Now().Add(o.RenewInterval)
-	if err == nil {
+	switch {
+	case err == nil:
 		ls.failures = 0
-	} else if !errors.Is(err, ErrNotOwned) && !stopped {
+	case errors.Is(err, ErrNotOwned) || stopped:
+	case aborted:
+		ls.nextRenew = time.Now()
+	default:
 		ls.failures++
 	}
 	failures := ls.failures
@@ -510,8 +544,8 @@ func (ls *Lease) renewed(sent time.Time, err error) {
 		ls.log().Error("leasehold: lease lost")
 		ls.end(ErrLeaseLost, EventLost)
 		return
-	case stopped:
-		return // Release or Close aborted the attempt
+	case stopped || aborted:
+		return
 	}
 	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
 	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
@@ -524,11 +558,15 @@ func (ls *Lease) renewed(sent time.Time, err error) {
 }
 
 // claim marks the lease as in a tick, for a batch renewal run by another
-// lease's tick, if it is due for renewal by before. ls.mu must not be held.
-func (ls *Lease) claim(before time.Time) bool {
+// lease's tick, if it is due for renewal by before and (under RenewalFence)
+// its guard deadline is not before validTo. ls.mu must not be held.
+func (ls *Lease) claim(before, validTo time.Time) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.stopped || ls.over || ls.inTick || ls.nextRenew.IsZero() || ls.nextRenew.After(before) {
+		return false
+	}
+	if ls.l.opts.OnRenewFailure == RenewalFence && ls.validUntil.Before(validTo) {
 		return false
 	}
 	ls.inTick = true

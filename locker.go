@@ -29,6 +29,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	leases   map[*Lease]struct{} // held leases, for Close
+	bg       sync.WaitGroup      // forget goroutines
 }
 
 // New returns a Locker over store. It validates opts and returns an error
@@ -185,7 +186,8 @@ func (l *Locker) Loop(ctx context.Context, key string, interval time.Duration, f
 
 // Close cancels the context of every lease still held (cause
 // ErrLockerClosed), releases them in the store (best effort, bounded by
-// ReleaseTimeout), and waits for every renewal in progress. Later
+// ReleaseTimeout), wakes every Acquire still waiting (it returns
+// ErrLockerClosed), and waits for every renewal and clean-up in progress. Later
 // acquires return ErrLockerClosed. Close is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -202,7 +204,27 @@ func (l *Locker) Close() error {
 		ls.closeByLocker()
 		l.untrack(ls)
 	}
+	l.bg.Wait()
 	return nil
+}
+
+// forget releases, in a goroutine the locker owns (Close waits for it), the
+// lock an acquire may have taken although its reply was lost. It is
+// token-checked: it never touches another owner's lock.
+func (l *Locker) forget(key, token string) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, l.opts.ReleaseTimeout)
+		defer cancel()
+		_ = l.store.Release(ctx, key, token)
+	}()
 }
 
 // track registers a new lease; false when the locker is closed.
@@ -220,9 +242,10 @@ func (l *Locker) track(ls *Lease) bool {
 const maxBatch = 256
 
 // claimPeers claims the locker's other leases that are due for renewal
-// within a quarter of RenewInterval from now, for a batch renewal by self.
-// Renewing them a little early is harmless and saves round trips.
-func (l *Locker) claimPeers(self *Lease, now time.Time) []*Lease {
+// within a quarter of RenewInterval from now, and whose guard deadline is not
+// before validTo, for a batch renewal by self. Renewing them a little early
+// is harmless and saves round trips.
+func (l *Locker) claimPeers(self *Lease, now, validTo time.Time) []*Lease {
 	before := now.Add(l.opts.RenewInterval / 4)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -231,7 +254,7 @@ func (l *Locker) claimPeers(self *Lease, now time.Time) []*Lease {
 	}
 	var peers []*Lease
 	for p := range l.leases {
-		if p != self && p.claim(before) {
+		if p != self && p.claim(before, validTo) {
 			if peers = append(peers, p); len(peers) == maxBatch-1 {
 				break
 			}
@@ -268,7 +291,10 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 	var entry *gateEntry
 	if wait {
 		var err error
-		if entry, err = l.gate.lock(ctx, key); err != nil {
+		if entry, err = l.gate.lock(ctx, key, l.ctx.Done()); err != nil {
+			if errors.Is(err, ErrLockerClosed) {
+				return nil, err
+			}
 			return contended(errors.Join(fmt.Errorf("%w: %q: gave up waiting", ErrNotAcquired, key), err))
 		}
 	} else {
@@ -284,6 +310,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 	var (
 		released <-chan struct{}
 		stopSub  func()
+		seenHeld bool // another owner was seen holding key during this call
 	)
 	defer func() {
 		if stopSub != nil {
@@ -302,6 +329,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 			return lease, nil
 		}
 		if errors.Is(err, ErrNotAcquired) {
+			seenHeld = true
 			l.observe(Event{Kind: EventContention, Key: key})
 			if !wait {
 				unlock()
@@ -332,10 +360,17 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 				t.Stop()
 				unlock()
 				return contended(errors.Join(fmt.Errorf("%w: %q: gave up waiting", ErrNotAcquired, key), ctx.Err()))
+			case <-l.ctx.Done():
+				t.Stop()
+				unlock()
+				return nil, ErrLockerClosed
 			}
 			t.Stop()
 			continue
 		}
+		// The store may have applied the acquire and lost its reply: release
+		// that lock (token-checked) rather than leave it for a whole TTL.
+		l.forget(key, token)
 		if cerr := ctx.Err(); cerr != nil {
 			// The caller gave up; that is not a sick store.
 			unlock()
@@ -344,7 +379,9 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 		serr := storeErr("acquire", key, err)
 		l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
 		l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(start), Err: err})
-		if l.opts.OnStoreError != FailOpen {
+		if l.opts.OnStoreError != FailOpen || seenHeld {
+			// Fail open never when this call saw another owner holding the
+			// key: that would be a certain duplicate, not a possible one.
 			unlock()
 			return nil, serr
 		}
