@@ -70,4 +70,8 @@
 // Scripts run under the caller's ACL, so the commands they call are listed
 // too; &leasehold:* covers the notification channel. Cluster clients also
 // need +cluster|slots +cluster|shards +readonly to discover the topology.
+//
+// Build the go-redis client with ContextTimeoutEnabled: true, so that the
+// Locker's renew and release timeouts bound every call on a dead connection;
+// go-redis otherwise waits for its own ReadTimeout.
 package redisstore

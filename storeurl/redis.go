@@ -38,12 +38,14 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 		}
+		opts.ContextTimeoutEnabled = honourDeadlines(q, opts.ContextTimeoutEnabled)
 		client = redis.NewClusterClient(opts)
 	} else {
 		opts, err := redis.ParseURL(u.String())
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 		}
+		opts.ContextTimeoutEnabled = honourDeadlines(q, opts.ContextTimeoutEnabled)
 		client = redis.NewClient(opts)
 	}
 	st, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
@@ -53,4 +55,14 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 	}
 	// The store before the client: the store's subscription uses the client.
 	return &Opened{Store: st, Kind: Redis, Shared: true, closers: []io.Closer{st, client}}, nil
+}
+
+// honourDeadlines turns on go-redis's ContextTimeoutEnabled unless the URL
+// set context_timeout_enabled itself: a renewal bounded by its context must
+// not wait for the client's ReadTimeout on a dead connection.
+func honourDeadlines(q url.Values, parsed bool) bool {
+	if q.Has("context_timeout_enabled") {
+		return parsed
+	}
+	return true
 }

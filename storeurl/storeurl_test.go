@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testetcd"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/storeurl"
 )
@@ -171,4 +172,38 @@ func TestRedisErrorsAreRedacted(t *testing.T) {
 	if !errors.Is(o.Redact(err), err) {
 		t.Errorf("Redact broke the error chain")
 	}
+}
+
+// A Redis store opened from a URL honours its context's deadline on a dead
+// connection (go-redis ContextTimeoutEnabled), instead of waiting out the
+// client's 3 s ReadTimeout: the lease's renew timeout depends on it.
+func TestRedisHonoursContextDeadlines(t *testing.T) {
+	srv := testredis.Start(t)
+	px, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	o, err := storeurl.Open(t.Context(), "redis://"+px.Addr()+"?max_retries=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := o.Store.Acquire(t.Context(), "k", "t", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := px.Blackhole(true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = o.Store.Renew(ctx, "k", "t", time.Minute)
+	if err == nil {
+		t.Fatal("expected the renewal through a black hole to fail")
+	}
+	if el := time.Since(start); el > 1500*time.Millisecond {
+		t.Fatalf("expected the renewal to end near its 200ms deadline, it took %v", el)
+	}
+	_ = px.Blackhole(false)
 }
