@@ -50,13 +50,15 @@
 //
 // # Fences
 //
-// A fence is nextval of the sequence: strictly increasing for every
+// A fence is max(nextval of the sequence, the database clock in µs), and the
+// sequence is moved up to it (setval): strictly increasing for every
 // acquisition of every key, also after the lock rows are lost (TRUNCATE, a
-// deleted row). nextval is consumed by contended tries too; fences only need
-// to increase. Fences go backward only if the database is restored from a
-// backup or a lagging replica is promoted: before letting holders in again,
-// move the sequence past every fence handed out, e.g.
-// SELECT setval('leasehold_locks_fence', <last fence seen by the fenced storage> + 1000000).
+// deleted row). The sequence keeps fences rising if the database clock steps
+// back; the clock floor keeps them rising if the sequence is lost or behind
+// (a restore from backup, a promoted standby that lagged) as long as the
+// clock does not step back at the same time: the same assumption as the
+// Redis store. Contended tries consume sequence values too; fences only need
+// to increase.
 // With synchronous replication, a promoted standby has every committed row.
 //
 // # Waiting
@@ -73,6 +75,6 @@
 //
 // Open (and New with MigrateCreate) creates the table and the sequence when
 // missing, which needs CREATE on the schema. With MigrateNever a role needs
-// only SELECT, INSERT, UPDATE, DELETE on the table and USAGE on the
-// sequence (pg_notify and LISTEN need no grant).
+// only SELECT, INSERT, UPDATE, DELETE on the table and USAGE, UPDATE on the
+// sequence (setval needs UPDATE; pg_notify and LISTEN need no grant).
 package pgstore

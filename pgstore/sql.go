@@ -13,6 +13,12 @@ const (
 	ttlExpr = `($3::bigint * interval '1 microsecond')`
 	remExpr = `(extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint`
 	cols    = `key, token, fence, ` + remExpr + `, acquired_at, expires_at`
+	// fenceExpr mints a fence: max(next sequence value, database clock in
+	// µs), and moves the sequence up to it. The sequence keeps fences rising
+	// if the clock steps back; the clock floor keeps them rising if the
+	// sequence is lost or behind (promotion of a lagging standby, a restore),
+	// as long as the database clock does not step back at the same time.
+	fenceExpr = `setval($4::regclass, GREATEST(nextval($4::regclass), (extract(epoch FROM now.ts) * 1000000)::bigint))`
 )
 
 // buildSQL renders the statements once, with the quoted table name spliced
@@ -27,7 +33,7 @@ func (s *Store) buildSQL() {
 	// consumed even when the key is held: fences only need to increase.
 	s.acquireSQL = `WITH up AS (
 	INSERT INTO ` + t + ` AS t (key, token, fence, expires_at, acquired_at)
-	SELECT $1, $2, nextval($4::regclass), now.ts + ` + ttlExpr + `, now.ts
+	SELECT $1, $2, ` + fenceExpr + `, now.ts + ` + ttlExpr + `, now.ts
 	FROM (SELECT clock_timestamp() AS ts) AS now
 	ON CONFLICT (key) DO UPDATE SET
 		token       = EXCLUDED.token,

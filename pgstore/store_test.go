@@ -128,8 +128,9 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	}
 }
 
-// Fences come from the sequence: they keep increasing across release,
-// expiry, stores sharing the table, and the loss of every row (TRUNCATE).
+// Fences come from the sequence, floored by the database clock: they keep
+// increasing across release, expiry, stores sharing the table, the loss of
+// every row (TRUNCATE) and the loss of the sequence itself.
 func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 	_, dsn := fresh(t)
 	s1 := open(t, dsn, pgstore.Options{})
@@ -169,6 +170,15 @@ func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("after ForceRelease", s1, "e", time.Minute)
+	// The sequence lost (a restore, a promoted standby that lagged): the
+	// clock floor keeps fences rising.
+	if _, err := s1.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, "ALTER SEQUENCE leasehold_locks_fence RESTART WITH 1"); err != nil {
+		t.Fatal(err)
+	}
+	step("after the sequence restarted at 1", s2, "f", time.Minute)
 }
 
 // A Locker waiting on one store is woken by a release through another store
@@ -351,7 +361,7 @@ func TestLeastPrivilegeUser(t *testing.T) {
 CREATE ROLE leasehold_app LOGIN;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks TO leasehold_app;
-GRANT USAGE ON SEQUENCE leasehold_locks_fence TO leasehold_app;`
+GRANT USAGE, UPDATE ON SEQUENCE leasehold_locks_fence TO leasehold_app;`
 	if _, err := admin.Exec(ctx, sql); err != nil {
 		t.Fatal(err)
 	}
