@@ -72,7 +72,7 @@ const (
 	MigrateCreate
 	// MigrateNever issues no DDL: the table and sequence must exist (see
 	// MigrationSQL), and a user with only SELECT, INSERT, UPDATE, DELETE on
-	// the table and USAGE on the sequence is enough.
+	// the table and USAGE, UPDATE on the sequence is enough.
 	MigrateNever
 )
 

@@ -350,7 +350,7 @@ func TestOptionsRejected(t *testing.T) {
 	}
 }
 
-// A role with only DML rights on the table and USAGE on the sequence runs
+// A role with only DML rights on the table and USAGE, UPDATE on the sequence runs
 // the store when the table was created beforehand (MigrateNever); with the
 // default it gets an error that says what to do.
 func TestLeastPrivilegeUser(t *testing.T) {
