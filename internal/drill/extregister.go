@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -71,8 +73,15 @@ func checkRegister(url string) error {
 	return fmt.Errorf("%w: --register must be memory, redis://HOST:PORT[/DB] or postgres://…, got %q", ErrInvalidConfig, redactURL(url))
 }
 
-// redactErr removes the password of url from err's text.
+// redactErr is err's text without the password of url: a url.Error is
+// reduced to its cause (it quotes the whole URL, escaped, so a plain search
+// would miss the password), and any remaining copy of the password is
+// replaced.
 func redactErr(err error, url string) string {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
 	msg := err.Error()
 	if i := strings.Index(url, "://"); i >= 0 {
 		if at := strings.LastIndex(url, "@"); at > i {

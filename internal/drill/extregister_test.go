@@ -78,3 +78,23 @@ func TestRegisterConfigErrors(t *testing.T) {
 		t.Errorf("unreachable register: expected ErrSetup without the password, got %v", err)
 	}
 }
+
+// A URL parse error quotes the URL escaped (%q), which hides a password with
+// quotes or backslashes from a plain search: it must still not be printed.
+func TestParseErrorsNeverPrintPasswords(t *testing.T) {
+	const pass = `se"cr\et`
+	for _, c := range []Config{
+		{Store: "redis://:" + pass + "@127.0.0.1:bad port"},
+		{Register: "redis://:" + pass + "@127.0.0.1:bad port"},
+	} {
+		_, err := c.WithDefaults()
+		if err == nil {
+			t.Fatalf("%+v: expected an error", c)
+		}
+		for _, leak := range []string{pass, `se\"cr\\et`, "cr"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Fatalf("expected no trace of the password in %q (found %q)", err, leak)
+			}
+		}
+	}
+}

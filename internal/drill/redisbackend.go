@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,11 +45,7 @@ type redisBackend struct {
 func redisOptions(store string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(store)
 	if err != nil {
-		msg := err.Error()
-		if u := redactURL(store); u != store {
-			msg = strings.ReplaceAll(msg, store, u)
-		}
-		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), msg)
+		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(err, store))
 	}
 	if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
 		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, redactURL(store), opts.Addr, err)
