@@ -505,6 +505,9 @@ func (ls *Lease) guardDuringRenewal() func() bool {
 		return func() bool { return true }
 	}
 	t := time.AfterFunc(time.Until(ls.ValidUntil()), func() {
+		if time.Now().Before(ls.ValidUntil()) {
+			return // a renewal that just succeeded moved the deadline
+		}
 		ls.log().Error("leasehold: lease expired locally", slog.String("during", "renewal"))
 		ls.end(ErrLeaseExpired, EventExpired)
 	})
