@@ -173,7 +173,8 @@ func (ls *Lease) Renew(ctx context.Context) error {
 // Release is a no-op that returns nil after the lease was lost, abandoned,
 // expired locally or released: ask Err or context.Cause why. It runs on ctx's
 // values but not its cancellation, bounded by Options.ReleaseTimeout, so it
-// works with the lease's already-cancelled context.
+// works with the lease's already-cancelled context. A renewal in flight is
+// cancelled first, and Release waits for it to return.
 func (ls *Lease) Release(ctx context.Context) error {
 	if !ls.stop() {
 		return nil
