@@ -3,49 +3,14 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
-
-// parallel runs b.N calls of fn spread over g goroutines; goroutine i always
-// uses key i.
-func parallel(b *testing.B, g int, fn func(ctx context.Context, key, token string) error) {
-	b.Helper()
-	ctx := context.Background()
-	var (
-		next int64
-		wg   sync.WaitGroup
-		errc = make(chan error, g)
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key, token := fmt.Sprintf("bench:%s:%d", b.Name(), i), leasehold.NewToken()
-			for atomic.AddInt64(&next, 1) <= int64(b.N) {
-				if err := fn(ctx, key, token); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
-}
 
 // BenchmarkCycle measures acquire+release cycles on distinct keys: the raw
 // floor (INSERT ... ON CONFLICT DO NOTHING + token-checked DELETE, no fence,
@@ -65,7 +30,7 @@ func BenchmarkCycle(b *testing.B) {
 	b.Cleanup(func() { _ = lk.Close() })
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("floor/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, token string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				tag, err := pool.Exec(ctx, "INSERT INTO floor VALUES ($1, $2) ON CONFLICT DO NOTHING", key, token)
 				if err != nil || tag.RowsAffected() != 1 {
 					return fmt.Errorf("insert: %v %v", tag, err)
@@ -78,7 +43,7 @@ func BenchmarkCycle(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, token string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				if _, err := s.Acquire(ctx, key, token, 30*time.Second); err != nil {
 					return err
 				}
@@ -86,7 +51,7 @@ func BenchmarkCycle(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("locker/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, _ string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, _ string) error {
 				l, err := lk.TryAcquire(ctx, key)
 				if err != nil {
 					return err
@@ -117,74 +82,5 @@ func BenchmarkHandOff(b *testing.B) {
 		b.Cleanup(func() { _ = lk.Close() })
 		lockers[i] = lk
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var (
-		mu         sync.Mutex
-		cond       = sync.NewCond(&mu)
-		gen        int
-		releasedAt time.Time
-		samples    = make([]time.Duration, 0, b.N)
-		wg         sync.WaitGroup
-		errc       = make(chan error, waiters)
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				l, err := lockers[i].Acquire(ctx, key)
-				now := time.Now()
-				if err != nil {
-					if ctx.Err() == nil {
-						errc <- err
-						cancel()
-					}
-					return
-				}
-				mu.Lock()
-				if !releasedAt.IsZero() {
-					samples = append(samples, now.Sub(releasedAt))
-				}
-				gen++
-				my, done := gen, gen > b.N
-				cond.Broadcast()
-				releasedAt = time.Now()
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					errc <- err
-					cancel()
-					return
-				}
-				if done {
-					cancel()
-					mu.Lock()
-					cond.Broadcast()
-					mu.Unlock()
-					return
-				}
-				mu.Lock()
-				for gen == my && ctx.Err() == nil {
-					cond.Wait()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
-	if len(samples) == 0 {
-		b.Fatal("no hand-offs measured")
-	}
-	slices.Sort(samples)
-	q := func(p float64) float64 { return float64(samples[int(p*float64(len(samples)-1))].Microseconds()) }
-	b.ReportMetric(q(0.50), "p50-µs")
-	b.ReportMetric(q(0.99), "p99-µs")
-	b.ReportMetric(float64(samples[len(samples)-1].Microseconds()), "max-µs")
+	benchkit.ReportHandOff(b, lockers, key)
 }

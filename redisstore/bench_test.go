@@ -3,8 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,45 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
 
 // floorRelease is the raw floor's compare-and-delete.
 var floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-
-// parallel runs b.N calls of fn spread over g goroutines; goroutine i always
-// uses key i.
-func parallel(b *testing.B, g int, fn func(ctx context.Context, key, token string) error) {
-	b.Helper()
-	ctx := context.Background()
-	var (
-		next int64
-		wg   sync.WaitGroup
-		errc = make(chan error, g)
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key, token := fmt.Sprintf("bench:%s:%d", b.Name(), i), leasehold.NewToken()
-			for atomic.AddInt64(&next, 1) <= int64(b.N) {
-				if err := fn(ctx, key, token); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
-}
 
 // BenchmarkCycle measures acquire+release cycles on distinct keys, side by
 // side: the raw two-command floor (SET NX PX + compare-and-delete EVALSHA),
@@ -76,7 +42,7 @@ func BenchmarkCycle(b *testing.B) {
 
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("floor/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, token string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				ok, err := c.SetNX(ctx, key, token, ttl).Result()
 				if err != nil || !ok {
 					return fmt.Errorf("SET NX: %v %v", ok, err)
@@ -88,7 +54,7 @@ func BenchmarkCycle(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, token string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				if _, err := s.Acquire(ctx, key, token, ttl); err != nil {
 					return err
 				}
@@ -96,7 +62,7 @@ func BenchmarkCycle(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("locker/g=%d", g), func(b *testing.B) {
-			parallel(b, g, func(ctx context.Context, key, _ string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, _ string) error {
 				l, err := lk.TryAcquire(ctx, key)
 				if err != nil {
 					return err
@@ -134,76 +100,7 @@ func BenchmarkHandOff(b *testing.B) {
 		lockers[i] = lk
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var (
-		mu         sync.Mutex
-		cond       = sync.NewCond(&mu)
-		gen        int   // number of acquisitions so far
-		releasedAt int64 // UnixNano just before the last Release, 0 before the first
-		samples    = make([]time.Duration, 0, b.N)
-		wg         sync.WaitGroup
-		errc       = make(chan error, waiters)
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				l, err := lockers[i].Acquire(ctx, key)
-				now := time.Now()
-				if err != nil {
-					if ctx.Err() == nil {
-						errc <- err
-						cancel()
-					}
-					return
-				}
-				mu.Lock()
-				if releasedAt != 0 {
-					samples = append(samples, now.Sub(time.Unix(0, releasedAt)))
-				}
-				gen++
-				my, done := gen, gen > b.N
-				cond.Broadcast()
-				releasedAt = time.Now().UnixNano()
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					errc <- err
-					cancel()
-					return
-				}
-				if done {
-					cancel()
-					mu.Lock()
-					cond.Broadcast()
-					mu.Unlock()
-					return
-				}
-				mu.Lock()
-				for gen == my && ctx.Err() == nil {
-					cond.Wait()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
-	slices.Sort(samples)
-	if len(samples) == 0 {
-		b.Fatal("no hand-offs measured")
-	}
-	q := func(p float64) float64 { return float64(samples[int(p*float64(len(samples)-1))].Microseconds()) }
-	b.ReportMetric(q(0.50), "p50-µs")
-	b.ReportMetric(q(0.99), "p99-µs")
-	b.ReportMetric(float64(samples[len(samples)-1].Microseconds()), "max-µs")
+	benchkit.ReportHandOff(b, lockers, key)
 }
 
 // BenchmarkCycleInterleaved runs one floor, one Store and one Locker cycle
@@ -231,7 +128,7 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
 			var floorNs, storeNs, lockerNs atomic.Int64
-			parallel(b, g, func(ctx context.Context, key, token string) error {
+			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				t0 := time.Now()
 				if ok, err := c.SetNX(ctx, key+":floor", token, ttl).Result(); err != nil || !ok {
 					return fmt.Errorf("SET NX: %v %v", ok, err)

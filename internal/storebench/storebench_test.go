@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
+	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testetcd"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/memstore"
@@ -154,125 +153,6 @@ func (f etcdFloor) cycle(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// parallel runs b.N calls of fn spread over g goroutines; goroutine i always
-// uses key i (distinct keys: no contention).
-func parallel(b *testing.B, g int, fn func(ctx context.Context, key, token string) error) {
-	b.Helper()
-	ctx := context.Background()
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		errc = make(chan error, g)
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key, token := fmt.Sprintf("bench:%s:%d", b.Name(), i), leasehold.NewToken()
-			for next.Add(1) <= int64(b.N) {
-				if err := fn(ctx, key, token); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
-}
-
-// handoff passes one key n times among the lockers (at least 2), each
-// blocked in Acquire while another holds it. It returns the n hand-off
-// latencies, each from just before the holder's Release to the next
-// holder's Acquire returning, and the fences of all n+1 acquisitions in
-// order. A holder queues again only after its lease was handed off, so
-// every sample is a waiter woken by a release, never the holder
-// re-acquiring its own key.
-func handoff(parent context.Context, lks []*leasehold.Locker, key string, n int) ([]time.Duration, []uint64, error) {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	var (
-		mu         sync.Mutex
-		cond       = sync.NewCond(&mu)
-		gen        int       // acquisitions so far
-		releasedAt time.Time // just before the last Release; zero before the first
-		samples    = make([]time.Duration, 0, n)
-		fences     = make([]uint64, 0, n+1)
-		firstErr   error
-		wg         sync.WaitGroup
-	)
-	// Wake the goroutines waiting for their hand-off when the run ends.
-	stopWake := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
-	defer stopWake()
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-		cancel()
-	}
-	for _, lk := range lks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				l, err := lk.Acquire(ctx, key)
-				now := time.Now()
-				if err != nil {
-					if ctx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				mu.Lock()
-				if gen > n { // an Acquire that won the race with the end of the run
-					mu.Unlock()
-					_ = l.Release(parent)
-					return
-				}
-				if !releasedAt.IsZero() {
-					samples = append(samples, now.Sub(releasedAt))
-				}
-				fences = append(fences, l.Fence())
-				gen++
-				my, done := gen, gen > n
-				cond.Broadcast()
-				releasedAt = time.Now()
-				mu.Unlock()
-				if done {
-					cancel() // stop the waiters before the key is free again
-				}
-				if err := l.Release(parent); err != nil {
-					fail(fmt.Errorf("release: %w", err))
-					return
-				}
-				if done {
-					return
-				}
-				mu.Lock()
-				for gen == my && ctx.Err() == nil {
-					cond.Wait()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return samples, fences, firstErr
-}
-
-// quantile returns the p-quantile of sorted samples in µs.
-func quantile(sorted []time.Duration, p float64) float64 {
-	return float64(sorted[int(p*float64(len(sorted)-1))]) / float64(time.Microsecond)
-}
-
 // BenchmarkStores runs the same Locker operations on memory, Redis and etcd
 // in one run, against one redis-server and one embedded etcd member started
 // once:
@@ -303,12 +183,12 @@ func BenchmarkStores(b *testing.B) {
 			for _, g := range []int{1, 8} {
 				if floor := floors[name]; floor != nil {
 					b.Run(fmt.Sprintf("raw-floor/g=%d", g), func(b *testing.B) {
-						parallel(b, g, floor)
+						benchkit.Parallel(b, g, floor)
 					})
 				}
 				b.Run(fmt.Sprintf("cycle/g=%d", g), func(b *testing.B) {
 					lk := lockers(b, srv.stores(b, name, 1))[0]
-					parallel(b, g, func(ctx context.Context, key, _ string) error {
+					benchkit.Parallel(b, g, func(ctx context.Context, key, _ string) error {
 						return lockerCycle(ctx, lk, key)
 					})
 				})
@@ -317,7 +197,7 @@ func BenchmarkStores(b *testing.B) {
 				lks := lockers(b, srv.stores(b, name, waiters))
 				b.ReportAllocs()
 				b.ResetTimer()
-				samples, _, err := handoff(context.Background(), lks, "bench:handoff", b.N)
+				samples, _, err := benchkit.HandOff(context.Background(), lks, "bench:handoff", b.N)
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
@@ -326,9 +206,9 @@ func BenchmarkStores(b *testing.B) {
 					b.Fatalf("%d hand-offs measured, want %d", len(samples), b.N)
 				}
 				slices.Sort(samples)
-				b.ReportMetric(quantile(samples, 0.50), "p50-µs")
-				b.ReportMetric(quantile(samples, 0.99), "p99-µs")
-				b.ReportMetric(quantile(samples, 1), "max-µs")
+				b.ReportMetric(benchkit.Quantile(samples, 0.50), "p50-µs")
+				b.ReportMetric(benchkit.Quantile(samples, 0.99), "p99-µs")
+				b.ReportMetric(benchkit.Quantile(samples, 1), "max-µs")
 			})
 		})
 	}
@@ -370,7 +250,7 @@ func TestStoresHarness(t *testing.T) {
 			}
 
 			const n = 5
-			samples, fences, err := handoff(ctx, lks, "test:handoff", n)
+			samples, fences, err := benchkit.HandOff(ctx, lks, "test:handoff", n)
 			if err != nil {
 				t.Fatalf("handoff: %v", err)
 			}
