@@ -282,6 +282,9 @@ func (ls *Lease) bind(parent context.Context) (context.Context, func()) {
 	return ctx, func() { stop(); cancel(nil) }
 }
 
+// log returns the locker's logger with the lease's attributes. Records are
+// written with the lease's context, which carries the values of the context
+// the lease was acquired with: a handler can add a request or run id from it.
 func (ls *Lease) log() *slog.Logger {
 	return ls.l.opts.Logger.With(slog.String("locker", ls.l.opts.Name), slog.String("key", ls.key),
 		slog.String("token", tokenPrefix(ls.token)), slog.Uint64("fence", ls.fence))
@@ -289,7 +292,7 @@ func (ls *Lease) log() *slog.Logger {
 
 func (ls *Lease) notOwned(op string) {
 	ls.l.observe(Event{Kind: EventNotOwned, Key: ls.key, Op: op, Fence: ls.fence})
-	ls.log().Warn("leasehold: lock not owned", slog.String("op", op))
+	ls.log().WarnContext(ls.ctx, "leasehold: lock not owned", slog.String("op", op))
 }
 
 // extend moves the local expiry guard to sent+TTL-drift, never backward.
@@ -398,7 +401,7 @@ func (ls *Lease) tick() {
 	ls.mu.Unlock()
 	if maxDue {
 		ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
-		ls.log().Warn("leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
+		ls.log().WarnContext(ls.ctx, "leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
 		ls.cancel(ErrMaxHoldReached)
 	}
 
@@ -414,12 +417,12 @@ func (ls *Lease) tick() {
 	switch {
 	case continuing:
 		ls.l.observe(Event{Kind: EventExpired, Key: ls.key, Fence: ls.fence})
-		ls.log().Warn("leasehold: lease expired locally; continuing by policy", slog.Int("attempt", failures))
+		ls.log().WarnContext(ls.ctx, "leasehold: lease expired locally; continuing by policy", slog.Int("attempt", failures))
 	case guardDue && (ls.hold || maxHeld):
 		ls.end(ErrLeaseExpired, 0) // the natural end of a hold, or of a capped lease
 		return
 	case guardDue:
-		ls.log().Error("leasehold: lease expired locally", slog.Int("attempt", failures))
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease expired locally", slog.Int("attempt", failures))
 		ls.end(ErrLeaseExpired, EventExpired)
 		return
 	}
@@ -509,7 +512,7 @@ func (ls *Lease) guardDuringRenewal() func() bool {
 		if time.Now().Before(ls.ValidUntil()) {
 			return // a renewal that just succeeded moved the deadline
 		}
-		ls.log().Error("leasehold: lease expired locally", slog.String("during", "renewal"))
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease expired locally", slog.String("during", "renewal"))
 		ls.end(ErrLeaseExpired, EventExpired)
 	})
 	return t.Stop
@@ -545,7 +548,7 @@ func (ls *Lease) renewed(sent time.Time, err error, aborted bool) {
 		return
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
-		ls.log().Error("leasehold: lease lost")
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease lost")
 		ls.end(ErrLeaseLost, EventLost)
 		return
 	case stopped || aborted:
@@ -553,9 +556,9 @@ func (ls *Lease) renewed(sent time.Time, err error, aborted bool) {
 	}
 	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
 	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
-	ls.log().Warn("leasehold: lease renewal failed", slog.Int("attempt", failures), slog.Any("error", err))
+	ls.log().WarnContext(ls.ctx, "leasehold: lease renewal failed", slog.Int("attempt", failures), slog.Any("error", err))
 	if o.OnRenewFailure == RenewalFence && failures >= o.MaxRenewFailures {
-		ls.log().Error("leasehold: lease abandoned", slog.Int("attempt", failures), slog.Any("error", err))
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease abandoned", slog.Int("attempt", failures), slog.Any("error", err))
 		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
 		ls.end(ErrLeaseAbandoned, 0)
 	}

@@ -386,7 +386,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 			return nil, serr
 		}
 		l.observe(Event{Kind: EventFailOpen, Key: key, Err: err})
-		l.opts.Logger.Error("leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
+		l.opts.Logger.ErrorContext(ctx, "leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
 			slog.String("locker", l.opts.Name), slog.String("key", key), slog.Any("error", err))
 		return l.newLease(ctx, key, token, 0, ttl, sent, hold, true, entry)
 	}

@@ -3,6 +3,8 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +208,41 @@ func TestCloseWakesWaitingAcquires(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("expected Close to wake every waiting Acquire")
 		}
+	}
+}
+
+type runIDKey struct{}
+
+// runIDHandler adds the run id found in a record's context, as a service's
+// own slog handler would.
+type runIDHandler struct{ slog.Handler }
+
+func (h runIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id, ok := ctx.Value(runIDKey{}).(string); ok {
+		r.AddAttrs(slog.String("run_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h runIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return runIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func TestLogRecordsCarryTheAcquireContext(t *testing.T) {
+	store := memstore.New()
+	logs := &syncBuffer{}
+	l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 20 * time.Millisecond,
+		Logger: slog.New(runIDHandler{slog.NewTextHandler(logs, nil)})})
+	ctx := context.WithValue(t.Context(), runIDKey{}, "run-7")
+	lease, err := l.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ForceRelease(t.Context(), "job"); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, lease.Context(), time.Second, "lease")
+	if !strings.Contains(logs.String(), "leasehold: lease lost") || !strings.Contains(logs.String(), "run_id=run-7") {
+		t.Fatalf("expected the loss logged with the acquire context's run id, got %q", logs)
 	}
 }
