@@ -77,6 +77,7 @@ var (
 	_ leasehold.Store         = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
+	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close stops the store's
@@ -338,6 +339,76 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	s.revokeLater(old)
 	return nil
+}
+
+// maxTxnOps stays under etcd's default --max-txn-ops (128).
+const maxTxnOps = 128
+
+// RenewBatch implements leasehold.BatchRenewer: one transaction reads every
+// key (token check and lease ID), then the leases are kept alive
+// concurrently, so a batch costs two round trips of latency however many
+// leases it holds. A request whose TTL grew past its lease's falls back to
+// Renew.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	for start := 0; start < len(reqs); start += maxTxnOps {
+		end := min(start+maxTxnOps, len(reqs))
+		s.renewChunk(ctx, reqs[start:end], errs[start:end])
+	}
+	return errs
+}
+
+func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest, errs []error) {
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer end()
+	secs := make([]int64, len(reqs))
+	ops := make([]clientv3.Op, 0, len(reqs))
+	at := make([]int, 0, len(reqs)) // ops[j] reads reqs[at[j]]
+	for i, r := range reqs {
+		if secs[i], errs[i] = ttlSeconds(r.TTL); errs[i] == nil {
+			ops = append(ops, clientv3.OpGet(s.prefix+r.Key))
+			at = append(at, i)
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		for _, i := range at {
+			errs[i] = s.wrap(ctx, "renew", reqs[i].Key, err)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for j, i := range at {
+		kvs := resp.Responses[j].GetResponseRange().GetKvs()
+		if len(kvs) == 0 || string(kvs[0].Value) != reqs[i].Token || kvs[0].Lease == 0 {
+			errs[i] = leasehold.ErrNotOwned
+			continue
+		}
+		id := clientv3.LeaseID(kvs[0].Lease)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ka, err := s.cli.KeepAliveOnce(ctx, id)
+			switch {
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				errs[i] = leasehold.ErrNotOwned // it expired between the read and the keep-alive
+			case err != nil:
+				errs[i] = s.wrap(ctx, "renew", reqs[i].Key, err)
+			case ka.TTL < secs[i]:
+				errs[i] = s.Renew(parent, reqs[i].Key, reqs[i].Token, reqs[i].TTL)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Release implements leasehold.Store: one transaction deletes the key if its

@@ -462,3 +462,34 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open without endpoints: expected ErrInvalidOptions, got %v", err)
 	}
 }
+
+// A batch larger than one etcd transaction may hold (128 operations) is
+// split, and every owned lock in it is renewed; a TTL that grew past the
+// lease's falls back to moving the key to a longer lease.
+func TestRenewBatchSplitsLargeBatches(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	reqs := make([]leasehold.RenewRequest, 150)
+	for i := range reqs {
+		key := uniqueKey(t, fmt.Sprintf("b%d", i))
+		if _, err := s.Acquire(ctx, key, "me", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: 2 * time.Second}
+	}
+	reqs[149].TTL = time.Minute // grows past its 2 s lease
+	reqs[7].Token = "intruder"
+	errs := s.RenewBatch(ctx, reqs)
+	for i, err := range errs {
+		switch {
+		case i == 7 && !errors.Is(err, leasehold.ErrNotOwned):
+			t.Fatalf("request 7 (wrong token): expected ErrNotOwned, got %v", err)
+		case i != 7 && err != nil:
+			t.Fatalf("request %d: expected a renewal, got %v", i, err)
+		}
+	}
+	if info, err := s.Inspect(ctx, reqs[149].Key); err != nil || info.Remaining < 30*time.Second {
+		t.Fatalf("expected the grown TTL to hold (> 30s left), got %v, %v", info.Remaining, err)
+	}
+}
