@@ -29,6 +29,10 @@ type backend interface {
 	// lateness bounds how long after its return a failed call may still be
 	// applied by the store (a request held on the way).
 	lateness() time.Duration
+	// expiryBound is how long after its last applied acquire or renew the
+	// store may still hold a lock: the TTL, or more on a store whose expiry
+	// is coarser (etcd).
+	expiryBound() time.Duration
 	setDown(bool)
 	setLatency(time.Duration)
 	// dropReplies loses the replies of applied calls with probability rate;
@@ -46,10 +50,11 @@ type backend interface {
 type memBackend struct {
 	mem   *memstore.Store
 	float func() float64
+	ttl   time.Duration
 }
 
-func newMemBackend(float func() float64) *memBackend {
-	return &memBackend{mem: memstore.New(), float: float}
+func newMemBackend(float func() float64, ttl time.Duration) *memBackend {
+	return &memBackend{mem: memstore.New(), float: float, ttl: ttl}
 }
 
 func (m *memBackend) open() (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
@@ -57,6 +62,7 @@ func (m *memBackend) observer() leasehold.Store              { return m.mem }
 func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
 func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
 func (m *memBackend) lateness() time.Duration                { return 0 }
+func (m *memBackend) expiryBound() time.Duration             { return m.ttl }
 func (m *memBackend) setDown(down bool)                      { m.mem.SetDown(down) }
 func (m *memBackend) setLatency(d time.Duration)             { m.mem.SetLatency(d) }
 func (m *memBackend) close()                                 {}

@@ -53,6 +53,9 @@ The exit status is non-zero when any invariant failed.
 --store memory (default) runs on the embedded store. --store redis://HOST:PORT[/DB] runs on
 an existing Redis, each replica connecting through a fault proxy (the drill does not restart
 it); --store redis-server starts the drill's own redis-server so it can restart it too.
+--store etcd://HOST:PORT[,HOST:PORT] runs on an existing etcd cluster through a fault proxy
+per endpoint; --store etcd-server starts an embedded single-member etcd in this process and
+restarts it (keeping its data). On etcd the TTL defaults to 2s (leases are whole seconds).
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
@@ -60,11 +63,22 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail
   leasehold drill --store redis-server                       # own redis-server, every fault
   leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
-  leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL`,
+  leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL
+  leasehold drill --store etcd-server                        # embedded etcd member, every fault`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			cfg.Store = storeURL
+			if cfg.isEtcd() {
+				// etcd leases are whole seconds: unless given, the TTL and
+				// the outage take etcd's defaults (Config.WithDefaults).
+				if !cmd.Flags().Changed("ttl") {
+					cfg.TTL = 0
+				}
+				if !cmd.Flags().Changed("outage") {
+					cfg.Outage = 0
+				}
+			}
 			if cfg.Faults, err = ParseFaults(faults); err != nil {
 				return err
 			}
@@ -165,19 +179,19 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	cmd.AddCommand(workerCmd)
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
-	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it)")
+	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (an embedded etcd member the drill restarts)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
 	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
 	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
-	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL")
+	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
 	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
 	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
 	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
 	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
 	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
 	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all, or none")
-	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage")
+	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
 	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
 	f.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")

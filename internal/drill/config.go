@@ -96,6 +96,12 @@ type Config struct {
 	// restart a Redis it did not start), or StoreRedisServer ("redis-server")
 	// to have the drill start its own redis-server on a free loopback port,
 	// without persistence, and restart it for the restart fault.
+	// "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P]" drills an
+	// existing etcd cluster through a fault proxy per endpoint (not
+	// restarted); StoreEtcdServer ("etcd-server") starts an embedded
+	// single-member etcd in the drill's process and restarts it (keeping its
+	// data) for the restart fault. On etcd the TTL defaults to 2 s and must be
+	// at least 1 s: etcd leases are whole seconds.
 	Store string
 	// RedisServer is the redis-server binary for StoreRedisServer. Default
 	// "redis-server" on PATH.
@@ -116,7 +122,7 @@ type Config struct {
 	// Jobs is the number of jobs. Default 40; at least len(Faults)+2, so
 	// every fault lands while jobs are still in progress.
 	Jobs int
-	// TTL of every lease. Default 400 ms.
+	// TTL of every lease. Default 400 ms; on etcd 2 s (at least 1 s).
 	TTL time.Duration
 	// WorkMin and WorkMax bound each job's simulated work, drawn uniformly.
 	// Default 200 ms and 500 ms: most jobs outlive a renew interval.
@@ -131,7 +137,8 @@ type Config struct {
 	// Faults to inject, one after another. nil means none; use AllFaults
 	// for all.
 	Faults []Fault
-	// Outage is the length of the store outage. Default 1 s.
+	// Outage is the length of the store outage. Default 1 s; on etcd
+	// 2.5 × TTL.
 	Outage time.Duration
 	// Latency added by the latency fault. Default the renew timeout + 100 ms.
 	Latency time.Duration
@@ -179,6 +186,10 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Jobs == 0 {
 		c.Jobs = 40
 	}
+	if c.isEtcd() {
+		def(&c.TTL, etcdDefaultTTL)
+		def(&c.Outage, c.TTL*5/2) // as 1 s is to the default 400 ms TTL
+	}
 	def(&c.TTL, 400*time.Millisecond)
 	def(&c.WorkMin, c.TTL/2)
 	def(&c.WorkMax, c.TTL*5/4)
@@ -219,8 +230,16 @@ func (c Config) WithDefaults() (Config, error) {
 		if _, err := redisOptions(c.Store); err != nil {
 			return c, err
 		}
+	case c.Store == StoreEtcdServer:
+	case strings.HasPrefix(c.Store, "etcd://"):
+		if _, _, err := etcdEndpoints(c.Store); err != nil {
+			return c, err
+		}
 	default:
-		return bad("store must be memory, %s or redis://HOST:PORT[/DB], got %q", StoreRedisServer, redactURL(c.Store))
+		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q", StoreRedisServer, StoreEtcdServer, redactURL(c.Store))
+	}
+	if c.isEtcd() && c.TTL < etcdMinTTL {
+		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
 	}
 	if err := checkRegister(c.Register); err != nil {
 		return c, err
@@ -230,6 +249,8 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Processes {
 		switch {
+		case c.isEtcd():
+			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", redactURL(c.Store))
 		case !c.isRedis():
 			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
 		case !processesSupported:
@@ -251,11 +272,29 @@ func (c Config) WithDefaults() (Config, error) {
 }
 
 // isRedis reports whether the drill runs on Redis.
-func (c Config) isRedis() bool { return c.Store != "" && c.Store != "memory" }
+func (c Config) isRedis() bool {
+	return c.Store == StoreRedisServer || strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://")
+}
+
+// isEtcd reports whether the drill runs on etcd.
+func (c Config) isEtcd() bool {
+	return c.Store == StoreEtcdServer || strings.HasPrefix(c.Store, "etcd://")
+}
+
+// viaProxy reports whether the replicas reach the store through a fault
+// proxy (every store but memory).
+func (c Config) viaProxy() bool { return c.isRedis() || c.isEtcd() }
 
 // storeLabel names the store for the report, without a password.
 func (c Config) storeLabel() string {
 	switch {
+	case c.Store == StoreEtcdServer:
+		return "etcd (own embedded member) via fault proxy"
+	case c.isEtcd():
+		if e, _, err := etcdEndpoints(c.Store); err == nil {
+			return "etcd " + strings.Join(e.Endpoints, ",") + " via fault proxy"
+		}
+		return "etcd"
 	case !c.isRedis():
 		return "memory"
 	case c.Store == StoreRedisServer:

@@ -143,6 +143,7 @@ type recorder struct {
 	mu       sync.Mutex
 	h        History
 	inflight map[string]int
+	revivals []time.Duration // store restarts that kept every lock (etcd)
 }
 
 func newRecorder() *recorder {
@@ -192,6 +193,26 @@ func (r *recorder) restart() {
 	r.mu.Lock()
 	r.h.Restarts = append(r.h.Restarts, r.since())
 	r.mu.Unlock()
+}
+
+// revive records that a store restart kept every lock and extended it by
+// extend: each lock may live until TTL after now + extend.
+func (r *recorder) revive(extend time.Duration) {
+	r.mu.Lock()
+	r.revivals = append(r.revivals, r.since()+extend)
+	r.mu.Unlock()
+}
+
+// lastRevival returns the latest revival (0 if none): a lock seen now may
+// have been extended then.
+func (r *recorder) lastRevival() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last time.Duration
+	for _, x := range r.revivals {
+		last = max(last, x)
+	}
+	return last
 }
 
 func (r *recorder) event(kind string) {

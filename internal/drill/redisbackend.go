@@ -177,6 +177,8 @@ func (b *redisBackend) lateness() time.Duration {
 	return late
 }
 
+func (b *redisBackend) expiryBound() time.Duration { return b.cfg.TTL }
+
 func (b *redisBackend) setDown(down bool)          { _ = b.proxy.SetDown(down) }
 func (b *redisBackend) setLatency(d time.Duration) { _ = b.proxy.SetLatency(d) }
 func (b *redisBackend) dropReplies(rate float64)   { _ = b.proxy.DropReplies(rate) }

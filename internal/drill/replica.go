@@ -81,8 +81,9 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 	r.mu.Unlock()
 	for n := 0; ctx.Err() == nil; n++ {
 		st, closeStore, err := d.be.open()
-		if err != nil { // not a network call: a client cannot be built
-			panic(err)
+		if err != nil { // a client cannot be built (etcd with credentials: cannot log in)
+			d.fail(err)
+			return
 		}
 		closeStore = sync.OnceFunc(closeStore)
 		closers = append(closers, closeStore)

@@ -39,14 +39,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer ext.close()
 		d.reg = ext
 	}
-	if cfg.isRedis() {
+	switch {
+	case cfg.isEtcd():
+		eb, err := newEtcdBackend(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		// A restart keeps etcd's leases and extends them by the election
+		// timeout: from then on, each lock may live that long plus its TTL.
+		eb.setOnRevive(func() { d.rec.revive(etcdElectionMs * time.Millisecond) })
+		d.be = eb
+	case cfg.isRedis():
 		rb, err := newRedisBackend(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
 		d.be = rb
-	} else {
-		d.be = newMemBackend(d.float)
+	default:
+		d.be = newMemBackend(d.float, cfg.TTL)
 	}
 	defer d.be.close()
 	d.run(ctx)
@@ -200,7 +210,7 @@ func (d *drill) run(parent context.Context) {
 	wg.Wait()
 	// Let the leases left in the store by crashed or failed holders expire
 	// under the sampler's eye, so a stuck lock is seen.
-	t := time.NewTimer(d.cfg.TTL + 50*time.Millisecond)
+	t := time.NewTimer(d.be.expiryBound() + 50*time.Millisecond)
 	select {
 	case <-t.C:
 	case <-parent.Done():
@@ -294,12 +304,13 @@ func (d *drill) sample(ctx context.Context) {
 		}
 		for _, l := range locks {
 			last, busy, known := d.rec.lastApplied(l.Token)
-			if busy || !known || now-last <= d.cfg.TTL+slack {
+			last = max(last, d.rec.lastRevival())
+			if busy || !known || now-last <= d.be.expiryBound()+slack {
 				continue
 			}
 			if !d.rec.stuckKnown(l.Key, now) {
 				d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-					Detail: fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v)", (now - last).Round(time.Millisecond), d.cfg.TTL)})
+					Detail: fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, store expiry within %v)", (now - last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound())})
 			}
 		}
 	}
@@ -390,7 +401,7 @@ func (d *drill) finalProbe(ctx context.Context) {
 	for _, l := range locks {
 		if !d.rec.stuckKnown(l.Key, now) {
 			d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-				Detail: fmt.Sprintf("lock still held (fence %d, %v left) more than TTL %v after every replica stopped", l.Fence, l.Remaining.Round(time.Millisecond), d.cfg.TTL)})
+				Detail: fmt.Sprintf("lock still held (fence %d, %v left) more than %v after every replica stopped (TTL %v)", l.Fence, l.Remaining.Round(time.Millisecond), d.be.expiryBound(), d.cfg.TTL)})
 		}
 	}
 }
