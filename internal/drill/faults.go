@@ -60,6 +60,9 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		d.be.setLatency(d.cfg.Latency)
 		sleep(ctx, d.cfg.Window)
 		d.be.setLatency(0)
+		if d.cfg.isEtcd() {
+			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout and etcd request timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
+		}
 		if d.cfg.viaProxy() {
 			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout %v, client timeout %v)", d.cfg.Latency, d.cfg.renewTimeout(), d.cfg.clientTimeout())
 		}
