@@ -19,7 +19,7 @@ import (
 // etcd's data.
 func TestEtcdSafeConfigurationPassesEveryFault(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(t.Context(), Config{Store: StoreEtcdServer, TTL: time.Second, Faults: AllFaults})
+	rep, err := Run(t.Context(), Config{Store: StoreEtcdServer, TTL: time.Second, Faults: AllFaults, Outage: 1500 * time.Millisecond, Window: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +67,9 @@ func TestEtcdSafeConfigurationPassesEveryFault(t *testing.T) {
 // paused holder's stale write lands and the checker fails the run; the
 // restart is skipped with an INFO verdict; the run deletes its keys.
 func TestEtcdUnsafeConfigurationFails(t *testing.T) {
+	t.Parallel()
 	cl := testetcd.Start(t)
 	direct := cl.Client(t)
-	t.Parallel()
 	store := "etcd://" + strings.TrimPrefix(cl.Endpoints()[0], "http://")
 	rep, err := Run(t.Context(), Config{
 		Store: store, TTL: time.Second, Jobs: 12, NoFencing: true,

@@ -129,8 +129,6 @@ func (b *etcdBackend) replicaConfig() clientv3.Config {
 		c.Endpoints = append(c.Endpoints, p.Addr())
 	}
 	c.Logger = zap.NewNop()
-	c.DialKeepAliveTime = b.cfg.TTL
-	c.DialKeepAliveTimeout = b.cfg.renewTimeout()
 	c.DialOptions = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: b.cfg.renewTimeout()},
 		MinConnectTimeout: b.cfg.renewTimeout(),
