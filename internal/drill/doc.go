@@ -1,10 +1,10 @@
 // Package drill runs a game day against leasehold, on the embedded memory
-// store or on Redis through a fault proxy (Config.Store): replicas of a small worker
+// store, or on Redis or etcd through a fault proxy (Config.Store): replicas of a small worker
 // process jobs under per-item leases and write each job's result to a fenced
 // register, while an injector pauses a holder past its TTL, takes the store
 // down, crashes a holder without release, adds latency above the renew
-// timeout, drops replies the store already applied and restarts the store so
-// that it loses its data. Every register operation, lease and fault is
+// timeout, drops replies the store already applied and restarts the store (so
+// that it loses its data; etcd keeps its data across the restart). Every register operation, lease and fault is
 // recorded; a checker then decides from that history alone whether the
 // invariants held: no stale write accepted, a linearizable register history
 // (checked with porcupine), no duplicate executions, no lock stuck past its

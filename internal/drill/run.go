@@ -19,12 +19,12 @@ const keyPrefix = "drill/job/"
 func jobKey(job int) string { return fmt.Sprintf("%s%03d", keyPrefix, job) }
 
 // Run runs one drill with cfg and returns its report: on a fresh embedded
-// memory store, or on Redis (Config.Store) through a fault proxy. It returns
+// memory store, or on Redis or etcd (Config.Store) through a fault proxy. It returns
 // an error only when the drill could not run: bad configuration
 // (ErrInvalidConfig) or a store it could not reach or start (ErrSetup); a
 // failed invariant is a Report whose Passed is false. Run stops every
-// goroutine and process it started before it returns; on Redis it deletes
-// the run's keys (they carry a prefix unique to the run).
+// goroutine and process it started before it returns; on Redis and etcd it
+// deletes the run's keys (they carry a prefix unique to the run).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
