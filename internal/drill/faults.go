@@ -139,28 +139,28 @@ func (d *drill) redeliver(job, from int) {
 // its job to another replica, waits until that one has written it (or a
 // cap), then thaws the paused one, which writes with its old fence.
 func (d *drill) injectPause(ctx context.Context) string {
-	r, _ := d.victim(ctx, -1)
-	if r == nil {
-		return "skipped: no replica was working"
-	}
-	r.requestPause(true)
-	var ev pauseEvent
-	t := time.NewTimer(2*d.cfg.WorkMax + d.cfg.TTL)
-	select {
-	case ev = <-d.pauses:
-		t.Stop()
-	case <-t.C:
-		if r.requestPause(false) {
-			return "skipped: the replica did not reach its write"
+	// A victim may not reach its write (its lease ended, the job was done):
+	// try up to three victims before the fault counts as skipped.
+	var (
+		r   *replica
+		ev  pauseEvent
+		got bool
+		why = "skipped: no replica was working"
+	)
+	for attempt := 0; attempt < 3 && !got; attempt++ {
+		if r, _ = d.victim(ctx, -1); r == nil {
+			continue
 		}
-		select { // it took the request just now
-		case ev = <-d.pauses:
-		case <-ctx.Done():
+		var interrupted bool
+		if ev, got, interrupted = d.awaitPause(ctx, r); interrupted {
 			return "interrupted"
 		}
-	case <-ctx.Done():
-		t.Stop()
-		return "interrupted"
+		if !got {
+			why = "skipped: the replica did not reach its write"
+		}
+	}
+	if !got {
+		return why
 	}
 	start := time.Now()
 	d.redeliver(ev.job, ev.replica)
@@ -182,6 +182,30 @@ func (d *drill) injectPause(ctx context.Context) string {
 		return fmt.Sprintf("replica %d %s %v before writing job %d; nobody took the job over", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
 	}
 	return fmt.Sprintf("replica %d %s %v before writing job %d, which another replica took over and wrote meanwhile", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
+}
+
+// awaitPause asks r to freeze right before its next write and waits for it
+// to do so, up to a cap; got is false when it did not reach a write in time.
+func (d *drill) awaitPause(ctx context.Context, r *replica) (ev pauseEvent, got, interrupted bool) {
+	r.requestPause(true)
+	t := time.NewTimer(2*d.cfg.WorkMax + d.cfg.TTL)
+	defer t.Stop()
+	select {
+	case ev = <-d.pauses:
+		return ev, true, false
+	case <-t.C:
+		if r.requestPause(false) {
+			return ev, false, false
+		}
+		select { // it took the request just now
+		case ev = <-d.pauses:
+			return ev, true, false
+		case <-ctx.Done():
+			return ev, false, true
+		}
+	case <-ctx.Done():
+		return ev, false, true
+	}
 }
 
 // injectCrash kills a working replica mid-job and hands its job to another.
