@@ -40,6 +40,17 @@ func verdict(t *testing.T, rep *Report, name string) Invariant {
 	return iv
 }
 
+// rejectedWrites counts the writes the register refused.
+func rejectedWrites(rep *Report) int {
+	n := 0
+	for _, o := range rep.History.Ops {
+		if o.Write && !o.Accepted {
+			n++
+		}
+	}
+	return n
+}
+
 func logReport(t *testing.T, rep *Report) {
 	t.Helper()
 	var b strings.Builder
@@ -64,13 +75,7 @@ func TestSafeConfigurationPassesEveryFault(t *testing.T) {
 	if got := len(rep.History.Windows); got != len(AllFaults) {
 		t.Fatalf("expected %d fault windows, got %d", len(AllFaults), got)
 	}
-	rejected := 0
-	for _, o := range rep.History.Ops {
-		if o.Write && !o.Accepted {
-			rejected++
-		}
-	}
-	if rejected == 0 {
+	if rejectedWrites(rep) == 0 {
 		t.Errorf("expected the paused holder's stale write to be rejected, got no rejected write")
 	}
 	if len(rep.Takeovers) == 0 {

@@ -41,13 +41,7 @@ func TestEtcdSafeConfigurationPassesEveryFault(t *testing.T) {
 	if len(rep.History.Restarts) != 0 {
 		t.Errorf("expected no data loss recorded for an etcd restart, got %v", rep.History.Restarts)
 	}
-	rejected := 0
-	for _, o := range rep.History.Ops {
-		if o.Write && !o.Accepted {
-			rejected++
-		}
-	}
-	if rejected == 0 {
+	if rejectedWrites(rep) == 0 {
 		t.Errorf("expected the paused holder's stale write to be rejected, got no rejected write")
 	}
 	if len(rep.Takeovers) == 0 {

@@ -38,13 +38,7 @@ func TestRedisSafeConfigurationPassesEveryFault(t *testing.T) {
 	if len(rep.History.Windows) != len(AllFaults) || len(rep.History.Restarts) != 1 {
 		t.Errorf("expected %d fault windows and one restart, got %d and %d", len(AllFaults), len(rep.History.Windows), len(rep.History.Restarts))
 	}
-	rejected := 0
-	for _, o := range rep.History.Ops {
-		if o.Write && !o.Accepted {
-			rejected++
-		}
-	}
-	if rejected == 0 {
+	if rejectedWrites(rep) == 0 {
 		t.Errorf("expected the paused holder's stale write rejected, got none")
 	}
 	if len(rep.Takeovers) == 0 {
