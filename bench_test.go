@@ -47,7 +47,7 @@ func BenchmarkStoreCycle(b *testing.B) {
 		key := "bench:" + strconv.FormatInt(n.Add(1), 10)
 		token := leasehold.NewToken()
 		for pb.Next() {
-			if _, err := store.Acquire(ctx, key, token, leasehold.DefaultTTL); err != nil {
+			if _, err := store.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: leasehold.DefaultTTL}); err != nil {
 				b.Fatal(err)
 			}
 			if err := store.Release(ctx, key, token); err != nil {

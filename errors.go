@@ -17,8 +17,15 @@ var (
 	// owner's lock was left alone.
 	ErrNotOwned = errors.New("leasehold: lock not owned")
 
-	// ErrNotHeld is returned by Store.Inspect when no lock exists for the key.
+	// ErrNotHeld means no lock exists for the key: Inspect found none, or a
+	// Release found the key already gone (expired, or deleted by a retry of
+	// the same release).
 	ErrNotHeld = errors.New("leasehold: no lock held")
+
+	// ErrBadEntry means the store holds an entry it cannot decode (a corrupt
+	// lock or fence value). Inspector.List skips such entries and reports
+	// them with an error wrapping ErrBadEntry.
+	ErrBadEntry = errors.New("leasehold: bad store entry")
 
 	// ErrStore wraps every failure of the lock store itself (timeouts,
 	// connection errors, outages): errors.Is(err, ErrStore) tells a sick store

@@ -319,7 +319,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 	}()
 	for {
 		sent := time.Now()
-		g, err := l.store.Acquire(ctx, key, token, ttl)
+		g, err := l.store.Acquire(ctx, AcquireRequest{Key: key, Token: token, TTL: ttl})
 		if err == nil {
 			lease, err := l.newLease(ctx, key, token, g.Fence, ttl, sent, hold, false, entry)
 			if err != nil {
@@ -338,7 +338,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, hol
 			if l.notifier != nil && stopSub == nil {
 				// Subscribe, then try again at once: a release between the
 				// first try and the subscription is not missed.
-				if ch, stop, serr := l.notifier.WaitRelease(ctx, key); serr == nil {
+				if ch, stop, serr := l.notifier.WaitRelease(ctx, key, token); serr == nil {
 					released, stopSub = ch, stop
 					continue
 				}

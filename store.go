@@ -5,52 +5,120 @@ import (
 	"time"
 )
 
-// Store is what a Locker needs from a lock store. Implementations live in
+// Store is what a Locker calls: acquire with a fence, renew and release, each
+// one round trip and token-checked on the server. Implementations live in
 // sub-packages (memstore, redisstore, etcdstore, pgstore) and must pass the
 // conformance suite in package storetest against the real server.
 //
+// Optional capabilities are separate interfaces beside Store: Inspector,
+// Notifier, BatchRenewer and ForceReleaser. A wrapper around a Store (a fault
+// injector, an instrumenting proxy) must forward every capability it does not
+// mean to hide.
+//
 // Every method is safe for concurrent use. A method that cannot reach the
-// store returns an error that is not ErrNotAcquired, ErrNotOwned or ErrNotHeld;
-// the Locker wraps it in a *StoreError.
+// store, or that gets no answer before ctx ends, returns an error that is not
+// ErrNotAcquired, ErrNotOwned or ErrNotHeld: those three mean the store
+// answered. The Locker wraps the others in a *StoreError.
+//
+// # The waiter queue
+//
+// Every key has a FIFO queue of waiting tokens, kept in the store so that it
+// spans processes. An entry lives until its queue deadline (QueueTTL after
+// the waiter's last Acquire); expired entries are dropped before any decision.
+// The rule for every acquire, waiting or not: the key is granted only when it
+// is free and the queue is empty or req.Token is at its head. A newcomer never
+// overtakes a live waiter.
 type Store interface {
-	// Acquire atomically takes key for token for ttl if the key is free, in
-	// one round trip, and returns a fence that is strictly greater than every
-	// fence this store ever returned for key.
+	// Acquire atomically takes req.Key for req.Token for req.TTL when the
+	// queue rule above allows it, in one round trip, and returns a fence that
+	// is strictly greater than every fence this store ever returned for the
+	// key. The grant removes req.Token from the queue and records req.Holder
+	// with the lock.
 	//
-	// If key is already held by the same token (a retry after a lost reply)
+	// If the key is already held by req.Token (a retry after a lost reply)
 	// Acquire succeeds, extends the TTL and returns the same fence.
 	//
-	// If another token holds key, Acquire returns ErrNotAcquired and a Grant
-	// whose Remaining is the holder's remaining TTL (0 when unknown).
-	Acquire(ctx context.Context, key, token string, ttl time.Duration) (Grant, error)
+	// Otherwise it returns ErrNotAcquired and a Grant describing what it saw:
+	// the holder's remaining TTL (0 when the key is free but others wait
+	// ahead), the holder's identity, and the number of waiters ahead. With
+	// req.QueueTTL > 0 the token is also appended to the queue (if absent) and
+	// its queue deadline refreshed; with QueueTTL == 0 (TryAcquire, Hold) it
+	// never queues.
+	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
 
 	// Renew extends the TTL of key to ttl from now if and only if token owns
 	// it, and returns ErrNotOwned otherwise. Renewing twice is harmless.
 	Renew(ctx context.Context, key, token string, ttl time.Duration) error
 
-	// Release deletes key if and only if token owns it, wakes waiters, and
-	// returns ErrNotOwned otherwise (the other owner's lock stays). Releasing a
-	// lock this token already released returns ErrNotOwned too.
+	// Release deletes key if and only if token owns it and wakes the head of
+	// the key's waiter queue (only the head, where the store can address
+	// it). It also removes token from the queue, so a waiter that gives up
+	// calls Release to leave; when that makes a new head of a free key, the
+	// new head is woken.
+	//
+	// It returns nil when token owned the key, ErrNotOwned when another token
+	// holds it (that lock is left alone), and ErrNotHeld when nobody holds it
+	// (it expired, or a retry of this very release already deleted it).
 	Release(ctx context.Context, key, token string) error
+}
 
+// AcquireRequest is one acquire attempt.
+type AcquireRequest struct {
+	Key   string
+	Token string
+	TTL   time.Duration
+	// Holder identifies the process that holds the lock (Options.Identity):
+	// stored with the lock and shown by Inspect, List and `leasehold ls`.
+	Holder string
+	// QueueTTL > 0 makes this a waiting acquire: on contention the token
+	// joins (or keeps) its place in the key's FIFO queue until QueueTTL from
+	// now. Zero never queues.
+	QueueTTL time.Duration
+}
+
+// Grant is what Store.Acquire reports.
+type Grant struct {
+	// Fence is the fence token of the acquisition (on success).
+	Fence uint64
+	// Remaining is the holder's remaining TTL as the store reports it, when
+	// Acquire returned ErrNotAcquired; 0 when the key is free (others wait
+	// ahead) or the store cannot tell.
+	Remaining time.Duration
+	// Holder is the current holder's identity on ErrNotAcquired, if known.
+	Holder string
+	// Ahead is the number of live waiters ahead of the token on
+	// ErrNotAcquired (the whole queue for a token that did not queue).
+	Ahead int
+}
+
+// Inspector is implemented by stores that can describe their locks, for
+// `leasehold inspect` and `leasehold ls`.
+type Inspector interface {
 	// Inspect returns the current lock on key, or ErrNotHeld.
 	Inspect(ctx context.Context, key string) (LockInfo, error)
 
 	// List returns the locks whose key starts with prefix, sorted by key.
+	// Entries the store cannot decode are skipped and reported in the
+	// returned error (which then wraps ErrBadEntry) along with the good
+	// entries, so one corrupt entry never hides the others.
 	List(ctx context.Context, prefix string) ([]LockInfo, error)
 }
 
-// Notifier is implemented by stores that can tell waiters when a key is
-// released (Redis pub/sub, etcd watch, an in-process channel). A Locker uses
-// it when the store has it; otherwise waiters sleep until the holder's TTL
-// runs out.
+// Notifier is implemented by stores that can tell a waiter when it may take
+// a key (Redis pub/sub, etcd watch, PostgreSQL LISTEN, an in-process
+// channel). A Locker uses it when the store has it; polling is only a safety
+// net.
 type Notifier interface {
-	// WaitRelease subscribes to releases of key. The returned channel
-	// receives a value (it is never closed) after key is released; stop ends
-	// the subscription and must be called exactly once. Subscribe before
-	// trying to acquire, so a release between the try and the wait is not
-	// missed.
-	WaitRelease(ctx context.Context, key string) (released <-chan struct{}, stop func(), err error)
+	// WaitRelease subscribes token's wake-ups for key. The returned channel
+	// receives a value (it is never closed) when key was released or its
+	// queue head left and token may now be at the head, and after every
+	// reconnect of the notification path (a wake-up may have been missed:
+	// every waiter re-checks). Stores that cannot address one waiter may wake
+	// every waiter of the key. stop ends the subscription and must be called
+	// exactly once. Subscribe before trying to acquire, so a release between
+	// the try and the wait is not missed. Waiting for the subscription itself
+	// is bounded by ctx.
+	WaitRelease(ctx context.Context, key, token string) (wake <-chan struct{}, stop func(), err error)
 }
 
 // ForceReleaser is implemented by stores that can delete a lock without its
@@ -63,8 +131,7 @@ type ForceReleaser interface {
 
 // BatchRenewer is implemented by stores that can renew many locks in one
 // round trip (a Redis pipeline). A Locker holding several leases that are due
-// for renewal at about the same time renews them together: the one that is
-// due takes along every other lease due within a quarter of RenewInterval.
+// for renewal at about the same time renews them together.
 type BatchRenewer interface {
 	// RenewBatch renews every request as Store.Renew would and returns one
 	// error per request, in order: nil, ErrNotOwned, or a store failure.
@@ -77,20 +144,16 @@ type RenewRequest struct {
 	TTL        time.Duration
 }
 
-// Grant is what Store.Acquire reports.
-type Grant struct {
-	// Fence is the fence token of the acquisition (on success).
-	Fence uint64
-	// Remaining is the holder's remaining TTL when Acquire returned
-	// ErrNotAcquired; 0 when unknown.
-	Remaining time.Duration
-}
-
 // LockInfo describes a lock as the store sees it.
 type LockInfo struct {
-	Key       string            `json:"key"`
-	Token     string            `json:"token"`
-	Fence     uint64            `json:"fence"`
-	Remaining time.Duration     `json:"remaining_ns"`
-	Facts     map[string]string `json:"facts,omitempty"` // store-specific facts, e.g. the Redis key names
+	Key       string        `json:"key"`
+	Token     string        `json:"token"`
+	Holder    string        `json:"holder,omitempty"` // the holder's identity (Options.Identity)
+	Fence     uint64        `json:"fence"`
+	Remaining time.Duration `json:"remaining_ns"`
+	// Waiting is the number of live waiters queued for the key, and
+	// NextHolder the identity of the one at the head.
+	Waiting    int               `json:"waiting"`
+	NextHolder string            `json:"next_holder,omitempty"`
+	Facts      map[string]string `json:"facts,omitempty"` // store-specific facts, e.g. the Redis key names
 }

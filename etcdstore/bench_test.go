@@ -25,7 +25,7 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 	for b.Loop() {
 		key := fmt.Sprintf("bench:%d", i%64)
 		tok := leasehold.NewToken()
-		if _, err := s.Acquire(ctx, key, tok, 10*time.Second); err != nil {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Release(ctx, key, tok); err != nil {
@@ -95,7 +95,7 @@ func BenchmarkHandOff(b *testing.B) {
 		// Wait for the waiter's release before the next round.
 		b.StopTimer()
 		for {
-			if _, err := holder.Store().Inspect(ctx, key); err != nil {
+			if _, err := holder.Store().(leasehold.Inspector).Inspect(ctx, key); err != nil {
 				break
 			}
 			time.Sleep(time.Millisecond)

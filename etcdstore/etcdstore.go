@@ -218,7 +218,8 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 // one transaction that creates the key, or moves our own key (a retry with
 // the same token) to the new lease, or reads the other owner's key. On
 // contention one more round trip reads the holder's remaining TTL.
-func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	key, token, ttl := req.Key, req.Token, req.TTL
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return leasehold.Grant{}, err

@@ -58,7 +58,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 10*time.Second)
 	key := uniqueKey(t, "k")
-	g, err := s.Acquire(ctx, key, "tok", 5*time.Second)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	if err := s.Release(ctx, key, "tok"); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := s.Acquire(ctx, key, "tok2", 5*time.Second)
+	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok2", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
 		{61 * time.Second, "61s"},
 	} {
 		key := uniqueKey(t, tc.ttl.String())
-		if _, err := s.Acquire(ctx, key, "t", tc.ttl); err != nil {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: tc.ttl}); err != nil {
 			t.Fatal(err)
 		}
 		info, err := s.Inspect(ctx, key)
@@ -117,7 +117,7 @@ func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
 		}
 	}
 	for _, bad := range []time.Duration{0, -time.Second} {
-		if _, err := s.Acquire(ctx, uniqueKey(t, "bad"), "t", bad); !errors.Is(err, etcdstore.ErrInvalidTTL) {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: uniqueKey(t, "bad"), Token: "t", TTL: bad}); !errors.Is(err, etcdstore.ErrInvalidTTL) {
 			t.Errorf("Acquire with TTL %v: expected ErrInvalidTTL, got %v", bad, err)
 		}
 		if err := s.Renew(ctx, uniqueKey(t, "bad"), "t", bad); !errors.Is(err, etcdstore.ErrInvalidTTL) {
@@ -137,7 +137,7 @@ func TestExpiryWholeSeconds(t *testing.T) {
 	key := uniqueKey(t, "k")
 	const ttl = 1500 * time.Millisecond
 	sent := time.Now()
-	f1, err := s.Acquire(ctx, key, "a", ttl)
+	f1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestExpiryWholeSeconds(t *testing.T) {
 	if err != nil || len(ls) != 0 {
 		t.Fatalf("List after expiry: expected nothing, got %v, %v", ls, err)
 	}
-	g, err := s.Acquire(ctx, key, "b", ttl)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: ttl})
 	if err != nil || g.Fence <= f1.Fence {
 		t.Fatalf("acquire after expiry: expected fence > %d, got %v, %v", f1.Fence, g, err)
 	}
@@ -177,10 +177,10 @@ func TestContentionReportsRemaining(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 10*time.Second)
 	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctx, key, "a", 10*time.Second); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Acquire(ctx, key, "b", time.Second)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Second})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected ErrNotAcquired, got %v", err)
 	}
@@ -202,12 +202,12 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	key := uniqueKey(t, "k")
 	ek := "lh-test/" + key
-	g1, err := s.Acquire(ctx, key, "tok", 2*time.Second)
+	g1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l1 := leaseOf(t, cli, ek)
-	g2, err := s.Acquire(ctx, key, "tok", 30*time.Second)
+	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 30 * time.Second})
 	if err != nil || g2.Fence != g1.Fence {
 		t.Fatalf("retry: expected fence %d, got %v, %v", g1.Fence, g2, err)
 	}
@@ -251,7 +251,7 @@ func TestLosersRevokeTheirLease(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 20*time.Second)
 	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctx, key, "a", time.Minute); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := cli.Leases(ctx)
@@ -259,7 +259,7 @@ func TestLosersRevokeTheirLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if _, err := s.Acquire(ctx, key, "b"+strconv.Itoa(i), time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b" + strconv.Itoa(i), TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("expected ErrNotAcquired, got %v", err)
 		}
 	}
@@ -286,13 +286,13 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 20*time.Second)
 	key := uniqueKey(t, "k")
-	ch, stop, err := s.WaitRelease(ctx, key)
+	ch, stop, err := s.WaitRelease(ctx, key, "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	sent := time.Now()
-	if _, err := s.Acquire(ctx, key, "a", time.Second); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -311,7 +311,7 @@ func TestWaitReleaseEndsWithContext(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"))
+	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"), "w")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,10 +345,10 @@ func TestClosedAndBadInput(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	ctx := ctxFor(t, 5*time.Second)
-	if _, err := s.Acquire(ctx, "k", "t", time.Second); !errors.Is(err, etcdstore.ErrClosed) {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); !errors.Is(err, etcdstore.ErrClosed) {
 		t.Fatalf("Acquire after Close: expected ErrClosed, got %v", err)
 	}
-	if _, _, err := s.WaitRelease(ctx, "k"); !errors.Is(err, etcdstore.ErrClosed) {
+	if _, _, err := s.WaitRelease(ctx, "k", "w"); !errors.Is(err, etcdstore.ErrClosed) {
 		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
 	}
 	// The client was the caller's: still open.
@@ -407,7 +407,7 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, "k", "t", time.Second); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.Client(t).Get(ctx, "opened/k")
@@ -473,7 +473,7 @@ func TestRenewBatchSplitsLargeBatches(t *testing.T) {
 	reqs := make([]leasehold.RenewRequest, 150)
 	for i := range reqs {
 		key := uniqueKey(t, fmt.Sprintf("b%d", i))
-		if _, err := s.Acquire(ctx, key, "me", 2*time.Second); err != nil {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "me", TTL: 2 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: 2 * time.Second}

@@ -26,7 +26,7 @@ const watchStartTimeout = 5 * time.Second
 // dead watch. The client resumes the watch on another member when the one it
 // used fails. stop cancels the watch and waits for its goroutine; call it
 // exactly once (later calls do nothing).
-func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
 	if s.closed() {
 		return nil, nil, ErrClosed
 	}

@@ -190,7 +190,8 @@ func (s *Store) live(key string, now time.Time) *entry {
 
 // Acquire implements leasehold.Store. The fence is max(last+1, clock in µs):
 // strictly increasing across all keys, and still increasing after Restart.
-func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	key, token, ttl := req.Key, req.Token, req.TTL
 	f, err := s.before(ctx, OpAcquire, key)
 	if err != nil {
 		return leasehold.Grant{}, err
@@ -354,7 +355,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 }
 
 // WaitRelease implements leasehold.Notifier. Expiry sends no notification.
-func (s *Store) WaitRelease(_ context.Context, key string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(_ context.Context, key, _ string) (<-chan struct{}, func(), error) {
 	ch, stop := s.waiters.Add(key)
 	return ch, stop, nil
 }

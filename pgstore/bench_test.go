@@ -44,7 +44,7 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, key, token, 30*time.Second); err != nil {
+				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)

@@ -36,7 +36,7 @@ func (l *listener) init(s *Store) {
 // re-opened, notifications are missed (waiters then wake at the holder's
 // TTL); when it is back every waiter is woken once, to try again. Expiry
 // sends no notification.
-func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}

@@ -272,7 +272,8 @@ func remaining(us int64) time.Duration { return max(time.Duration(us)*time.Micro
 // Acquire implements leasehold.Store in one statement: an INSERT ... ON
 // CONFLICT DO UPDATE that takes a free or expired row, or refreshes our own
 // (same fence), and otherwise reads the holder's remaining TTL.
-func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	key, token, ttl := req.Key, req.Token, req.TTL
 	if err := checkKey(key); err != nil {
 		return leasehold.Grant{}, err
 	}

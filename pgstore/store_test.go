@@ -40,7 +40,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 	db := testpg.Connect(t, dsn)
 	ctx := ctx5(t)
 
-	f1, err := s.Acquire(ctx, "k", "a", 10*time.Second)
+	f1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 	if err := s.Renew(ctx, "k", "a", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Renew of a row expired by the database clock: expected ErrNotOwned, got %v", err)
 	}
-	f2, err := s.Acquire(ctx, "k", "b", 50*time.Millisecond)
+	f2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "b", TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Acquire after the database expired the row: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(150 * time.Millisecond)
-	g, err := s.Acquire(ctx, "k", "c", time.Minute)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected ErrNotAcquired while the database says held, got %v", err)
 	}
@@ -93,7 +93,7 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	s := open(t, dsn, pgstore.Options{})
 	db := testpg.Connect(t, dsn)
 	ctx := ctx5(t)
-	first, err := s.Acquire(ctx, "k", "tok", 50*time.Millisecond)
+	first, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +102,13 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		g, err := s.Acquire(ctx, "k", "tok", time.Minute)
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: time.Minute})
 		if err != nil || g.Fence != first.Fence {
 			t.Fatalf("retry %d: expected fence %d, got %d, %v", i, first.Fence, g.Fence, err)
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // expired, not taken over
-	if g, err := s.Acquire(ctx, "k", "tok", 30*time.Millisecond); err != nil || g.Fence != first.Fence {
+	if g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: 30 * time.Millisecond}); err != nil || g.Fence != first.Fence {
 		t.Fatalf("retry after expiry: expected fence %d, got %d, %v", first.Fence, g.Fence, err)
 	}
 	var (
@@ -123,7 +123,7 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	}
 	// Another token after expiry gets a new, larger fence.
 	time.Sleep(60 * time.Millisecond)
-	if g, err := s.Acquire(ctx, "k", "other", time.Minute); err != nil || g.Fence <= first.Fence {
+	if g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "other", TTL: time.Minute}); err != nil || g.Fence <= first.Fence {
 		t.Fatalf("another token after expiry: expected fence > %d, got %d, %v", first.Fence, g.Fence, err)
 	}
 }
@@ -143,7 +143,7 @@ func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 		var g leasehold.Grant
 		var err error
 		for range 100 { // an expiring lock may still be there
-			if g, err = s.Acquire(ctx, "k", tok, ttl); !errors.Is(err, leasehold.ErrNotAcquired) {
+			if g, err = s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: ttl}); !errors.Is(err, leasehold.ErrNotAcquired) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -296,15 +296,15 @@ func TestHostileNames(t *testing.T) {
 	if got, want := s.Table(), `"We ird"."locks""; DROP TABLE victim; --"`; got != want {
 		t.Fatalf("Table: expected %s, got %s", want, got)
 	}
-	ch, stop, err := s.WaitRelease(ctx, "k%_")
+	ch, stop, err := s.WaitRelease(ctx, "k%_", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if _, err := s.Acquire(ctx, "k%_", "t", time.Minute); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k%_", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, "kxy", "t", time.Minute); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "kxy", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	ls, err := s.List(ctx, "k%")
@@ -370,12 +370,12 @@ GRANT USAGE, UPDATE ON SEQUENCE leasehold_locks_fence TO leasehold_app;`
 		t.Fatalf("Open with migration as a user without CREATE: expected an error naming MigrateNever, got %v", err)
 	}
 	s := open(t, appDSN, pgstore.Options{Migrate: pgstore.MigrateNever})
-	ch, stop, err := s.WaitRelease(ctx, "k")
+	ch, stop, err := s.WaitRelease(ctx, "k", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if _, err := s.Acquire(ctx, "k", "t", time.Minute); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Renew(ctx, "k", "t", time.Minute); err != nil {
@@ -430,20 +430,20 @@ func TestNewDoesNotOwnPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, "k", "t", time.Second); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected a store error (no table: New does not migrate), got %v", err)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, "k", "t", time.Second); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("Close closed the caller's pool: %v", err)
 	}
-	if _, _, err := s.WaitRelease(ctx, "k"); !errors.Is(err, pgstore.ErrClosed) {
+	if _, _, err := s.WaitRelease(ctx, "k", "w"); !errors.Is(err, pgstore.ErrClosed) {
 		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
 	}
 }
@@ -458,7 +458,7 @@ func TestNoListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, _, err := s.WaitRelease(t.Context(), "k"); !errors.Is(err, pgstore.ErrNoListener) {
+	if _, _, err := s.WaitRelease(t.Context(), "k", "w"); !errors.Is(err, pgstore.ErrNoListener) {
 		t.Fatalf("expected ErrNoListener, got %v", err)
 	}
 }
@@ -474,10 +474,10 @@ func TestServerStopped(t *testing.T) {
 	srv, dsn := fresh(t)
 	s := open(t, dsn, pgstore.Options{ReconnectDelay: 50 * time.Millisecond})
 	ctx := ctx5(t)
-	if _, err := s.Acquire(ctx, "k", "t", time.Minute); err != nil {
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	_, stop, err := s.WaitRelease(ctx, "k")
+	_, stop, err := s.WaitRelease(ctx, "k", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,10 @@ func TestServerStopped(t *testing.T) {
 		return errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrNotOwned) || errors.Is(err, leasehold.ErrNotHeld)
 	}
 	for name, op := range map[string]func() error{
-		"acquire": func() error { _, err := s.Acquire(ctx, "k", "x", time.Minute); return err },
+		"acquire": func() error {
+			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "x", TTL: time.Minute})
+			return err
+		},
 		"renew":   func() error { return s.Renew(ctx, "k", "t", time.Minute) },
 		"release": func() error { return s.Release(ctx, "k", "t") },
 		"inspect": func() error { _, err := s.Inspect(ctx, "k"); return err },
@@ -533,7 +536,7 @@ func TestRunbookQueries(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("README.md has no ```sql block")
 	}
-	g, err := s.Acquire(ctx, "scheduler:job:42", "tok", time.Minute)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "scheduler:job:42", Token: "tok", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestACLRestrictedUser(t *testing.T) {
 		t.Fatalf("FLUSHALL: expected NOPERM, got %v", err)
 	}
 	other := newStore(t, user, redisstore.Options{Prefix: "other:"})
-	_, err := other.Acquire(t.Context(), "k", "t", time.Second)
+	_, err := other.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Acquire under a forbidden prefix: expected a NOPERM store error, got %v", err)
 	}

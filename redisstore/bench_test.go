@@ -55,7 +55,7 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, key, token, ttl); err != nil {
+				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)
@@ -137,7 +137,7 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 					return fmt.Errorf("release: %v %v", n, err)
 				}
 				t1 := time.Now()
-				if _, err := s.Acquire(ctx, key+":store", token, ttl); err != nil {
+				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key + ":store", Token: token, TTL: ttl}); err != nil {
 					return err
 				}
 				if err := s.Release(ctx, key+":store", token); err != nil {

@@ -44,7 +44,7 @@ func TestCluster(t *testing.T) {
 		ctx := t.Context()
 		const n = 60
 		for i := range n {
-			if _, err := s.Acquire(ctx, fmt.Sprintf("spread:%02d", i), "t", time.Minute); err != nil {
+			if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprintf("spread:%02d", i), Token: "t", TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 		}

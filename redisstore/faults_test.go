@@ -31,7 +31,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 	// Many acquisitions of one key in a burst, so its counter runs ahead of
 	// the time floor, plus one acquisition of each other key.
 	for i := range 300 {
-		g, err := s.Acquire(ctx, keys[0], "t", time.Minute)
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: keys[0], Token: "t", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 		}
 	}
 	for _, k := range keys[1:] {
-		g, err := s.Acquire(ctx, k, "held", time.Minute)
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "held", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		g, err := s.Acquire(ctx, k, "after", time.Minute)
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "after", TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("Acquire(%q) after restart: %v", k, err)
 		}
@@ -77,7 +77,7 @@ func TestFenceCounterExpires(t *testing.T) {
 	c := srv.Client(t)
 	s := newStore(t, c, redisstore.Options{FenceRetention: 100 * time.Millisecond})
 	ctx := t.Context()
-	g1, err := s.Acquire(ctx, "gc", "a", 100*time.Millisecond)
+	g1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "gc", Token: "a", TTL: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestFenceCounterExpires(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	g2, err := s.Acquire(ctx, "gc", "b", time.Minute)
+	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "gc", Token: "b", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestStoreErrorsWrapRedis(t *testing.T) {
 	if err := c.HSet(t.Context(), s.FenceKey("wrongtype"), "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Acquire(t.Context(), "wrongtype", "x", time.Second)
+	_, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: "wrongtype", Token: "x", TTL: time.Second})
 	var rerr redis.Error
 	if err == nil || !errors.As(err, &rerr) || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected a wrapped redis.Error, got %v", err)
@@ -198,13 +198,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if got := s.LockKey("job:1"); got != "leasehold:{job:1}:lock" {
 		t.Fatalf("LockKey: expected leasehold:{job:1}:lock, got %s", got)
 	}
-	if _, err := s.Acquire(t.Context(), "k", "t", 0); !errors.Is(err, leasehold.ErrInvalidOptions) {
+	if _, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: 0}); !errors.Is(err, leasehold.ErrInvalidOptions) {
 		t.Fatalf("TTL 0: expected ErrInvalidOptions, got %v", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.WaitRelease(t.Context(), "k"); !errors.Is(err, redisstore.ErrClosed) {
+	if _, _, err := s.WaitRelease(t.Context(), "k", "w"); !errors.Is(err, redisstore.ErrClosed) {
 		t.Fatalf("WaitRelease after Close: expected ErrClosed, got %v", err)
 	}
 }
@@ -216,7 +216,7 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 	c := srv.Client(t)
 	s := newStore(t, c, redisstore.Options{})
 	ctx := t.Context()
-	ch, stop, err := s.WaitRelease(ctx, "resub")
+	ch, stop, err := s.WaitRelease(ctx, "resub", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second) // go-redis pings an idle subscription every 3 s
 	for i := 0; ; i++ {
 		tok := fmt.Sprint("t", i)
-		if _, err := s.Acquire(ctx, "resub", tok, time.Minute); err == nil {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "resub", Token: tok, TTL: time.Minute}); err == nil {
 			_ = s.Release(ctx, "resub", tok)
 		}
 		select {
@@ -250,7 +250,7 @@ func TestRenewBatchAfterScriptFlush(t *testing.T) {
 	reqs := make([]leasehold.RenewRequest, 5)
 	for i := range reqs {
 		key := "flush:" + string(rune('a'+i))
-		if _, err := s.Acquire(ctx, key, "me", time.Second); err != nil {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "me", TTL: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: time.Minute}

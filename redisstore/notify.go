@@ -18,7 +18,7 @@ type subscription struct {
 // after WaitRelease returns is seen; later calls only register the waiter.
 // Messages published while the subscription reconnects are lost: waiters then
 // wake when the holder's TTL runs out. Expiry sends no notification.
-func (s *Store) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}

@@ -23,7 +23,7 @@ func TestRunbook(t *testing.T) {
 	srv := testredis.Start(t)
 	s := newStore(t, srv.Client(t), redisstore.Options{})
 	const key = "scheduler:job:42"
-	g, err := s.Acquire(t.Context(), key, "owner-token", time.Minute)
+	g, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: key, Token: "owner-token", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

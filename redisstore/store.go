@@ -153,7 +153,8 @@ func storeErr(op, key string, err error) error {
 
 // Acquire implements leasehold.Store: one EVALSHA that does SET NX PX and
 // mints the fence, max(last+1, Redis TIME in µs).
-func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	key, token, ttl := req.Key, req.Token, req.TTL
 	if err := checkKey(key); err != nil {
 		return leasehold.Grant{}, err
 	}

@@ -67,6 +67,23 @@ type runner struct {
 	run string // unique per Run, so reruns on a persistent server do not collide
 }
 
+// fullStore is a store with the optional capabilities the suite checks.
+type fullStore interface {
+	leasehold.Store
+	leasehold.Inspector
+}
+
+// store returns a new store from the harness; the suite needs Inspector.
+func (r *runner) store(t *testing.T) fullStore {
+	t.Helper()
+	s := r.h.New(t)
+	fs, ok := s.(fullStore)
+	if !ok {
+		t.Fatalf("storetest: %T does not implement leasehold.Inspector", s)
+	}
+	return fs
+}
+
 // key returns a key unique to the subtest and this run.
 func (r *runner) key(t *testing.T, suffix string) string {
 	return fmt.Sprintf("storetest:%s:%s:%s", r.run, strings.ReplaceAll(t.Name(), "/", "."), suffix)
@@ -80,7 +97,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 func mustAcquire(t *testing.T, s leasehold.Store, key, token string, ttl time.Duration) uint64 {
 	t.Helper()
-	g, err := s.Acquire(ctxFor(t, 5*time.Second), key, token, ttl)
+	g, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl})
 	if err != nil {
 		t.Fatalf("Acquire(%q, %q): expected success, got %v", key, token, err)
 	}
@@ -98,7 +115,7 @@ func mustRelease(t *testing.T, s leasehold.Store, key, token string) {
 }
 
 func (r *runner) exactlyOneWinner(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	key := r.key(t, "k")
 	const n = 100
 	var last uint64
@@ -116,7 +133,7 @@ func (r *runner) exactlyOneWinner(t *testing.T) {
 				defer wg.Done()
 				<-start
 				tok := fmt.Sprintf("r%d-g%d", round, i)
-				g, err := s.Acquire(ctxFor(t, 10*time.Second), key, tok, time.Minute)
+				g, err := s.Acquire(ctxFor(t, 10*time.Second), leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Minute})
 				switch {
 				case err == nil:
 					winners <- tok
@@ -152,7 +169,7 @@ func (r *runner) exactlyOneWinner(t *testing.T) {
 }
 
 func (r *runner) fencesIncrease(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	key := r.key(t, "k")
 	var last uint64
 	check := func(step string, f uint64) {
@@ -171,7 +188,7 @@ func (r *runner) fencesIncrease(t *testing.T) {
 	check("before expiry", mustAcquire(t, s, key, "short", 50*time.Millisecond))
 	deadline := time.Now().Add(5*time.Second + r.h.Slack)
 	for {
-		g, err := s.Acquire(ctxFor(t, 5*time.Second), key, "after-expiry", time.Minute)
+		g, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "after-expiry", TTL: time.Minute})
 		if err == nil {
 			check("after expiry", g.Fence)
 			break
@@ -194,7 +211,7 @@ func (r *runner) fencesIncrease(t *testing.T) {
 }
 
 func (r *runner) sameTokenRetry(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	key := r.key(t, "k")
 	f1 := mustAcquire(t, s, key, "tok", 300*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
@@ -211,18 +228,18 @@ func (r *runner) sameTokenRetry(t *testing.T) {
 	if info.Token != "tok" || info.Fence != f1 {
 		t.Fatalf("Inspect: expected token tok fence %d, got token %q fence %d", f1, info.Token, info.Fence)
 	}
-	if _, err := s.Acquire(ctxFor(t, 5*time.Second), key, "other", time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "other", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("another token: expected ErrNotAcquired, got %v", err)
 	}
 }
 
 func (r *runner) tokenChecked(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	ctx := ctxFor(t, 10*time.Second)
 	key := r.key(t, "k")
 	f := mustAcquire(t, s, key, "owner", 2*time.Second)
 
-	g, err := s.Acquire(ctx, key, "intruder", time.Minute)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("Acquire by another token: expected ErrNotAcquired, got %v", err)
 	}
@@ -270,7 +287,7 @@ func (r *runner) tokenChecked(t *testing.T) {
 // renewBatch checks leasehold.BatchRenewer, for stores that have it: one
 // result per request, in order, each token-checked as Renew is.
 func (r *runner) renewBatch(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	br, ok := s.(leasehold.BatchRenewer)
 	if !ok {
 		t.Skip("store does not implement leasehold.BatchRenewer")
@@ -315,13 +332,13 @@ func (r *runner) renewBatch(t *testing.T) {
 }
 
 func (r *runner) expiry(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	ctx := ctxFor(t, 20*time.Second)
 	key := r.key(t, "k")
 	const ttl = 150 * time.Millisecond
 	start := time.Now()
 	mustAcquire(t, s, key, "a", ttl)
-	g, err := s.Acquire(ctx, key, "b", time.Minute)
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("while held: expected ErrNotAcquired, got %v", err)
 	}
@@ -329,7 +346,7 @@ func (r *runner) expiry(t *testing.T) {
 		t.Fatalf("while held: expected Remaining <= %v, got %v", ttl, g.Remaining)
 	}
 	for {
-		_, err := s.Acquire(ctx, key, "b", time.Minute)
+		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
 		if err == nil {
 			break
 		}
@@ -367,7 +384,7 @@ func (r *runner) expiry(t *testing.T) {
 }
 
 func (r *runner) inspectList(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	ctx := ctxFor(t, 10*time.Second)
 	base := r.key(t, "")
 	if _, err := s.Inspect(ctx, base+"none"); !errors.Is(err, leasehold.ErrNotHeld) {
@@ -436,7 +453,7 @@ func (r *runner) inspectList(t *testing.T) {
 }
 
 func (r *runner) forceRelease(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	fr, ok := s.(leasehold.ForceReleaser)
 	if !ok {
 		t.Skip("store does not implement leasehold.ForceReleaser")
@@ -463,7 +480,7 @@ func (r *runner) forceRelease(t *testing.T) {
 }
 
 func (r *runner) notification(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	n, ok := s.(leasehold.Notifier)
 	if !ok {
 		t.Skip("store does not implement leasehold.Notifier")
@@ -473,12 +490,12 @@ func (r *runner) notification(t *testing.T) {
 	mustAcquire(t, s, key, "a", time.Minute)
 	mustAcquire(t, s, other, "a", time.Minute)
 
-	ch, stop, err := n.WaitRelease(ctx, key)
+	ch, stop, err := n.WaitRelease(ctx, key, "w1")
 	if err != nil {
 		t.Fatalf("WaitRelease: %v", err)
 	}
 	defer stop()
-	ch2, stop2, err := n.WaitRelease(ctx, key) // a second waiter on the same key
+	ch2, stop2, err := n.WaitRelease(ctx, key, "w2") // a second waiter on the same key
 	if err != nil {
 		t.Fatalf("second WaitRelease: %v", err)
 	}
@@ -521,7 +538,7 @@ func (r *runner) notification(t *testing.T) {
 // promptly after another locker's Release. With a Notifier the wait cap is
 // longer than the test's bound, so only the notification can wake it in time.
 func (r *runner) lockerHandOff(t *testing.T) {
-	s := r.h.New(t)
+	s := r.store(t)
 	_, notifies := s.(leasehold.Notifier)
 	opts := leasehold.Options{Name: "storetest", TTL: 20 * time.Second}
 	bound := 10 * time.Second // before the TTL: the waiter did not wait for expiry
@@ -584,7 +601,7 @@ func (r *runner) storeErrors(t *testing.T) {
 	if r.h.Break == nil {
 		t.Skip("Harness.Break is nil")
 	}
-	s := r.h.New(t)
+	s := r.store(t)
 	key := r.key(t, "k")
 	mustAcquire(t, s, key, "owner", time.Minute)
 	r.h.Break(t, s)
@@ -615,8 +632,14 @@ func (r *runner) storeErrors(t *testing.T) {
 	}
 	defer lk.Close()
 	ops := map[string]func() error{
-		"Acquire (held key)":  func() error { _, err := s.Acquire(ctx(), key, "intruder", time.Minute); return err },
-		"Acquire (free key)":  func() error { _, err := s.Acquire(ctx(), r.key(t, "free"), "x", time.Minute); return err },
+		"Acquire (held key)": func() error {
+			_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
+			return err
+		},
+		"Acquire (free key)": func() error {
+			_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: r.key(t, "free"), Token: "x", TTL: time.Minute})
+			return err
+		},
 		"Renew":               func() error { return s.Renew(ctx(), key, "owner", time.Minute) },
 		"Renew (wrong token)": func() error { return s.Renew(ctx(), key, "intruder", time.Minute) },
 		"Release":             func() error { return s.Release(ctx(), key, "intruder") },
@@ -662,7 +685,7 @@ func (r *runner) storeErrors(t *testing.T) {
 	// The store works again (after reconnecting).
 	deadline := time.Now().Add(10*time.Second + r.h.Slack)
 	for {
-		_, err := s.Acquire(ctx(), r.key(t, "healed"), "x", time.Minute)
+		_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: r.key(t, "healed"), Token: "x", TTL: time.Minute})
 		if err == nil {
 			break
 		}

@@ -27,7 +27,7 @@ func TestOpenPostgres(t *testing.T) {
 		if o.Kind != storeurl.Postgres || !o.Shared {
 			t.Errorf("expected a shared postgres store, got kind %s shared %v", o.Kind, o.Shared)
 		}
-		g, err := o.Store.Acquire(ctx, "job", "tok", 5*time.Second)
+		g, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
 		if err != nil || g.Fence == 0 {
 			t.Fatalf("acquire: fence %d, %v", g.Fence, err)
 		}
@@ -53,7 +53,7 @@ func TestOpenPostgres(t *testing.T) {
 		t.Fatalf("Open with migrate=false: %v", err)
 	}
 	defer o.Close()
-	if _, err := o.Store.Acquire(ctx, "job", "tok", time.Second); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Errorf("acquire without a table: expected a store error, got %v", err)
 	}
 }
@@ -112,7 +112,7 @@ func TestPostgresPasswordRedacted(t *testing.T) {
 	if strings.Contains(o.Desc, secret) || !strings.Contains(o.Desc, "app:xxxxx@") {
 		t.Errorf("Desc: expected the password redacted, got %q", o.Desc)
 	}
-	if _, err := o.Store.Acquire(ctx, "k", "t", time.Second); err != nil {
+	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }

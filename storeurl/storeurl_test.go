@@ -104,7 +104,7 @@ func TestOpenMemory(t *testing.T) {
 	if o.Kind != storeurl.Memory || o.Shared {
 		t.Errorf("expected an unshared memory store, got kind %s shared %v", o.Kind, o.Shared)
 	}
-	if _, err := o.Store.Acquire(t.Context(), "k", "t", time.Second); err != nil {
+	if _, err := o.Store.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -120,7 +120,7 @@ func TestOpenRedis(t *testing.T) {
 	if o.Kind != storeurl.Redis || !o.Shared {
 		t.Errorf("expected a shared redis store, got kind %s shared %v", o.Kind, o.Shared)
 	}
-	g, err := o.Store.Acquire(ctx, "job", "tok", 5*time.Second)
+	g, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestRedisErrorsAreRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	_, err = o.Store.Acquire(ctx, "k", "t", time.Second)
+	_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if err == nil {
 		t.Fatal("expected an authentication error")
 	}
@@ -189,7 +189,7 @@ func TestRedisHonoursContextDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if _, err := o.Store.Acquire(t.Context(), "k", "t", time.Minute); err != nil {
+	if _, err := o.Store.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := px.Blackhole(true); err != nil {

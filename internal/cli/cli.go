@@ -292,7 +292,7 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 // Locker applies its store-failure policy to it like to any outage.
 type downStore struct{ err error }
 
-func (d downStore) Acquire(context.Context, string, string, time.Duration) (leasehold.Grant, error) {
+func (d downStore) Acquire(context.Context, leasehold.AcquireRequest) (leasehold.Grant, error) {
 	return leasehold.Grant{}, d.err
 }
 func (d downStore) Renew(context.Context, string, string, time.Duration) error { return d.err }

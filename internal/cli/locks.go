@@ -82,7 +82,11 @@ process and would always be empty.`,
 				return err
 			}
 			defer st.Close()
-			li, err := st.Store.Inspect(cmd.Context(), key)
+			insp, err := inspector(st.Store)
+			if err != nil {
+				return err
+			}
+			li, err := insp.Inspect(cmd.Context(), key)
 			if errors.Is(err, leasehold.ErrNotHeld) {
 				if a.json {
 					_ = writeJSON(a.Stdout, nil)
@@ -133,7 +137,11 @@ unavailable, 2 on bad usage. The memory store is refused.`,
 				return err
 			}
 			defer st.Close()
-			locks, err := st.Store.List(cmd.Context(), prefix)
+			insp, err := inspector(st.Store)
+			if err != nil {
+				return err
+			}
+			locks, err := insp.List(cmd.Context(), prefix)
 			if err != nil {
 				return storeFailure(st, "ls", err)
 			}
@@ -254,4 +262,13 @@ store that cannot force-release). The memory store is refused.`,
 	cmd.Flags().StringVar(&token, "token", "", "owner token: release only if it still owns the lock")
 	cmd.Flags().BoolVar(&force, "force", false, "delete the lock whoever holds it (break glass)")
 	return cmd
+}
+
+// inspector returns s's Inspector, or an error saying the store cannot list.
+func inspector(s leasehold.Store) (leasehold.Inspector, error) {
+	insp, ok := s.(leasehold.Inspector)
+	if !ok {
+		return nil, Exit(ExitUsage, "this store cannot inspect or list its locks")
+	}
+	return insp, nil
 }

@@ -12,6 +12,12 @@ import (
 // restart the store; its message says why.
 var errRestartSkipped = errors.New("drill: restart skipped")
 
+// inspectStore is a store that can also describe its locks.
+type inspectStore interface {
+	leasehold.Store
+	leasehold.Inspector
+}
+
 // backend is the lock store a drill runs against and the faults it can
 // inject into the path between the replicas and the store.
 type backend interface {
@@ -20,7 +26,7 @@ type backend interface {
 	open() (leasehold.Store, func(), error)
 	// observer is a view of the store that no fault reaches: the checker's
 	// source of truth for who holds a key.
-	observer() leasehold.Store
+	observer() inspectStore
 	// observeTimeout bounds one observer call.
 	observeTimeout() time.Duration
 	// maybeApplied reports whether a failed acquire or renew may have been
@@ -58,7 +64,7 @@ func newMemBackend(float func() float64, ttl time.Duration) *memBackend {
 }
 
 func (m *memBackend) open() (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
-func (m *memBackend) observer() leasehold.Store              { return m.mem }
+func (m *memBackend) observer() inspectStore                 { return m.mem }
 func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
 func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
 func (m *memBackend) lateness() time.Duration                { return 0 }

@@ -168,7 +168,7 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 	}, nil
 }
 
-func (b *etcdBackend) observer() leasehold.Store     { return b.obs }
+func (b *etcdBackend) observer() inspectStore        { return b.obs }
 func (b *etcdBackend) observeTimeout() time.Duration { return 300 * time.Millisecond }
 
 // maybeApplied: a failed call that is not an answer from etcd (a timeout, a

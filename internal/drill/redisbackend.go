@@ -152,7 +152,7 @@ func (b *redisBackend) open() (leasehold.Store, func(), error) {
 	}, nil
 }
 
-func (b *redisBackend) observer() leasehold.Store     { return b.obs }
+func (b *redisBackend) observer() inspectStore        { return b.obs }
 func (b *redisBackend) observeTimeout() time.Duration { return 100 * time.Millisecond }
 
 // maybeApplied: a failed call whose reply is not an answer from Redis

@@ -86,12 +86,13 @@ func (p *procStore) gate(ctx context.Context) error {
 	return nil
 }
 
-func (p *procStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (leasehold.Grant, error) {
+func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	key, token := req.Key, req.Token
 	if err := p.gate(ctx); err != nil {
 		return leasehold.Grant{}, err
 	}
 	call := p.rec.begin(token)
-	g, err := p.inner.Acquire(ctx, key, token, ttl)
+	g, err := p.inner.Acquire(ctx, req)
 	p.end(token, call, err)
 	if err == nil {
 		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, At: p.rec.since()})
@@ -136,18 +137,18 @@ func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo
 	if err := p.gate(ctx); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	return p.inner.Inspect(ctx, key)
+	return p.inner.(leasehold.Inspector).Inspect(ctx, key)
 }
 
 func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, err
 	}
-	return p.inner.List(ctx, prefix)
+	return p.inner.(leasehold.Inspector).List(ctx, prefix)
 }
 
 // WaitRelease forwards to the shared store's notifier when it has one.
-func (p *procStore) WaitRelease(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -155,7 +156,7 @@ func (p *procStore) WaitRelease(ctx context.Context, key string) (<-chan struct{
 	if !ok {
 		return nil, nil, errors.New("drill: store cannot notify")
 	}
-	return n.WaitRelease(ctx, key)
+	return n.WaitRelease(ctx, key, token)
 }
 
 // waitThaw waits until the process is thawed or ctx ends (then it thaws).
