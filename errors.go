@@ -32,6 +32,14 @@ var (
 	// apart from contention.
 	ErrStore = errors.New("leasehold: store failure")
 
+	// ErrMisconfigured marks a store failure that retrying cannot fix and
+	// that is not an outage: wrong password, missing permission or ACL, wrong
+	// key type, cross-slot keys, a missing table or schema. Stores wrap such
+	// errors with it; the Locker never fails open on them (it fails closed,
+	// and the CLI exits 2 naming what to fix). It reaches the caller inside a
+	// *StoreError, so it matches ErrStore as well.
+	ErrMisconfigured = errors.New("leasehold: store misconfigured")
+
 	// ErrInvalidKey is returned for an empty, oversized or otherwise
 	// unusable key.
 	ErrInvalidKey = errors.New("leasehold: invalid key")
