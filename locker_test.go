@@ -837,7 +837,7 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("budget above TTL warns", func(t *testing.T) {
 		logs := &syncBuffer{}
-		_, _, _ = newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 500 * time.Millisecond, MaxRenewFailures: 5, Logger: slogTo(logs)})
+		_, _, _ = newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 500 * time.Millisecond, RenewTimeout: 200 * time.Millisecond, Logger: slogTo(logs)})
 		if logs.count("renewal failure budget exceeds the TTL") != 1 {
 			t.Fatalf("expected a warning, got %q", logs)
 		}
