@@ -3,6 +3,8 @@ package leasehold_test
 import (
 	"bytes"
 	"log/slog"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -154,3 +156,8 @@ func waitDone(t *testing.T, ctx interface{ Done() <-chan struct{} }, limit time.
 func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// countGoroutines returns the number of goroutines in the process.
+func countGoroutines() int { return runtime.NumGoroutine() }
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -110,9 +110,8 @@ type Options struct {
 
 	// RenewTimeout bounds each renewal attempt. Must be < TTL. Default: a
 	// timeout that lets MaxRenewFailures attempts fit before the local
-	// expiry guard with room to spare, (TTL − DriftMargin − RenewInterval) /
-	// (MaxRenewFailures + 1), at most DefaultRenewTimeout (2 s) and at least
-	// MinRenewInterval. See Budget and DefaultRenewTimeoutFor.
+	// expiry guard with room to spare (DefaultRenewTimeoutFor), at most
+	// DefaultRenewTimeout (2 s) and at least MinRenewInterval. See Budget.
 	RenewTimeout time.Duration
 
 	// MaxRenewFailures is the number of consecutive failed renewals after
@@ -198,13 +197,14 @@ func (b Budget) Have() time.Duration { return b.TTL - b.DriftMargin }
 func (b Budget) Fits() bool { return b.Need() <= b.Have() }
 
 // DefaultRenewTimeoutFor returns the default RenewTimeout for a TTL, renew
-// interval, drift margin and failure budget: (ttl − drift − interval) /
-// (failures + 1), at most DefaultRenewTimeout and at least MinRenewInterval.
-// One attempt's worth of the time is left over for the gaps between
-// attempts and for scheduling delays, so the budget fits with room to spare.
+// interval, drift margin and failure budget: the time the budget has, ttl −
+// drift − interval − (failures − 1) × MinRenewInterval, divided by
+// failures + 1, at most DefaultRenewTimeout and at least MinRenewInterval.
+// One attempt's worth of time is left over for scheduling delays, so the
+// budget fits with room to spare.
 func DefaultRenewTimeoutFor(ttl, interval, drift time.Duration, failures int) time.Duration {
-	failures = max(failures, 1)
-	d := (ttl - drift - interval) / time.Duration(failures+1)
+	n := time.Duration(max(failures, 1))
+	d := (ttl - drift - interval - (n-1)*MinRenewInterval) / (n + 1)
 	return max(min(d, DefaultRenewTimeout), MinRenewInterval)
 }
 
