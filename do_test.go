@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -162,4 +163,127 @@ func TestLoopRenewsWhileFnRuns(t *testing.T) {
 			t.Errorf("interval %v: expected ErrInvalidOptions, got %v", d, err)
 		}
 	}
+}
+
+func TestDo(t *testing.T) {
+	t.Run("runs and releases", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memstore.New()
+			l, _, _ := newLocker(t, store, leasehold.Options{})
+			var fence uint64
+			err := l.Do(t.Context(), "job:1", func(ctx context.Context, ls *leasehold.Lease) error {
+				fence = ls.Fence()
+				if _, err := store.Inspect(ctx, "job:1"); err != nil {
+					t.Errorf("expected the lock held inside Do, got %v", err)
+				}
+				return nil
+			})
+			if err != nil || fence == 0 {
+				t.Fatalf("expected success with a fence, got %v, %d", err, fence)
+			}
+			if _, err := store.Inspect(t.Context(), "job:1"); !errors.Is(err, leasehold.ErrNotHeld) {
+				t.Fatalf("expected release after Do, got %v", err)
+			}
+		})
+	})
+	t.Run("returns fn's error and releases on panic", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memstore.New()
+			l, _, _ := newLocker(t, store, leasehold.Options{})
+			boom := errors.New("boom")
+			if err := l.Do(t.Context(), "j", func(context.Context, *leasehold.Lease) error { return boom }); !errors.Is(err, boom) {
+				t.Fatalf("expected boom, got %v", err)
+			}
+			func() {
+				defer func() { _ = recover() }()
+				_ = l.Do(t.Context(), "j", func(context.Context, *leasehold.Lease) error { panic("x") })
+			}()
+			if _, err := store.Inspect(t.Context(), "j"); !errors.Is(err, leasehold.ErrNotHeld) {
+				t.Fatalf("expected release after panic, got %v", err)
+			}
+		})
+	})
+	t.Run("reports a lease lost while fn ran", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memstore.New()
+			l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 20 * time.Millisecond})
+			err := l.Do(t.Context(), "j", func(ctx context.Context, _ *leasehold.Lease) error {
+				if _, err := store.ForceRelease(ctx, "j"); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				if !errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
+					t.Errorf("expected fn's context cause ErrLeaseLost, got %v", context.Cause(ctx))
+				}
+				return nil
+			})
+			if !errors.Is(err, leasehold.ErrLeaseLost) {
+				t.Fatalf("expected Do to report ErrLeaseLost, got %v", err)
+			}
+		})
+	})
+}
+
+func TestLoopKeepsContendingForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		const interval = 30 * time.Millisecond
+		var active, last atomic.Int32
+		var overlap atomic.Bool
+		runs := make([]atomic.Int32, 2)
+		cancels := make([]context.CancelFunc, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			l, _, _ := newLocker(t, store, leasehold.Options{Name: "reconciler", TTL: 5 * interval})
+			ctx, cancel := context.WithCancel(t.Context())
+			cancels[i] = cancel
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := l.Loop(ctx, "reconcile", interval, func(context.Context, *leasehold.Lease) error {
+					if active.Add(1) > 1 {
+						overlap.Store(true)
+					}
+					runs[i].Add(1)
+					last.Store(int32(i))
+					time.Sleep(time.Millisecond)
+					active.Add(-1)
+					return errors.New("reconcile failed; the loop goes on")
+				})
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("expected Loop to return the context's error, got %v", err)
+				}
+			}()
+		}
+		total := func() int32 { return runs[0].Load() + runs[1].Load() }
+		time.Sleep(200 * time.Millisecond)
+		if total() < 3 {
+			t.Fatalf("expected the loop to run the function every interval, got %d runs", total())
+		}
+		// A store outage makes the leader lose its lease (renewals fail until the
+		// local guard fires); once the store is back the loops contend again.
+		store.SetDown(true)
+		time.Sleep(10 * interval)
+		store.SetDown(false)
+		before := total()
+		time.Sleep(300 * time.Millisecond)
+		if total() == before {
+			t.Fatal("expected a replica to hold the lease again after the outage")
+		}
+		// Stop the current leader: the other one takes over.
+		leader := int(last.Load())
+		cancels[leader]()
+		time.Sleep(50 * time.Millisecond)
+		follower := 1 - leader
+		before = runs[follower].Load()
+		time.Sleep(300 * time.Millisecond)
+		if runs[follower].Load() == before {
+			t.Fatalf("expected the other replica to take over after the leader stopped")
+		}
+		cancels[follower]()
+		wg.Wait()
+		if overlap.Load() {
+			t.Fatal("expected no two replicas to run the function at once")
+		}
+	})
 }

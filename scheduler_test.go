@@ -251,6 +251,9 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		first := acquireMany(t, l, 1)
 		synctest.Wait()
 		base := countGoroutines()
+		if base != 1 {
+			t.Fatalf("expected one goroutine (the scheduler) for a held lease, got %d", base)
+		}
 		for i := range 999 {
 			if _, err := l.TryAcquire(t.Context(), "many:"+itoa(i)); err != nil {
 				t.Fatal(err)
