@@ -166,8 +166,12 @@ func (o Options) drift(ttl time.Duration) time.Duration {
 	if o.DriftMargin > 0 {
 		return o.DriftMargin
 	}
-	return ttl/20 + 5*time.Millisecond
+	return DefaultDriftMargin(ttl)
 }
+
+// DefaultDriftMargin returns the default DriftMargin for a lease of ttl:
+// ttl/20 + 5 ms.
+func DefaultDriftMargin(ttl time.Duration) time.Duration { return ttl/20 + 5*time.Millisecond }
 
 // Budget is the renewal failure budget arithmetic, the one formula New's
 // warning and `leasehold calibrate` share. Measured from the moment the last
@@ -199,13 +203,13 @@ func (b Budget) Fits() bool { return b.Need() <= b.Have() }
 // DefaultRenewTimeoutFor returns the default RenewTimeout for a TTL, renew
 // interval, drift margin and failure budget: the time the budget has, ttl −
 // drift − interval − (failures − 1) × MinRenewInterval, divided by
-// failures + 1, at most DefaultRenewTimeout and at least MinRenewInterval.
-// One attempt's worth of time is left over for scheduling delays, so the
-// budget fits with room to spare.
+// failures + 1, at most DefaultRenewTimeout (and TTL/2) and at least
+// MinRenewInterval. One attempt's worth of time is left over for scheduling
+// delays, so the budget fits with room to spare.
 func DefaultRenewTimeoutFor(ttl, interval, drift time.Duration, failures int) time.Duration {
 	n := time.Duration(max(failures, 1))
 	d := (ttl - drift - interval - (n-1)*MinRenewInterval) / (n + 1)
-	return max(min(d, DefaultRenewTimeout), MinRenewInterval)
+	return min(max(min(d, DefaultRenewTimeout), MinRenewInterval), ttl/2)
 }
 
 // Budget returns o's failure budget with defaults filled in, or the error
@@ -288,7 +292,7 @@ func (o *Options) renewDefaults() error {
 		o.MaxRenewFailures = DefaultMaxRenewFailures
 	}
 	def := DefaultRenewTimeoutFor(o.TTL, o.RenewInterval, o.drift(o.TTL), o.MaxRenewFailures)
-	if err := durationDefault("RenewTimeout", &o.RenewTimeout, min(def, o.TTL/2)); err != nil {
+	if err := durationDefault("RenewTimeout", &o.RenewTimeout, def); err != nil {
 		return err
 	}
 	if o.RenewTimeout >= o.TTL {
