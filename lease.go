@@ -285,7 +285,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	defer cancel()
 	err := ls.l.store.Release(rctx, ls.key, ls.token)
 	switch {
-	case err == nil, errors.Is(err, ErrNotHeld): // already gone: expired, or our retried release applied
+	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		ls.log().DebugContext(ls.ctx, "leasehold: lock already gone at release")

@@ -250,3 +250,46 @@ func TestLocalGateIsFIFO(t *testing.T) {
 		}
 	})
 }
+
+// With the store's queue, separate Lockers (separate replicas) get the key
+// in the order they started waiting, and each hand-off is woken at once.
+func TestWaitersAcrossLockersAreServedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder"})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 5
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for i := range n {
+			l, _, _ := newLocker(t, store, leasehold.Options{Name: "replica-" + itoa(i), WaitCap: time.Minute})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ls, err := l.Acquire(t.Context(), "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				order <- i
+				time.Sleep(10 * time.Millisecond)
+				_ = ls.Release(t.Context())
+			}()
+			synctest.Wait() // replica i is queued before replica i+1 starts
+		}
+		start := time.Now()
+		_ = held.Release(t.Context())
+		for want := range n {
+			if got := <-order; got != want {
+				t.Fatalf("expected replica %d next, got %d", want, got)
+			}
+		}
+		if d := time.Since(start); d != (n-1)*10*time.Millisecond {
+			t.Fatalf("expected every hand-off at once (%v in all), got %v", (n-1)*10*time.Millisecond, d)
+		}
+	})
+}
