@@ -154,6 +154,11 @@ func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
 	if a.subscribe(ctx) {
 		return nil // subscribed: try again at once, so no release is missed
 	}
+	if !a.l.enterWait() {
+		a.leave(ctx)
+		return ErrLockerClosed
+	}
+	defer a.l.waiting.Done()
 	t := time.NewTimer(time.Until(a.nextTry(g, sent)))
 	defer t.Stop()
 	select {

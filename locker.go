@@ -30,6 +30,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	bg       sync.WaitGroup // clean-up releases, joined by Close
+	waiting  sync.WaitGroup // Acquires waiting for their turn, joined by Close
 }
 
 // New returns a Locker over store. It validates opts and returns an error
@@ -118,12 +119,39 @@ func (l *Locker) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	l.closeAll()
-	for _, ls := range l.sched.closeAll() {
-		ls.closeByLocker()
+	l.waiting.Wait() // woken waiters have left their queues
+	leases := l.sched.closeAll()
+	sem := make(chan struct{}, closeParallel)
+	var wg sync.WaitGroup
+	for _, ls := range leases {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ls.closeByLocker()
+		}()
 	}
+	wg.Wait()
 	l.sched.shutdown()
 	l.bg.Wait()
 	return nil
+}
+
+// closeParallel bounds how many releases Close sends at once, so closing a
+// Locker with many leases over a dead store takes a few ReleaseTimeouts, not
+// one per lease.
+const closeParallel = 16
+
+// enterWait registers an Acquire that is about to wait for its turn, so
+// that Close waits until it has left the key's queue; false once Close began.
+func (l *Locker) enterWait() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.waiting.Add(1)
+	return true
 }
 
 // release deletes key's lock if token holds it, or takes token out of key's
@@ -141,8 +169,9 @@ func (l *Locker) release(ctx context.Context, key, token string) {
 
 // background runs a clean-up release in a goroutine the Locker owns: Close
 // waits for it. It runs on a context detached from the caller and from
-// Close, bounded by ReleaseTimeout, so it survives Close. After Close it runs
-// in the caller's goroutine instead.
+// Close, bounded by ReleaseTimeout, so it survives Close. Once Close began it
+// runs in the caller's goroutine instead (Close waits for a waiting Acquire
+// to get there; an acquire call racing Close finishes it before it returns).
 func (l *Locker) background(ctx context.Context, key, token string) {
 	l.mu.Lock()
 	if l.closed {

@@ -278,3 +278,35 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		}
 	})
 }
+
+// Close releases many leases over a slow store a batch at a time, not one
+// ReleaseTimeout after another, and waits for all of them.
+func TestCloseReleasesInParallel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		ops := countOps(store, nil)
+		l, err := leasehold.New(store, leasehold.Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquireMany(t, l, 64)
+		ops.setFail(func(op memstore.Op, _ string) memstore.Fault {
+			if op == memstore.OpRelease {
+				return memstore.Fault{Delay: time.Second}
+			}
+			return memstore.Fault{}
+		})
+		start := time.Now()
+		_ = l.Close()
+		if d := time.Since(start); d > 4*time.Second {
+			t.Fatalf("expected Close to release 64 slow locks 16 at a time (4s), took %v", d)
+		}
+		if n := ops.get(memstore.OpRelease); n != 64 {
+			t.Fatalf("expected 64 releases, got %d", n)
+		}
+		store.SetFaults(nil)
+		if infos, _ := store.List(t.Context(), ""); len(infos) != 0 {
+			t.Fatalf("expected every lock released, %d left", len(infos))
+		}
+	})
+}
