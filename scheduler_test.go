@@ -273,6 +273,7 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		}
 		renewed := rec.count(leasehold.EventRenewed)
 		trips := ops.get(memstore.OpRenew) + ops.get(memstore.OpRenewBatch)
+		t.Logf("%d renewals in %d round trips", renewed, trips)
 		if renewed < 5000 || trips*100 > renewed {
 			t.Fatalf("expected about 6,000 renewals in batches, got %d renewals in %d round trips", renewed, trips)
 		}

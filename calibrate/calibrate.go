@@ -117,21 +117,8 @@ type Result struct {
 // Compute applies the rules to in. It returns an error wrapping ErrInput
 // naming the field to fix.
 func Compute(in Input) (Result, error) {
-	switch {
-	case in.P99 <= 0:
-		return Result{}, fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)
-	case in.Jitter < 0:
-		return Result{}, fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInput, in.Jitter)
-	case in.Guard < 0:
-		return Result{}, fmt.Errorf("%w: guard must be >= 0, got %v", ErrInput, in.Guard)
-	case in.DetectionJitter < 0:
-		return Result{}, fmt.Errorf("%w: detection jitter must be >= 0, got %v", ErrInput, in.DetectionJitter)
-	case in.SLO < 0:
-		return Result{}, fmt.Errorf("%w: SLO must be >= 0, got %v", ErrInput, in.SLO)
-	case in.RenewTimeout < 0:
-		return Result{}, fmt.Errorf("%w: renew timeout must be > 0, got %v", ErrInput, in.RenewTimeout)
-	case in.MaxFailures < 0:
-		return Result{}, fmt.Errorf("%w: max failures must be >= 1, got %d", ErrInput, in.MaxFailures)
+	if err := validate(in); err != nil {
+		return Result{}, err
 	}
 	jitterTwice := in.DetectionJitter == 0 // jitter counts in the TTL and in detection
 	if jitterTwice {
@@ -188,6 +175,27 @@ func Compute(in Input) (Result, error) {
 	r.Verdict = Impossible
 	r.Advice = advise(in, r, jitterTwice)
 	return r, nil
+}
+
+// validate returns an error wrapping ErrInput naming the field to fix.
+func validate(in Input) error {
+	switch {
+	case in.P99 <= 0:
+		return fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)
+	case in.Jitter < 0:
+		return fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInput, in.Jitter)
+	case in.Guard < 0:
+		return fmt.Errorf("%w: guard must be >= 0, got %v", ErrInput, in.Guard)
+	case in.DetectionJitter < 0:
+		return fmt.Errorf("%w: detection jitter must be >= 0, got %v", ErrInput, in.DetectionJitter)
+	case in.SLO < 0:
+		return fmt.Errorf("%w: SLO must be >= 0, got %v", ErrInput, in.SLO)
+	case in.RenewTimeout < 0:
+		return fmt.Errorf("%w: renew timeout must be > 0, got %v", ErrInput, in.RenewTimeout)
+	case in.MaxFailures < 0:
+		return fmt.Errorf("%w: max failures must be >= 1, got %d", ErrInput, in.MaxFailures)
+	}
+	return nil
 }
 
 // safeBudget returns the longest renew interval with which b's failure

@@ -120,25 +120,30 @@ func TestCompute(t *testing.T) {
 			if r.Verdict != tt.verdict {
 				t.Errorf("Verdict: expected %s, got %s", tt.verdict, r.Verdict)
 			}
-			if tt.verdict == Impossible && len(r.Advice) == 0 {
-				t.Errorf("impossible verdict without advice")
-			}
-			if tt.verdict != Impossible && len(r.Advice) != 0 {
-				t.Errorf("unexpected advice: %q", r.Advice)
-			}
-			all := strings.Join(r.Advice, "\n")
-			for _, want := range tt.adviceHas {
-				if !strings.Contains(all, want) {
-					t.Errorf("advice lacks %q:\n%s", want, all)
-				}
-			}
-			warns := strings.Join(r.Warnings, "\n")
-			for _, want := range tt.warnHas {
-				if !strings.Contains(warns, want) {
-					t.Errorf("warnings lack %q:\n%s", want, warns)
-				}
-			}
+			checkAdvice(t, r, tt.verdict, tt.adviceHas, tt.warnHas)
 		})
+	}
+}
+
+func checkAdvice(t *testing.T, r Result, verdict Verdict, adviceHas, warnHas []string) {
+	t.Helper()
+	if verdict == Impossible && len(r.Advice) == 0 {
+		t.Errorf("impossible verdict without advice")
+	}
+	if verdict != Impossible && len(r.Advice) != 0 {
+		t.Errorf("unexpected advice: %q", r.Advice)
+	}
+	all := strings.Join(r.Advice, "\n")
+	for _, want := range adviceHas {
+		if !strings.Contains(all, want) {
+			t.Errorf("advice lacks %q:\n%s", want, all)
+		}
+	}
+	warns := strings.Join(r.Warnings, "\n")
+	for _, want := range warnHas {
+		if !strings.Contains(warns, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warns)
+		}
 	}
 }
 
