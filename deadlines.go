@@ -79,10 +79,14 @@ func (ls *Lease) failuresNow() int {
 	return ls.failures
 }
 
-// extend moves the local guard to sent+TTL−drift (never backward) and the
-// next automatic renewal to sent+RenewInterval. l.sched.mu held.
+// extend moves the local guard, if the lease has one, to sent+TTL−drift
+// (never backward) and the next automatic renewal to sent+RenewInterval.
+// l.sched.mu held.
 func (ls *Lease) extend(sent time.Time, o *Options) {
-	if until := sent.Add(ls.ttl - ls.drift); ls.validUntil.IsZero() || until.After(ls.validUntil) {
+	if ls.validUntil.IsZero() {
+		return // no guard: a degraded lease that is renewed automatically
+	}
+	if until := sent.Add(ls.ttl - ls.drift); until.After(ls.validUntil) {
 		ls.validUntil = until
 		ls.guardOff = false
 	}

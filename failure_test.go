@@ -138,3 +138,27 @@ func TestLostAcquireReplyIsReleasedEvenWhenClosedAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// A degraded lease from TryAcquire has no local guard (it is local-only and
+// renewed by nobody), also after a manual Renew.
+func TestDegradedLeaseStaysUntilReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, OnStoreError: leasehold.FailOpen})
+		store.SetDown(true)
+		lease, err := l.TryAcquire(t.Context(), "k")
+		if err != nil || !lease.Degraded() {
+			t.Fatalf("expected a degraded lease, got %v, %v", lease, err)
+		}
+		if err := lease.Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if err := lease.Err(); err != nil {
+			t.Fatalf("expected the degraded lease to stay until released, got %v", err)
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
