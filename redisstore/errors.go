@@ -32,6 +32,8 @@ func (s *Store) fail(op, key string, err error) error {
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return fmt.Errorf("redisstore: %s %q: %w: %w: %w (a Redis key under %s{...} holds another type: delete it or use another Prefix)",
 			op, key, leasehold.ErrMisconfigured, leasehold.ErrBadEntry, err, s.prefix)
+	case strings.Contains(err.Error(), "unauthenticated"):
+		return fmt.Errorf("redisstore: %s %q: %w: %w (the server requires a password)", op, key, leasehold.ErrMisconfigured, err)
 	case isMisconfigured(err):
 		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, leasehold.ErrMisconfigured, err)
 	}

@@ -2,14 +2,17 @@
 -- KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue key
 -- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub
 -- Returns nil when no lock exists, else what was deleted:
--- {value, pttl, fence or nil, waiting, next holder}. A fence key that holds
--- no valid fence is deleted too, so the key works again (the next fence
--- comes from the clock floor).
+-- {value, pttl, fence or nil, waiting, next holder, repaired}. A fence key
+-- that holds no fence below 2^64-1 is deleted too (repaired = 1), so the key
+-- works again: the next fence comes from the clock floor.
 local v = redis.call('GET', KEYS[1])
 if not v then return nil end
-local info = {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), 0, ''}
+local info = {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), 0, '', 0}
 redis.call('DEL', KEYS[1])
-if info[3] and not fence_ok(info[3]) then redis.call('DEL', KEYS[2]) end
+if info[3] and (not fence_ok(info[3]) or info[3] == MAXFENCE) then
+  redis.call('DEL', KEYS[2])
+  info[6] = 1
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local _, nowms = clock()
   local live = load_queue(KEYS[3], nowms, true)

@@ -371,7 +371,13 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	case err != nil:
 		return leasehold.LockInfo{}, s.fail("force release", key, err)
 	}
-	return s.info(key, res)
+	info, err := s.info(key, res)
+	if repaired, _ := res[len(res)-1].(int64); repaired == 1 {
+		info.Fence = 0
+		err = fmt.Errorf("%w: %s held no usable fence and was deleted with the lock: the next fence comes from the Redis clock",
+			leasehold.ErrBadEntry, s.FenceKey(key))
+	}
+	return info, err
 }
 
 // Inspect implements leasehold.Inspector. LockInfo.Facts names the Redis
