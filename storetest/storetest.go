@@ -273,8 +273,10 @@ func (r *runner) tokenChecked(t *testing.T) {
 		t.Fatalf("after Renew(1m): expected remaining > 30s, got %v, %v", info.Remaining, err)
 	}
 	mustRelease(t, s, key, "owner")
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("second Release: expected ErrNotOwned, got %v", err)
+	// The contract says ErrNotHeld for a key nobody holds; ErrNotOwned is
+	// accepted until every store implements it.
+	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotHeld) && !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("second Release: expected ErrNotHeld, got %v", err)
 	}
 	if err := s.Renew(ctx, key, "owner", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Renew after Release: expected ErrNotOwned, got %v", err)
@@ -471,8 +473,8 @@ func (r *runner) forceRelease(t *testing.T) {
 	if _, err := fr.ForceRelease(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("second ForceRelease: expected ErrNotHeld, got %v", err)
 	}
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("Release after ForceRelease: expected ErrNotOwned, got %v", err)
+	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotHeld) && !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Release after ForceRelease: expected ErrNotHeld, got %v", err)
 	}
 	if f2 := mustAcquire(t, s, key, "next", time.Minute); f2 <= f {
 		t.Fatalf("after ForceRelease: expected fence > %d, got %d", f, f2)
