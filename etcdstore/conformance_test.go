@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
@@ -29,13 +31,38 @@ func newStoreTB(tb testing.TB, c *testetcd.Cluster) (*etcdstore.Store, error) {
 	return s, nil
 }
 
+// leftovers lists the keys under the test prefix and every lease of c.
+func leftovers(c *testetcd.Cluster) func(t *testing.T) []string {
+	return func(t *testing.T) []string {
+		cli := c.Client(t)
+		ctx := ctxFor(t, 10*time.Second)
+		keys, err := cli.Get(ctx, "lh-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := cli.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, kv := range keys.Kvs {
+			out = append(out, fmt.Sprintf("key %q", kv.Key))
+		}
+		for _, l := range ls.Leases {
+			out = append(out, fmt.Sprintf("lease %x", l.ID))
+		}
+		return out
+	}
+}
+
 func TestConformanceSingle(t *testing.T) {
 	c := testetcd.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:   func(t *testing.T) leasehold.Store { return newStore(t, c) },
-		Break: func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
-		Heal:  func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
-		Slack: 2 * time.Second, // TTLs are whole seconds in etcd
+		New:       func(t *testing.T) leasehold.Store { return newStore(t, c) },
+		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
+		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
+		Leftovers: leftovers(c),
+		Slack:     2 * time.Second, // TTLs are whole seconds in etcd
 	})
 }
 
@@ -44,8 +71,9 @@ func TestConformanceCluster(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) leasehold.Store { return newStore(t, c) },
 		// Losing two of three members loses the quorum: every call fails.
-		Break: func(t *testing.T, _ leasehold.Store) { c.Kill(1); c.Kill(2) },
-		Heal:  func(t *testing.T, _ leasehold.Store) { c.Restart(1); c.Restart(2) },
-		Slack: 2 * time.Second,
+		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(1); c.Kill(2) },
+		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(1); c.Restart(2) },
+		Leftovers: leftovers(c),
+		Slack:     2 * time.Second,
 	})
 }
