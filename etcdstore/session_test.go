@@ -18,7 +18,7 @@ import (
 )
 
 // calls counts the gRPC requests of one client by method: unary calls and
-// streams opened (watches, keep-alives).
+// messages sent on streams (watch creates and cancels, keep-alives).
 type calls struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -38,6 +38,27 @@ func (c *calls) take() map[string]int {
 	return n
 }
 
+// countingStream counts the messages sent on a stream.
+type countingStream struct {
+	grpc.ClientStream
+	n      *calls
+	method string
+}
+
+func (s countingStream) SendMsg(m any) error {
+	s.n.add(s.method)
+	return s.ClientStream.SendMsg(m)
+}
+
+// total returns the number of requests in n.
+func total(n map[string]int) int {
+	t := 0
+	for _, v := range n {
+		t += v
+	}
+	return t
+}
+
 // countingClient returns a client of c whose requests are counted.
 func countingClient(tb testing.TB, c *testetcd.Cluster) (*clientv3.Client, *calls) {
 	tb.Helper()
@@ -52,8 +73,11 @@ func countingClient(tb testing.TB, c *testetcd.Cluster) (*clientv3.Client, *call
 				return invoker(ctx, method, req, reply, cc, opts...)
 			}),
 			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				n.add(method)
-				return streamer(ctx, desc, cc, method, opts...)
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return countingStream{cs, n, method}, nil
 			}),
 		},
 	})
