@@ -137,16 +137,16 @@ type keyView struct {
 	rev    int64
 	held   bool
 	lock   *mvccpb.KeyValue
-	myRev  int64           // the token's queue entry, 0 if none
-	ahead  map[string]bool // entries older than the token's (all, if none)
-	queue  int             // live entries
-	head   string          // the holder of the oldest entry
+	myRev  int64            // the token's queue entry, 0 if none
+	ahead  map[string]bool  // entries older than the token's (all, if none)
+	queue  map[string]int64 // every entry: key -> create revision
+	head   string           // the holder of the oldest entry
 	headAt int64
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
-	v := keyView{rev: rev, ahead: map[string]bool{}}
+	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}}
 	k, e := s.lockKey(key), s.entryKey(key, token)
 	for _, kv := range kvs {
 		switch string(kv.Key) {
@@ -160,7 +160,7 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 		if string(kv.Key) == k {
 			continue
 		}
-		v.queue++
+		v.queue[string(kv.Key)] = kv.CreateRevision
 		if v.headAt == 0 || kv.CreateRevision < v.headAt {
 			v.headAt, v.head = kv.CreateRevision, string(kv.Value)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
 func acquireQ(t *testing.T, s *etcdstore.Store, key, tok string, queueTTL time.Duration) (leasehold.Grant, error) {

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -74,9 +75,9 @@ type tracked struct {
 
 // queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
 type queueSnap struct {
-	rev   int64           // the revision of the answer
-	held  bool            // the lock was held
-	ahead map[string]bool // queue entry keys ahead of the waiter
+	rev   int64            // the revision of the answer
+	held  bool             // the lock was held
+	queue map[string]int64 // queue entry key -> create revision
 }
 
 // lease is one shared etcd lease.
@@ -472,7 +473,7 @@ func (ss *session) setQueue(t *tracked, v keyView) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	t.rev = v.myRev
-	t.snap = &queueSnap{rev: v.rev, held: v.held, ahead: v.ahead}
+	t.snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.
@@ -481,10 +482,7 @@ func (ss *session) snapshot(r ref) *queueSnap {
 	defer ss.mu.Unlock()
 	if t := ss.waiting[r]; t != nil && t.snap != nil {
 		cp := *t.snap
-		cp.ahead = make(map[string]bool, len(t.snap.ahead))
-		for k := range t.snap.ahead {
-			cp.ahead[k] = true
-		}
+		cp.queue = maps.Clone(t.snap.queue)
 		return &cp
 	}
 	return nil

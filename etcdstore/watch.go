@@ -20,10 +20,11 @@ const watchStartTimeout = 5 * time.Second
 // answer is missed.
 //
 // The channel (never closed) gets a value each time token may take the key:
-// the lock is free (released, or expired: both delete it) and no queue entry
-// older than token's is left. So a release wakes only the head of the
-// queue, and a waiter behind it sleeps until its predecessors got the key
-// or left. A token that is not queued counts every queued waiter as ahead.
+// the lock is free (released, or expired: both delete it) and the queue is
+// empty or token's entry is its oldest. So a release wakes only the head of
+// the queue, and a waiter behind it sleeps until its predecessors got the
+// key or left; a token that left the queue (or never joined it) is woken
+// only when nobody is queued.
 // The channel also gets a value when the watch breaks (its revision was
 // compacted): the waiter tries again, and the watch restarts. The client
 // resumes a watch on another member when the one it used fails, without
@@ -96,7 +97,7 @@ func (w *waiter) subscribe(ctx, wctx context.Context) (clientv3.WatchChan, error
 			return nil, w.s.wrap(bctx, "watch", w.key, err)
 		}
 		v := w.s.view(w.key, w.token, get.Kvs, get.Header.Revision)
-		w.snap = &queueSnap{rev: v.rev, held: v.held, ahead: v.ahead}
+		w.snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
 	}
 	ks, ke := w.s.keyRange(w.key)
 	var wch clientv3.WatchChan
@@ -150,8 +151,8 @@ func (w *waiter) loop(wctx context.Context, wch clientv3.WatchChan) {
 // follow applies watch events to the snapshot and signals each time the
 // token becomes free to take the key. It returns when the watch ends.
 func (w *waiter) follow(wch clientv3.WatchChan) {
-	lockKey := w.s.lockKey(w.key)
-	can := func() bool { return !w.snap.held && len(w.snap.ahead) == 0 }
+	lockKey, mine := w.s.lockKey(w.key), w.s.entryKey(w.key, w.token)
+	can := func() bool { return !w.snap.held && headIs(w.snap.queue, mine) }
 	was := can() // the waiter tries once after subscribing: no signal yet
 	for wr := range wch {
 		if wr.Err() != nil {
@@ -164,7 +165,9 @@ func (w *waiter) follow(wch clientv3.WatchChan) {
 			case k == lockKey:
 				w.snap.held = ev.Type == mvccpb.PUT
 			case ev.Type == mvccpb.DELETE:
-				delete(w.snap.ahead, k)
+				delete(w.snap.queue, k)
+			default:
+				w.snap.queue[k] = ev.Kv.CreateRevision
 			}
 		}
 		now := can()
@@ -173,6 +176,23 @@ func (w *waiter) follow(wch clientv3.WatchChan) {
 		}
 		was = now
 	}
+}
+
+// headIs reports whether entry is the oldest of queue, or queue is empty.
+func headIs(queue map[string]int64, entry string) bool {
+	if len(queue) == 0 {
+		return true
+	}
+	rev, ok := queue[entry]
+	if !ok {
+		return false
+	}
+	for _, r := range queue {
+		if r < rev {
+			return false
+		}
+	}
+	return true
 }
 
 // drain empties a watch channel whose context was cancelled or that
