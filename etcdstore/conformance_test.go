@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
@@ -57,10 +58,24 @@ func leftovers(c *testetcd.Cluster) func(t *testing.T) []string {
 
 func TestConformanceSingle(t *testing.T) {
 	c := testetcd.Start(t)
+	// The stores reach the member through a proxy that can freeze it.
+	fz := startFreezer(t, c.Members[0].ClientURL)
 	storetest.Run(t, storetest.Harness{
-		New:       func(t *testing.T) leasehold.Store { return newStore(t, c) },
+		New: func(t *testing.T) leasehold.Store {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fz.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close(); _ = cli.Close() })
+			return s
+		},
 		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
 		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
+		Freeze:    func(t *testing.T, _ leasehold.Store) func() { return fz.freeze() },
 		Leftovers: leftovers(c),
 		Slack:     2 * time.Second, // TTLs are whole seconds in etcd
 	})
