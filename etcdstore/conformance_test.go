@@ -13,6 +13,13 @@ import (
 	"go.uber.org/zap"
 )
 
+// testOptions are the options of the tests' stores. The request timeout is
+// longer than the default, so that 100 concurrent acquires under -race (the
+// embedded member is instrumented too) on a loaded machine do not time out,
+// and shorter than the suite's 2 s deadlines, so that a broken store is
+// reported by the store (ErrUnavailable), not by the caller's deadline.
+var testOptions = etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 1500 * time.Millisecond}
+
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
 func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
 	t.Helper()
@@ -24,7 +31,7 @@ func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
 }
 
 func newStoreTB(tb testing.TB, c *testetcd.Cluster) (*etcdstore.Store, error) {
-	s, err := etcdstore.New(c.Client(tb), etcdstore.Options{Prefix: "lh-test/"})
+	s, err := etcdstore.New(c.Client(tb), testOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +73,7 @@ func TestConformanceSingle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
+			s, err := etcdstore.New(cli, testOptions)
 			if err != nil {
 				t.Fatal(err)
 			}
