@@ -254,10 +254,13 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		if base != 1 {
 			t.Fatalf("expected one goroutine (the scheduler) for a held lease, got %d", base)
 		}
+		leases := first
 		for i := range 999 {
-			if _, err := l.TryAcquire(t.Context(), "many:"+itoa(i)); err != nil {
+			ls, err := l.TryAcquire(t.Context(), "many:"+itoa(i))
+			if err != nil {
 				t.Fatal(err)
 			}
+			leases = append(leases, ls)
 		}
 		synctest.Wait()
 		if n := countGoroutines(); n != base {
@@ -270,6 +273,13 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		}
 		if err := first[0].Err(); err != nil {
 			t.Fatal(err)
+		}
+		for _, ls := range leases {
+			_ = ls.Release(t.Context())
+		}
+		synctest.Wait()
+		if n := countGoroutines(); n != 0 {
+			t.Fatalf("expected no goroutine once every lease is released, got %d", n)
 		}
 		renewed := rec.count(leasehold.EventRenewed)
 		trips := ops.get(memstore.OpRenew) + ops.get(memstore.OpRenewBatch)
