@@ -321,3 +321,29 @@ func TestCloseReleasesInParallel(t *testing.T) {
 		}
 	})
 }
+
+// A renewal that hangs, ignoring its deadline, delays no other lease's
+// guard: store calls never run on the scheduler's goroutine.
+func TestHungRenewalDelaysNoOtherGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &deafStore{Store: memstore.New(), done: make(chan struct{})}
+		defer close(store.done)
+		l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 100 * time.Millisecond, MaxRenewFailures: 100})
+		if _, err := l.TryAcquire(t.Context(), "renewed"); err != nil {
+			t.Fatal(err)
+		}
+		store.mu.Lock()
+		store.deaf = true // every renewal from now on hangs for 2 s
+		store.mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // the renewal at 100 ms hangs
+		hold, err := l.Hold(t.Context(), "held", 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		<-hold.Done()
+		if d, want := time.Since(start), 500*time.Millisecond-leasehold.DefaultDriftMargin(500*time.Millisecond); d != want {
+			t.Fatalf("expected the hold's guard exactly at %v, fired after %v", want, d)
+		}
+	})
+}
