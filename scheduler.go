@@ -9,7 +9,7 @@ import (
 
 // scheduler owns the timing of every lease of one Locker: one goroutine and
 // one heap of deadlines, however many leases are held. The goroutine runs
-// while the Locker holds a lease and until Close.
+// while the Locker holds a lease (and idleLinger longer), until Close.
 //
 // Each held lease sits in the heap at its next deadline, the earliest of:
 //
@@ -135,7 +135,7 @@ func (s *scheduler) loop() {
 		next, idle := s.runDue(time.Now())
 		switch {
 		case idle:
-			return // no lease left: add starts the loop again
+			t.Reset(idleLinger)
 		case next.IsZero():
 			t.Stop()
 		default:
@@ -146,8 +146,28 @@ func (s *scheduler) loop() {
 			return
 		case <-s.wake:
 		case <-t.C:
+			if idle && s.stopIdle() {
+				return // no lease for a while: add starts the loop again
+			}
 		}
 	}
+}
+
+// idleLinger is how long the scheduler goroutine waits for a new lease
+// after the last one ended before it exits, so that a Locker taking and
+// releasing one lease at a time does not start a goroutine per lease.
+const idleLinger = 100 * time.Millisecond
+
+// stopIdle marks the loop as not running if the Locker still holds no
+// lease, and reports whether it did.
+func (s *scheduler) stopIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leases) > 0 {
+		return false
+	}
+	s.running = false
+	return true
 }
 
 // step is one thing to report about a lease after runDue dropped the mutex.
@@ -165,8 +185,7 @@ const (
 )
 
 // runDue handles every lease whose deadline is not after now and returns
-// the next deadline (zero: none). It reports idle, and marks the loop as not
-// running, when no lease is left.
+// the next deadline (zero: none). It reports idle when no lease is left.
 func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	s.mu.Lock()
 	var steps []step
@@ -192,9 +211,7 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	if len(s.q) > 0 {
 		next = s.q[0].at
 	}
-	if len(s.leases) == 0 { // reports and renewals below do not need the loop
-		s.running, idle = false, true
-	}
+	idle = len(s.leases) == 0
 	s.mu.Unlock()
 	for _, st := range steps {
 		st.ls.report(st.what)

@@ -277,6 +277,7 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		for _, ls := range leases {
 			_ = ls.Release(t.Context())
 		}
+		time.Sleep(time.Second) // the scheduler lingers a little for the next lease
 		synctest.Wait()
 		if n := countGoroutines(); n != 0 {
 			t.Fatalf("expected no goroutine once every lease is released, got %d", n)
