@@ -3,11 +3,13 @@
 -- KEYS[2] fence key (string: the last fence minted for the key, a decimal uint64)
 -- KEYS[3] queue key (hash: token -> "seq|deadline ms|holder", "#" -> last seq;
 --                    PEXPIRE = the latest deadline, so it vanishes with its last waiter)
--- ARGV[1] token, ARGV[2] lock value, ARGV[3] TTL ms, ARGV[4] fence key expiry ms,
--- ARGV[5] queue TTL ms (0: never queue)
+-- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3] fence key
+-- expiry ms, ARGV[4] queue TTL ms (0: never queue). (Ten words in all: Redis
+-- answers a longer command from a client that has not authenticated with a
+-- protocol error instead of NOAUTH.)
 -- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
 -- pttl is the holder's remaining TTL (0 when the key is free but waiters are ahead).
-local token, value, ttl, fexp, qttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local value, ttl, fexp = ARGV[1], ARGV[2], ARGV[3]
 
 -- The fast path, with no helper defined yet (each closure costs on every
 -- call): no queue, a free key, a fence counter behind the clock.
@@ -29,6 +31,9 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
 end
 
 -- @lib
+
+local token = string.match(value, '^[^|]*')
+local qttl = tonumber(ARGV[4])
 
 -- mint stores and returns the next fence: max(last + 1, now in µs).
 local function mint(now)

@@ -222,7 +222,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	}
 	base := s.base(req.Key)
 	res, err := acquireScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"},
-		req.Token, value, ms, ms+s.retention.Milliseconds(), qms).Result()
+		value, ms, ms+s.retention.Milliseconds(), qms).Result()
 	if err != nil {
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}
