@@ -270,6 +270,11 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	select { // the key is free: the waiter may take it now
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up for a free key")
+	}
 	sent := time.Now()
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
@@ -289,19 +294,26 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 func TestWaitReleaseEndsWithContext(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"), "w")
+	ch, stop, err := s.WaitRelease(ctx, key, "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	cancel()
-	// The watch ended with its context; the goroutine exits (goleak checks)
-	// and stop still returns.
+	if err := s.Release(ctxFor(t, 5*time.Second), key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription ended with its context (goleak checks the watch
+	// goroutine ends with the store) and stop still returns.
 	select {
 	case <-ch:
-		t.Fatal("a cancelled watch must not report a release")
-	case <-time.After(200 * time.Millisecond):
+		t.Fatal("a cancelled subscription must not report a release")
+	case <-time.After(300 * time.Millisecond):
 	}
 }
 
