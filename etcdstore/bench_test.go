@@ -354,17 +354,22 @@ func contended(b *testing.B, c *testetcd.Cluster, im impl) {
 		})
 	}
 	wg.Wait()
-	reqs := 0
+	reqs, kas := 0, 0
 	for _, n := range ns {
-		reqs += total(n.take())
+		got := n.take()
+		reqs += total(got)
+		kas += got["/etcdserverpb.Lease/LeaseKeepAlive"]
 	}
 	slices.Sort(waits)
 	if len(waits) == 0 {
 		b.Fatal("no acquisition")
 	}
 	b.ReportMetric(float64(len(waits))/benchFor().Seconds(), "acq/s")
+	b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "wait-p50-ms")
 	b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "wait-p99-ms")
+	b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "wait-max-ms")
 	b.ReportMetric(float64(reqs)/float64(len(waits)), "req/acq")
+	b.ReportMetric(float64(kas)/float64(len(waits)), "keepalive/acq")
 	b.ReportMetric(float64(slices.Min(counts)), "min-acq")
 	b.ReportMetric(float64(slices.Max(counts)), "max-acq")
 	b.ReportMetric(float64(slices.Min(counts))/float64(slices.Max(counts)), "min/max")
