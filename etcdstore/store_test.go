@@ -35,19 +35,11 @@ func leaseOf(t *testing.T, cli *clientv3.Client, etcdKey string) clientv3.LeaseI
 	return clientv3.LeaseID(r.Kvs[0].Lease)
 }
 
-// waitRevoked waits until lease id is gone (revoked in the background).
-func waitRevoked(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
+func expectHolder(t *testing.T, s *etcdstore.Store, key, token, holder string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
-		if err == nil && r.TTL == -1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease %x: expected it revoked within 5s, TimeToLive says %v, %v", id, r, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	info, err := s.Inspect(ctxFor(t, 5*time.Second), key)
+	if err != nil || info.Holder != holder || info.Token != token {
+		t.Fatalf("Inspect: expected holder %q and token %q, got %+v, %v", holder, token, info, err)
 	}
 }
 
@@ -75,10 +67,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	if err != nil || ttl.GrantedTTL != 6 {
 		t.Fatalf("lease: expected granted TTL 6s (5s + 1s slack), got %v, %v", ttl, err)
 	}
-	info, err := s.Inspect(ctx, key)
-	if err != nil || info.Holder != "host-1 pid 7" || info.Token != "tok" {
-		t.Fatalf("Inspect: expected holder and token, got %+v, %v", info, err)
-	}
+	expectHolder(t, s, key, "tok", "host-1 pid 7")
 	// A write to an unrelated key moves the revision on; the next fence is above it.
 	if _, err := cli.Put(ctx, "unrelated", "x"); err != nil {
 		t.Fatal(err)
