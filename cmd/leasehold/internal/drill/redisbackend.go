@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -46,10 +47,10 @@ type redisBackend struct {
 func redisOptions(store string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(store)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(err, store))
+		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, storeurl.Describe(store), storeurl.RedactError(err, store))
 	}
 	if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
-		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, redactURL(store), opts.Addr, err)
+		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, storeurl.Describe(store), opts.Addr, err)
 	}
 	return opts, nil
 }
