@@ -118,6 +118,10 @@ type Notifier interface {
 	// exactly once. Subscribe before trying to acquire, so a release between
 	// the try and the wait is not missed. Waiting for the subscription itself
 	// is bounded by ctx.
+	//
+	// An empty token subscribes an observer (an election's follower, `leasehold
+	// leader --watch`): it is woken on every release of key and every change
+	// of its queue head, whoever the head is.
 	WaitRelease(ctx context.Context, key, token string) (wake <-chan struct{}, stop func(), err error)
 }
 
