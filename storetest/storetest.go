@@ -122,6 +122,13 @@ func mustRelease(t *testing.T, s leasehold.Store, key, token string) {
 	}
 }
 
+// gone reports the answer to a Release of a key nobody holds: ErrNotHeld by
+// the contract; ErrNotOwned, from stores that predate it, is still accepted
+// here (the queue subtests are strict).
+func gone(err error) bool {
+	return errors.Is(err, leasehold.ErrNotHeld) || errors.Is(err, leasehold.ErrNotOwned)
+}
+
 func (r *runner) exactlyOneWinner(t *testing.T) {
 	s := r.store(t)
 	key := r.key(t, "k")
@@ -281,8 +288,8 @@ func (r *runner) tokenChecked(t *testing.T) {
 		t.Fatalf("after Renew(1m): expected remaining > 30s, got %v, %v", info.Remaining, err)
 	}
 	mustRelease(t, s, key, "owner")
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("second Release: expected ErrNotOwned, got %v", err)
+	if err := s.Release(ctx, key, "owner"); !gone(err) {
+		t.Fatalf("second Release: expected ErrNotHeld, got %v", err)
 	}
 	if err := s.Renew(ctx, key, "owner", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Renew after Release: expected ErrNotOwned, got %v", err)
@@ -479,8 +486,8 @@ func (r *runner) forceRelease(t *testing.T) {
 	if _, err := fr.ForceRelease(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("second ForceRelease: expected ErrNotHeld, got %v", err)
 	}
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("Release after ForceRelease: expected ErrNotOwned, got %v", err)
+	if err := s.Release(ctx, key, "owner"); !gone(err) {
+		t.Fatalf("Release after ForceRelease: expected ErrNotHeld, got %v", err)
 	}
 	if f2 := mustAcquire(t, s, key, "next", time.Minute); f2 <= f {
 		t.Fatalf("after ForceRelease: expected fence > %d, got %d", f, f2)
