@@ -192,7 +192,11 @@ BEGIN
 		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, (SELECT c.v + 1 FROM {counter} c));
 		IF r.key IS NULL THEN
 			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
-			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts);
+			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts)
+			ON CONFLICT (key) DO NOTHING;
+			IF NOT FOUND THEN -- a row written around the key's lock (by hand): decide again
+				RAISE EXCEPTION 'pgstore: row of key % appeared', p_key USING ERRCODE = 'serialization_failure';
+			END IF;
 		ELSE
 			UPDATE {locks} l SET token = p_token, holder = p_holder, fence = v_fence,
 				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts WHERE l.key = p_key;

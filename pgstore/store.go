@@ -480,7 +480,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 
 // ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
 // whatever its token and wakes the queue's head. An expired lock is deleted
-// too but reported as ErrNotHeld.
+// too but reported as ErrNotHeld; a bad row (see List) is deleted and
+// reported with an error wrapping leasehold.ErrBadEntry.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
@@ -490,10 +491,12 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 		infos, err = s.query(ctx, s.forceSQL, key, s.channel, s.opts.Durable)
 		return err
 	})
-	if err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
+	switch {
+	case err != nil && !errors.Is(err, leasehold.ErrBadEntry):
 		return leasehold.LockInfo{}, storeErr("force release", key, err)
-	}
-	if len(infos) == 0 {
+	case err != nil: // a bad row, deleted
+		return leasehold.LockInfo{Key: key}, err
+	case len(infos) == 0:
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil

@@ -1,0 +1,485 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testpg"
+	"github.com/leasehold/leasehold/pgstore"
+)
+
+// TestProtocol checks the store's protocol fixes (#12, #21) on one server,
+// each subtest on its own database.
+func TestProtocol(t *testing.T) {
+	srv := testpg.Start(t)
+	t.Run("NoBackwardFenceWhenBlockedAcquirerResumes", func(t *testing.T) { testBackwardFence(t, srv) })
+	t.Run("ContentionUnderStrictIsolation", func(t *testing.T) { testStrictIsolation(t, srv) })
+	t.Run("ListSkipsBadRows", func(t *testing.T) { testBadRows(t, srv) })
+	t.Run("MigrateUpgradesOldTables", func(t *testing.T) { testMigrateOld(t, srv) })
+	t.Run("Misconfigured", func(t *testing.T) { testMisconfigured(t, srv) })
+	t.Run("NotifyOnlyWhenSomeoneWaits", func(t *testing.T) { testNotifyOnlyWhenWaited(t, srv) })
+	t.Run("QueueAcrossStores", func(t *testing.T) { testQueue(t, srv) })
+	t.Run("WaiterDeadlineWhileListenHangs", func(t *testing.T) { testListenHangs(t, srv) })
+}
+
+// backendWaiting returns the pid of the backend of database db that waits
+// on a lock, polling until one does.
+func backendWaiting(t *testing.T, admin *pgxpool.Pool, db string) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var pid int
+		err := admin.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity
+WHERE datname = $1 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() LIMIT 1`, db).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no backend waiting on a lock")
+	return 0
+}
+
+type grantAt struct {
+	fence uint64
+	err   error
+	at    time.Time
+}
+
+// The reproduction of #12 item 1, step by step: a session inserts the key's
+// row and keeps its transaction open; acquirer A blocks behind it; A's
+// backend is stopped (SIGSTOP); the session commits and deletes the row; B
+// acquires and releases; A's backend continues. Whatever the order the
+// store lets them in, the later grant has the higher fence.
+func testBackwardFence(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	admin := testpg.Connect(t, srv.DSN())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	x, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close(context.Background())
+	if _, err := x.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Exec(ctx, `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at)
+VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan grantAt, 1)
+	go func() {
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "A", TTL: time.Minute})
+		aDone <- grantAt{g.Fence, err, time.Now()}
+	}()
+	pid := backendWaiting(t, admin, dbName(t, dsn))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP backend %d: %v", pid, err)
+	}
+	stopped := true
+	cont := func() {
+		if stopped {
+			stopped = false
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer cont()
+	if _, err := x.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Exec(ctx, "DELETE FROM leasehold_locks WHERE key = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan grantAt, 1)
+	go func() {
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "B", TTL: time.Minute})
+		if err == nil {
+			err = s.Release(ctx, "k", "B")
+		}
+		bDone <- grantAt{g.Fence, err, time.Now()}
+	}()
+	var b grantAt
+	select {
+	case b = <-bDone: // the store let B in while A was stopped
+	case <-time.After(500 * time.Millisecond): // B waits behind A
+	}
+	cont()
+	a := <-aDone
+	if b.at.IsZero() {
+		b = <-bDone
+	}
+	t.Logf("A: fence %d, %v; B: fence %d, %v", a.fence, a.err, b.fence, b.err)
+	if a.err != nil && !errors.Is(a.err, leasehold.ErrNotAcquired) || b.err != nil && !errors.Is(b.err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected grants or ErrNotAcquired, got A: %v, B: %v", a.err, b.err)
+	}
+	if a.err == nil && b.err == nil {
+		first, second := a, b
+		if b.at.Before(a.at) {
+			first, second = b, a
+		}
+		if second.fence <= first.fence {
+			t.Fatalf("the later grant has fence %d, not above the earlier grant's %d (A %d, B %d)", second.fence, first.fence, a.fence, b.fence)
+		}
+	}
+}
+
+// #12 item 3: with default_transaction_isolation REPEATABLE READ or
+// SERIALIZABLE, racing for expired rows is contention, never a store error.
+func testStrictIsolation(t *testing.T, srv *testpg.Server) {
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(iso, " ", "_"), func(t *testing.T) {
+			dsn := srv.CreateDatabase(t)
+			admin := testpg.Connect(t, srv.DSN())
+			if _, err := admin.Exec(t.Context(), fmt.Sprintf("ALTER DATABASE %s SET default_transaction_isolation = '%s'",
+				pgx.Identifier{dbName(t, dsn)}.Sanitize(), iso)); err != nil {
+				t.Fatal(err)
+			}
+			pool := testpg.Connect(t, dsn) // the user's pool: the database default applies
+			var got string
+			if err := pool.QueryRow(t.Context(), "SHOW transaction_isolation").Scan(&got); err != nil || got != iso {
+				t.Fatalf("expected isolation %s, got %q, %v", iso, got, err)
+			}
+			s, err := pgstore.New(t.Context(), pool, pgstore.Options{Migrate: pgstore.MigrateCreate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var (
+				wg    sync.WaitGroup
+				mu    sync.Mutex
+				fails []error
+				wins  int
+			)
+			stop := time.Now().Add(time.Second)
+			for i := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; time.Now().Before(stop); j++ {
+						key := fmt.Sprintf("k%d", j%2)
+						tok := fmt.Sprintf("g%d-%d", i, j)
+						// A 1 ms TTL: most tries race for an expired row.
+						_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Millisecond})
+						if err == nil {
+							err = s.Release(ctx, key, tok)
+							if errors.Is(err, leasehold.ErrNotHeld) { // it expired
+								err = nil
+							}
+							mu.Lock()
+							wins++
+							mu.Unlock()
+						}
+						if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) && !errors.Is(err, leasehold.ErrNotOwned) {
+							mu.Lock()
+							fails = append(fails, err)
+							mu.Unlock()
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d grants", wins)
+			for i, err := range fails {
+				if i < 5 {
+					t.Errorf("under %s: expected success or contention, got %v", iso, err)
+				}
+			}
+		})
+	}
+}
+
+// #12 item 9: a row with an infinite expiry (or a fence <= 0) is skipped by
+// List and reported with ErrBadEntry, beside the good rows; Acquire of that
+// key says ErrBadEntry; ForceRelease removes it.
+func testBadRows(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	db := testpg.Connect(t, dsn)
+	ctx := ctx5(t)
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "good", Token: "t", TTL: time.Minute, Holder: "me"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at) VALUES
+('bad:inf', 'x', 5, 'infinity', clock_timestamp()), ('bad:fence', 'y', -1, clock_timestamp() + interval '1 hour', clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.List(ctx, "")
+	if !errors.Is(err, leasehold.ErrBadEntry) || !strings.Contains(err.Error(), "bad:inf") || !strings.Contains(err.Error(), "bad:fence") {
+		t.Fatalf("List: expected ErrBadEntry naming both bad keys, got %v", err)
+	}
+	if len(ls) != 1 || ls[0].Key != "good" || ls[0].Holder != "me" {
+		t.Fatalf("List: expected the good lock beside the error, got %+v", ls)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); !errors.Is(err, leasehold.ErrBadEntry) {
+		t.Fatalf("Acquire of a bad row: expected ErrBadEntry, got %v", err)
+	}
+	if _, err := s.ForceRelease(ctx, "bad:inf"); err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
+		t.Fatalf("ForceRelease of a bad row: %v", err)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); err != nil {
+		t.Fatalf("Acquire after ForceRelease of the bad row: %v", err)
+	}
+}
+
+// Tables of the previous version (token NOT NULL, no holder, a fence
+// sequence) are upgraded in place: locks held survive, fences continue above
+// the old sequence, and migrating again changes nothing.
+func testMigrateOld(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	db := testpg.Connect(t, dsn)
+	ctx := ctx5(t)
+	const ahead = int64(1) << 60
+	if _, err := db.Exec(ctx, fmt.Sprintf(`CREATE TABLE leasehold_locks (
+	key text COLLATE "C" PRIMARY KEY, token text NOT NULL, fence bigint NOT NULL,
+	expires_at timestamptz NOT NULL, acquired_at timestamptz NOT NULL);
+CREATE SEQUENCE leasehold_locks_fence AS bigint MINVALUE 1 NO CYCLE;
+SELECT setval('leasehold_locks_fence', %d);
+INSERT INTO leasehold_locks VALUES ('held', 'old', %d, clock_timestamp() + interval '1 hour', clock_timestamp());`, ahead, ahead)); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, dsn, pgstore.Options{})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if info, err := s.Inspect(ctx, "held"); err != nil || info.Token != "old" || info.Fence != uint64(ahead) {
+		t.Fatalf("the old lock: expected token old fence %d, got %+v, %v", ahead, info, err)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "new", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("the old lock is still held: expected ErrNotAcquired, got %v", err)
+	}
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "other", Token: "new", TTL: time.Minute})
+	if err != nil || g.Fence <= uint64(ahead) {
+		t.Fatalf("a new key after the upgrade: expected a fence above the old sequence %d, got %d, %v", ahead, g.Fence, err)
+	}
+}
+
+// Missing objects and missing privileges are configuration errors.
+func testMisconfigured(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	ctx := ctx5(t)
+	s := open(t, dsn, pgstore.Options{Migrate: pgstore.MigrateNever}) // nothing created
+	_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
+	if !errors.Is(err, leasehold.ErrMisconfigured) {
+		t.Fatalf("Acquire without the store's objects: expected ErrMisconfigured, got %v", err)
+	}
+	admin := testpg.Connect(t, dsn)
+	if _, err := admin.Exec(ctx, pgstore.MigrationSQL("", "")+`
+CREATE ROLE leasehold_nobody LOGIN;`); err != nil {
+		t.Fatal(err)
+	}
+	nobody := open(t, strings.Replace(dsn, "postgres://postgres@", "postgres://leasehold_nobody@", 1), pgstore.Options{Migrate: pgstore.MigrateNever})
+	_, err = nobody.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
+	if !errors.Is(err, leasehold.ErrMisconfigured) {
+		t.Fatalf("Acquire without privileges: expected ErrMisconfigured, got %v", err)
+	}
+}
+
+// listen opens a raw LISTEN on the store's channel and returns the payloads
+// it receives until the test ends.
+func listen(t *testing.T, dsn, channel string) <-chan string {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			out <- n.Payload
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = conn.Close(context.Background())
+	})
+	return out
+}
+
+// #21 item 2: releases nobody waits for send no NOTIFY (which would take the
+// cluster-wide notify lock at commit); a release with a queued waiter sends
+// one, naming the head.
+func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	got := listen(t, dsn, s.Channel())
+	for i := range 20 {
+		tok := fmt.Sprint("t", i)
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, "k", tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case p := <-got:
+		t.Fatalf("an uncontended release sent a notification %q", p)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "holder", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w1", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "k", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p != "2:w1k" {
+			t.Fatalf("expected a notification naming the head w1 of k, got %q", p)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a release with a queued waiter sent no notification")
+	}
+}
+
+func wokeWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// The queue spans stores (processes): FIFO, a newcomer never overtakes a
+// live waiter, a release wakes only the head, a departing head wakes the
+// next one, holders and queue lengths are reported.
+func testQueue(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	h, s1, s2, s3 := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	req := func(tok string, q time.Duration) leasehold.AcquireRequest {
+		return leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, Holder: "host-" + tok, QueueTTL: q}
+	}
+	if _, err := h.Acquire(ctx, req("h", 0)); err != nil {
+		t.Fatal(err)
+	}
+	w1, stop1, err := s1.WaitRelease(ctx, "k", "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop1()
+	w2, stop2, err := s2.WaitRelease(ctx, "k", "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	for i, tok := range []string{"w1", "w2"} {
+		g, err := []*pgstore.Store{s1, s2}[i].Acquire(ctx, req(tok, time.Minute))
+		if !errors.Is(err, leasehold.ErrNotAcquired) || g.Holder != "host-h" || g.Ahead != i || g.Remaining <= 0 {
+			t.Fatalf("%s queues: expected ErrNotAcquired, holder host-h, %d ahead, a TTL; got %+v, %v", tok, i, g, err)
+		}
+	}
+	info, err := s3.Inspect(ctx, "k")
+	if err != nil || info.Holder != "host-h" || info.Waiting != 2 || info.NextHolder != "host-w1" {
+		t.Fatalf("Inspect: expected holder host-h, 2 waiting, next host-w1; got %+v, %v", info, err)
+	}
+	if err := h.Release(ctx, "k", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if !wokeWithin(w1, 3*time.Second) {
+		t.Fatal("the head w1 was not woken by the release")
+	}
+	if wokeWithin(w2, 200*time.Millisecond) {
+		t.Fatal("w2, not the head, was woken by the release")
+	}
+	if g, err := s3.Acquire(ctx, req("newcomer", 0)); !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 2 || g.Remaining != 0 {
+		t.Fatalf("a newcomer on the free key with a queue: expected ErrNotAcquired, 2 ahead, no holder TTL; got %+v, %v", g, err)
+	}
+	if _, err := s2.Acquire(ctx, req("w2", time.Minute)); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("w2 before the head w1: expected ErrNotAcquired, got %v", err)
+	}
+	// The head gives up: w2 is the new head of a free key and is woken.
+	if err := s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Release by a waiter of a free key: expected ErrNotHeld, got %v", err)
+	}
+	if !wokeWithin(w2, 3*time.Second) {
+		t.Fatal("w2 was not woken when the head left")
+	}
+	if _, err := s2.Acquire(ctx, req("w2", time.Minute)); err != nil {
+		t.Fatalf("w2 at the head: expected the key, got %v", err)
+	}
+	if info, err := s3.Inspect(ctx, "k"); err != nil || info.Holder != "host-w2" || info.Waiting != 0 {
+		t.Fatalf("after the hand-off: expected holder host-w2 and an empty queue, got %+v, %v", info, err)
+	}
+	if err := s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Release by another token while w2 holds: expected ErrNotOwned, got %v", err)
+	}
+}
+
+// A waiter's own deadline bounds its WaitRelease while the LISTEN
+// connection cannot be opened (another waiter with a long deadline is
+// waiting for the same connection).
+func testListenHangs(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	pool := testpg.Connect(t, dsn)
+	release := make(chan struct{})
+	s, err := pgstore.New(t.Context(), pool, pgstore.Options{
+		Migrate: pgstore.MigrateCreate,
+		Listen: func(ctx context.Context) (*pgx.Conn, error) {
+			select { // a dial that hangs
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, errors.New("dial hung")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer close(release)
+	long, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, stop, err := s.WaitRelease(long, "a", "w1")
+		if err == nil {
+			stop()
+		}
+		first <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	short, cancel2 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	_, _, err = s.WaitRelease(short, "b", "w2")
+	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("WaitRelease with the LISTEN dial hanging: expected a store error, got %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("WaitRelease with a 300ms deadline returned after %v", d)
+	}
+	cancel()
+	<-first
+}
