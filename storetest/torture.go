@@ -81,7 +81,7 @@ type tortureStats struct {
 	attempts, contended, lost, grants atomic.Int64
 }
 
-// torture races tortureReplicas separate store instances (Harness.New each)
+// torture races tortureReplicas separate store instances (Harness.Replica)
 // for a few keys, with random stalls and lost acquire replies, and checks
 // the recorded history: per key, no two grants overlap in time, and fences
 // strictly increase in grant order (never repeated). With
@@ -96,10 +96,7 @@ func (r *runner) torture(t *testing.T) {
 }
 
 func (r *runner) tortureRun(t *testing.T, prepare func(*testing.T, leasehold.Store, []string)) {
-	stores := make([]leasehold.Store, tortureReplicas)
-	for i := range stores {
-		stores[i] = r.h.New(t)
-	}
+	stores := r.replicas(t, tortureReplicas)
 	keys := make([]string, tortureKeys)
 	for i := range keys {
 		keys[i] = r.key(t, fmt.Sprintf("k%d", i))
