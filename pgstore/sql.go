@@ -169,10 +169,13 @@ DECLARE
 	head    text;
 	me      timestamptz;
 	v_fence bigint;
+	v_floor bigint;
 	v_ahead integer;
 BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
 	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
+	-- A new statement, so a new snapshot: it sees every row committed before
+	-- the lock was granted.
 	SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
@@ -186,10 +189,15 @@ BEGIN
 		RETURN;
 	END IF;
 	held := r.key IS NOT NULL AND r.expires_at > now_ts;
-	SELECT w.token INTO head FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
-		ORDER BY w.enqueued_at, w.token LIMIT 1;
+	-- One statement reads the queue's head and the floor, and (unless
+	-- p_durable) turns off the WAL flush wait for this transaction.
+	SELECT (SELECT w.token FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
+			ORDER BY w.enqueued_at, w.token LIMIT 1),
+		(SELECT c.v FROM {counter} c),
+		CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+		INTO head, v_floor;
 	IF NOT held AND (head IS NULL OR head = p_token) THEN
-		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, (SELECT c.v + 1 FROM {counter} c));
+		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
 		IF r.key IS NULL THEN
 			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
 			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts)
@@ -204,8 +212,8 @@ BEGIN
 		IF head IS NOT NULL THEN
 			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
 		END IF;
-		IF v_fence <= now_us AND NOT p_durable THEN
-			PERFORM set_config('synchronous_commit', 'off', true);
+		IF v_fence > now_us AND NOT p_durable THEN -- ahead of the clock: the clock floor cannot cover its loss
+			PERFORM set_config('synchronous_commit', 'on', true);
 		END IF;
 		won := true; fence := v_fence;
 		RETURN;
@@ -223,9 +231,6 @@ BEGIN
 		RETURNING w.enqueued_at INTO me;
 		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
 			AND (w.enqueued_at, w.token) < (me, p_token);
-		IF NOT p_durable THEN
-			PERFORM set_config('synchronous_commit', 'off', true);
-		END IF;
 	ELSE
 		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts;
 	END IF;
@@ -241,30 +246,36 @@ $fn$;
 CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
-	now_ts timestamptz;
-	now_us bigint;
-	res    integer;
-	f      bigint;
-	heads  text[];
-	head   text;
-	subs   boolean;
+	now_ts  timestamptz;
+	now_us  bigint;
+	res     integer;
+	f       bigint;
+	heads   text[];
+	head    text;
+	subs    boolean;
+	entries boolean;
 BEGIN
-	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
+	-- No advisory lock: the DELETE takes the row, and an acquirer that
+	-- waits for it sees the floor and the queue as this release left them.
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
-	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence INTO res, f;
-	IF FOUND THEN
-		IF f >= now_us THEN -- the next grant must come above it without this row
-			UPDATE {counter} SET v = GREATEST(v, f);
-		END IF;
-	ELSIF EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN
-		res := 1;
-	ELSE
-		res := 2;
+	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
+		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence INTO res, f;
+	IF NOT FOUND THEN
+		res := CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END;
+	ELSIF f >= now_us THEN -- the next grant must come above it without this row
+		UPDATE {counter} SET v = GREATEST(v, f);
 	END IF;
+	-- One statement reads the first two live queued tokens, whether there
+	-- are live subscriptions and any entries at all, and (unless p_durable,
+	-- or the floor moved) turns off the WAL flush wait.
+	SELECT (SELECT array_agg(q.token) FROM (SELECT w.token FROM {waiters} w
+			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q),
+		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token),
+		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
+		CASE WHEN p_durable OR f >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+		INTO heads, subs, entries;
 	IF res <> 1 THEN -- the key is free: wake the head if it is new
-		SELECT array_agg(q.token) INTO heads FROM (SELECT w.token FROM {waiters} w
-			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q;
 		IF heads[1] = p_token THEN -- the head leaves: the next one is the new head
 			head := heads[2];
 		ELSIF res = 0 THEN
@@ -272,16 +283,12 @@ BEGIN
 		END IF;
 		IF head IS NOT NULL THEN
 			PERFORM pg_notify(p_channel, octet_length(head) || ':' || head || p_key);
-		ELSIF res = 0 AND heads IS NULL THEN
-			SELECT true INTO subs FROM {waiters} w WHERE w.key = p_key AND w.expires_at > now_ts AND w.token <> p_token LIMIT 1;
-			IF subs THEN
-				PERFORM pg_notify(p_channel, '*:' || p_key);
-			END IF;
+		ELSIF res = 0 AND heads IS NULL AND subs THEN
+			PERFORM pg_notify(p_channel, '*:' || p_key);
 		END IF;
 	END IF;
-	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
-	IF NOT p_durable AND (f IS NULL OR f < now_us) THEN
-		PERFORM set_config('synchronous_commit', 'off', true);
+	IF entries THEN
+		DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
 	END IF;
 	RETURN res;
 END
