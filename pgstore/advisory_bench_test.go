@@ -259,3 +259,82 @@ func BenchmarkContended(b *testing.B) {
 		res.report(b)
 	})
 }
+
+// BenchmarkTakeover: a holder crashes while another replica waits. For
+// advisory locks the crash is the holder's session ending (the server
+// releases its locks); lag is from the end of the session to the waiter's
+// grant. For the Locker the holder's lock simply expires (TTL 200 ms, never
+// released); lag is from expires_at (database clock, same host) to the
+// waiter's grant. Reports p50 and max lag in ms.
+func BenchmarkTakeover(b *testing.B) {
+	srv := testpg.Start(b)
+	dsn := srv.CreateDatabase(b)
+	report := func(b *testing.B, lags []time.Duration) {
+		slices.Sort(lags)
+		b.ReportMetric(float64(lags[len(lags)/2])/float64(time.Millisecond), "lag-p50-ms")
+		b.ReportMetric(float64(lags[len(lags)-1])/float64(time.Millisecond), "lag-max-ms")
+	}
+	b.Run("advisory", func(b *testing.B) {
+		pool := benchPool(b, dsn)
+		ctx := context.Background()
+		var lags []time.Duration
+		for i := range b.N {
+			key := fmt.Sprintf("takeover:%d", i)
+			holder, err := pgxpool.New(ctx, benchDSN(dsn))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+				b.Fatal(err)
+			}
+			got := make(chan time.Time, 1)
+			go func() {
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					got <- time.Time{}
+					return
+				}
+				defer conn.Release()
+				_, _ = conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", key)
+				got <- time.Now()
+				_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", key)
+			}()
+			time.Sleep(50 * time.Millisecond) // the waiter blocks
+			holder.Close()                    // the crash: the session ends
+			crashed := time.Now()
+			lags = append(lags, (<-got).Sub(crashed))
+		}
+		report(b, lags)
+	})
+	b.Run("locker", func(b *testing.B) {
+		s := open(b, benchDSN(dsn), pgstore.Options{})
+		lk, err := leasehold.New(open(b, benchDSN(dsn), pgstore.Options{}), leasehold.Options{Name: "bench", TTL: 10 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = lk.Close() })
+		ctx := context.Background()
+		var lags []time.Duration
+		for i := range b.N {
+			key := fmt.Sprintf("takeover:%d", i)
+			if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "crashed", TTL: 200 * time.Millisecond}); err != nil {
+				b.Fatal(err)
+			}
+			info, err := s.Inspect(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			expires, err := time.Parse(time.RFC3339Nano, info.Facts["expires_at"])
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := lk.Acquire(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lags = append(lags, time.Since(expires))
+			_ = l.Release(ctx)
+		}
+		report(b, lags)
+	})
+}

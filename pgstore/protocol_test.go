@@ -30,6 +30,78 @@ func TestProtocol(t *testing.T) {
 	t.Run("NotifyOnlyWhenSomeoneWaits", func(t *testing.T) { testNotifyOnlyWhenWaited(t, srv) })
 	t.Run("QueueAcrossStores", func(t *testing.T) { testQueue(t, srv) })
 	t.Run("WaiterDeadlineWhileListenHangs", func(t *testing.T) { testListenHangs(t, srv) })
+	t.Run("CommitDurability", func(t *testing.T) { testDurability(t, srv) })
+}
+
+// Acquire and release turn synchronous_commit off for their own transaction
+// only when the clock floor covers their loss: not with Options.Durable,
+// and not for a grant whose fence is ahead of the clock.
+func testDurability(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	open(t, dsn, pgstore.Options{}) // migrates
+	ctx := ctx5(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// setting runs stmt in a transaction and returns synchronous_commit as
+	// the transaction would commit with.
+	setting := func(stmt string) string {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		t.Fatal(err)
+	}
+	acq := func(durable bool) string {
+		return fmt.Sprintf("SELECT * FROM leasehold_locks_acquire('k', 't', 60000000, '', 0, %v)", durable)
+	}
+	rel := func(durable bool) string {
+		return fmt.Sprintf("SELECT leasehold_locks_release('k', 't', 'c', %v)", durable)
+	}
+	for _, tc := range []struct {
+		name, stmt, want string
+	}{
+		{"acquire", acq(false), "off"},
+		{"acquire, Durable", acq(true), "on"},
+	} {
+		if got := setting(tc.stmt); got != tc.want {
+			t.Errorf("%s: expected synchronous_commit %s, got %s", tc.name, tc.want, got)
+		}
+	}
+	if _, err := conn.Exec(ctx, acq(false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, stmt, want string
+	}{
+		{"release", rel(false), "off"},
+		{"release, Durable", rel(true), "on"},
+	} {
+		if got := setting(tc.stmt); got != tc.want {
+			t.Errorf("%s: expected synchronous_commit %s, got %s", tc.name, tc.want, got)
+		}
+	}
+	if _, err := conn.Exec(ctx, rel(false)+"; UPDATE leasehold_locks_counter SET v = v + 1000000000000 + "+
+		"(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"); err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(acq(false)); got != "on" {
+		t.Errorf("a grant ahead of the clock: expected a durable commit (synchronous_commit on), got %s", got)
+	}
 }
 
 // backendWaiting returns the pid of the backend of database db that waits
