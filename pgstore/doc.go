@@ -34,14 +34,20 @@
 //
 // # Durability
 //
-// Acquire and release commit with synchronous_commit off, unless
-// Options.Durable; renewals and grants whose fence is ahead of the clock
-// commit durably. A database crash can lose the last few hundred milliseconds
-// of acquisitions and releases: a holder whose grant was lost can overlap the
-// next holder until its next renewal answers ErrNotOwned, and the next
-// holder's fence is larger by the clock floor, as long as the database
-// clock does not step back at the same time (the Redis store's assumption
-// too).
+// By default the lock and waiter tables are UNLOGGED and acquire and release
+// commit with synchronous_commit off: an uncontended cycle writes no WAL for
+// its rows and waits for no flush. The price: a database crash (or the
+// promotion of a standby, which has no UNLOGGED rows) loses every lock and
+// queue entry. Holders learn it at their next renewal (ErrNotOwned, so their
+// lease is lost) and may overlap a new holder until then; the new holder's
+// fence is larger, so fenced writes stay ordered. Fences survive because
+// every fence is either below the database clock, which keeps rising, or
+// recorded, with a durable commit, in the logged floor counter when it was
+// granted. This holds as long as the database clock does not step back
+// across the crash (the Redis store's assumption after data loss too).
+// Options.Durable creates logged tables and commits durably instead: locks
+// survive a crash and reach streaming standbys, at the cost of WAL for
+// every acquire and release.
 //
 // # Clocks
 //

@@ -31,6 +31,51 @@ func TestProtocol(t *testing.T) {
 	t.Run("QueueAcrossStores", func(t *testing.T) { testQueue(t, srv) })
 	t.Run("WaiterDeadlineWhileListenHangs", func(t *testing.T) { testListenHangs(t, srv) })
 	t.Run("CommitDurability", func(t *testing.T) { testDurability(t, srv) })
+	t.Run("LostRowsWithClockBehind", func(t *testing.T) { testLostRowsClockBehind(t, srv) })
+}
+
+// The lock and waiter tables are UNLOGGED unless Options.Durable: a crash
+// empties them. Fences stay unique even when the clock is behind them (a
+// step back): a grant ahead of the clock raises the durable floor.
+func testLostRowsClockBehind(t *testing.T, srv *testpg.Server) {
+	ctx := ctx5(t)
+	persistence := func(dsn string) string {
+		var p string
+		if err := testpg.Connect(t, dsn).QueryRow(ctx,
+			"SELECT string_agg(relpersistence::text, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'leasehold_locks%' AND relkind = 'r'").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	durable := srv.CreateDatabase(t)
+	open(t, durable, pgstore.Options{Durable: true})
+	if p := persistence(durable); p != "p,p,p" {
+		t.Fatalf("Durable: expected three logged tables, got %s", p)
+	}
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	if p := persistence(dsn); p != "u,p,u" { // locks, counter, waiters
+		t.Fatalf("default: expected UNLOGGED lock and waiter tables and a logged counter, got %s", p)
+	}
+	db := testpg.Connect(t, dsn)
+	if _, err := db.Exec(ctx, "UPDATE leasehold_locks_counter SET v = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1000000000000"); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 3 {
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: fmt.Sprint("t", i), TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("grant %d after the lock rows were lost: expected fence > %d, got %d", i, last, g.Fence)
+		}
+		last = g.Fence
+		// What a crash does to an UNLOGGED table.
+		if _, err := db.Exec(ctx, "TRUNCATE leasehold_locks"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Acquire and release turn synchronous_commit off for their own transaction
@@ -350,7 +395,7 @@ func testMisconfigured(t *testing.T, srv *testpg.Server) {
 		t.Fatalf("Acquire without the store's objects: expected ErrMisconfigured, got %v", err)
 	}
 	admin := testpg.Connect(t, dsn)
-	if _, err := admin.Exec(ctx, pgstore.MigrationSQL("", "")+`
+	if _, err := admin.Exec(ctx, pgstore.MigrationSQL(pgstore.Options{})+`
 CREATE ROLE leasehold_nobody LOGIN;`); err != nil {
 		t.Fatal(err)
 	}

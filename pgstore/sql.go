@@ -92,15 +92,18 @@ func (s *Store) migrateSQL() string {
 	h := fnv.New64a()
 	h.Write([]byte("leasehold.pgstore.migrate:" + s.n.locks))
 	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(h.Sum64())) +
-		MigrationSQL(s.n.schema, s.n.table)
+		MigrationSQL(s.opts)
 }
 
-// MigrationSQL returns the DDL that creates the store's objects when they
-// are missing and upgrades those of older versions, for running by hand or
-// from a migration tool: the lock table, the waiter table, the fence floor
-// counter and three functions (acquire, release, force release). It is
-// idempotent. Empty arguments mean the defaults (see Options).
-func MigrationSQL(schema, table string) string {
+// MigrationSQL returns the DDL that creates the store's objects for opts
+// (Schema, Table, Durable) when they are missing and upgrades those of older
+// versions, for running by hand or from a migration tool: the lock table and
+// the waiter table (UNLOGGED unless opts.Durable), the fence floor counter
+// (always logged) and three functions (acquire, release, force release). It
+// is idempotent and never changes the persistence of an existing table
+// (ALTER TABLE ... SET LOGGED or SET UNLOGGED does that).
+func MigrationSQL(opts Options) string {
+	schema, table := opts.Schema, opts.Table
 	if schema == "" {
 		schema = DefaultSchema
 	}
@@ -109,10 +112,14 @@ func MigrationSQL(schema, table string) string {
 	}
 	n := newNames(schema, table)
 	oldSeq := pgx.Identifier{schema, table + "_fence"}.Sanitize()
+	unlogged := "UNLOGGED "
+	if opts.Durable {
+		unlogged = ""
+	}
 	r := strings.NewReplacer(
 		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
 		"{acquire}", n.acquire, "{release}", n.release, "{force}", n.force,
-		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq),
+		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
 	return r.Replace(migrationTemplate)
 }
@@ -126,10 +133,11 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // fence is minted before the key is won. A row is deleted when its lock is
 // released; a fence not below the clock at that moment is first recorded in
 // the floor, so the next grant (from the clock or the floor) is larger. A
-// grant whose fence is ahead of the clock (the clock stepped back) commits
-// durably; the others commit with synchronous_commit off (unless
-// p_durable), because the clock floor covers their loss in a crash.
-const migrationTemplate = `CREATE TABLE IF NOT EXISTS {locks} (
+// grant whose fence is ahead of the clock (the clock stepped back) raises
+// the floor and commits durably, so losing the lock rows (an UNLOGGED table
+// after a crash) never repeats it; the others commit with synchronous_commit
+// off (unless p_durable), because the clock floor covers their loss.
+const migrationTemplate = `CREATE {unlogged}TABLE IF NOT EXISTS {locks} (
 	key         text COLLATE "C" PRIMARY KEY,
 	token       text        NOT NULL,
 	fence       bigint      NOT NULL,
@@ -137,7 +145,7 @@ const migrationTemplate = `CREATE TABLE IF NOT EXISTS {locks} (
 	acquired_at timestamptz NOT NULL
 );
 ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT '';
-CREATE TABLE IF NOT EXISTS {waiters} (
+CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 	key         text COLLATE "C" NOT NULL,
 	token       text        NOT NULL,
 	holder      text        NOT NULL DEFAULT '',
@@ -212,7 +220,8 @@ BEGIN
 		IF head IS NOT NULL THEN
 			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
 		END IF;
-		IF v_fence > now_us AND NOT p_durable THEN -- ahead of the clock: the clock floor cannot cover its loss
+		IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
+			UPDATE {counter} SET v = GREATEST(v, v_fence);
 			PERFORM set_config('synchronous_commit', 'on', true);
 		END IF;
 		won := true; fence := v_fence;

@@ -92,9 +92,11 @@ type Options struct {
 	// not, Open does.
 	Migrate Migration
 
-	// Durable makes every acquire and release a durable commit. By default
-	// they commit with synchronous_commit off (renewals stay durable); see
-	// the package doc, Durability.
+	// Durable keeps locks across a database crash: Migrate creates logged
+	// lock and waiter tables, and acquire and release commit durably. By
+	// default the lock and waiter tables are UNLOGGED and acquire and release
+	// commit with synchronous_commit off: a crash loses the locks (never the
+	// fence order); see the package doc, Durability.
 	Durable bool
 
 	// Listen opens the dedicated connection the store LISTENs on (LISTEN

@@ -357,7 +357,7 @@ func TestLeastPrivilegeUser(t *testing.T) {
 	srv, dsn := fresh(t)
 	admin := testpg.Connect(t, dsn)
 	ctx := ctx5(t)
-	sql := pgstore.MigrationSQL("", "") + `
+	sql := pgstore.MigrationSQL(pgstore.Options{}) + `
 CREATE ROLE leasehold_app LOGIN;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters TO leasehold_app;
@@ -510,15 +510,15 @@ func TestServerStopped(t *testing.T) {
 }
 
 func ExampleMigrationSQL() {
-	for _, line := range strings.Split(pgstore.MigrationSQL("", ""), "\n") {
+	for _, line := range strings.Split(pgstore.MigrationSQL(pgstore.Options{}), "\n") {
 		if strings.HasPrefix(line, "CREATE") {
 			name, _, _ := strings.Cut(line, "(")
 			fmt.Println(strings.TrimSuffix(name, " "))
 		}
 	}
 	// Output:
-	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks"
-	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks_waiters"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks_waiters"
 	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks_counter"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release"
