@@ -184,18 +184,8 @@ func testBackwardFence(t *testing.T, srv *testpg.Server) {
 	admin := testpg.Connect(t, srv.DSN())
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	x, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close(context.Background())
-	if _, err := x.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Exec(ctx, `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at)
-VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`); err != nil {
-		t.Fatal(err)
-	}
+	x := execAll(t, ctx, dsn, "BEGIN", `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at)
+VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`)
 	aDone := make(chan grantAt, 1)
 	go func() {
 		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "A", TTL: time.Minute})
@@ -213,12 +203,7 @@ VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`)
 		}
 	}
 	defer cont()
-	if _, err := x.Exec(ctx, "COMMIT"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Exec(ctx, "DELETE FROM leasehold_locks WHERE key = 'k'"); err != nil {
-		t.Fatal(err)
-	}
+	x("COMMIT", "DELETE FROM leasehold_locks WHERE key = 'k'")
 	bDone := make(chan grantAt, 1)
 	go func() {
 		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "B", TTL: time.Minute})
@@ -238,17 +223,46 @@ VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`)
 		b = <-bDone
 	}
 	t.Logf("A: fence %d, %v; B: fence %d, %v", a.fence, a.err, b.fence, b.err)
+	checkGrantOrder(t, a, b)
+}
+
+// execAll opens a session on dsn, runs stmts on it, and returns a function
+// that runs more.
+func execAll(t *testing.T, ctx context.Context, dsn string, stmts ...string) func(stmts ...string) {
+	t.Helper()
+	x, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
+	run := func(stmts ...string) {
+		t.Helper()
+		for _, st := range stmts {
+			if _, err := x.Exec(ctx, st); err != nil {
+				t.Fatalf("%s: %v", st, err)
+			}
+		}
+	}
+	run(stmts...)
+	return run
+}
+
+// checkGrantOrder fails unless a and b are grants or contention and, when
+// both were granted, the later grant has the higher fence.
+func checkGrantOrder(t *testing.T, a, b grantAt) {
+	t.Helper()
 	if a.err != nil && !errors.Is(a.err, leasehold.ErrNotAcquired) || b.err != nil && !errors.Is(b.err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected grants or ErrNotAcquired, got A: %v, B: %v", a.err, b.err)
 	}
-	if a.err == nil && b.err == nil {
-		first, second := a, b
-		if b.at.Before(a.at) {
-			first, second = b, a
-		}
-		if second.fence <= first.fence {
-			t.Fatalf("the later grant has fence %d, not above the earlier grant's %d (A %d, B %d)", second.fence, first.fence, a.fence, b.fence)
-		}
+	if a.err != nil || b.err != nil {
+		return
+	}
+	first, second := a, b
+	if b.at.Before(a.at) {
+		first, second = b, a
+	}
+	if second.fence <= first.fence {
+		t.Fatalf("the later grant has fence %d, not above the earlier grant's %d", second.fence, first.fence)
 	}
 }
 
@@ -488,68 +502,89 @@ func wokeWithin(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
+// queueFixture is a holder and two waiters, each on its own store (as
+// separate processes), and an observer.
+type queueFixture struct {
+	t              *testing.T
+	ctx            context.Context
+	h, s1, s2, obs *pgstore.Store
+	w1, w2         <-chan struct{}
+}
+
+func (f *queueFixture) req(tok string, q time.Duration) leasehold.AcquireRequest {
+	return leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, Holder: "host-" + tok, QueueTTL: q}
+}
+
+func (f *queueFixture) subscribe(s *pgstore.Store, tok string) <-chan struct{} {
+	f.t.Helper()
+	ch, stop, err := s.WaitRelease(f.ctx, "k", tok)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(stop)
+	return ch
+}
+
+// inspect checks the observer's view of k.
+func (f *queueFixture) inspect(holder string, waiting int, next string) {
+	f.t.Helper()
+	info, err := f.obs.Inspect(f.ctx, "k")
+	if err != nil || info.Holder != holder || info.Waiting != waiting || info.NextHolder != next {
+		f.t.Fatalf("Inspect: expected holder %s, %d waiting, next %q; got %+v, %v", holder, waiting, next, info, err)
+	}
+}
+
 // The queue spans stores (processes): FIFO, a newcomer never overtakes a
 // live waiter, a release wakes only the head, a departing head wakes the
 // next one, holders and queue lengths are reported.
 func testQueue(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
-	h, s1, s2, s3 := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
-	ctx := ctx5(t)
-	req := func(tok string, q time.Duration) leasehold.AcquireRequest {
-		return leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, Holder: "host-" + tok, QueueTTL: q}
-	}
-	if _, err := h.Acquire(ctx, req("h", 0)); err != nil {
+	f := &queueFixture{t: t, ctx: ctx5(t)}
+	f.h, f.s1, f.s2, f.obs = open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
+	if _, err := f.h.Acquire(f.ctx, f.req("h", 0)); err != nil {
 		t.Fatal(err)
 	}
-	w1, stop1, err := s1.WaitRelease(ctx, "k", "w1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop1()
-	w2, stop2, err := s2.WaitRelease(ctx, "k", "w2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop2()
+	f.w1, f.w2 = f.subscribe(f.s1, "w1"), f.subscribe(f.s2, "w2")
 	for i, tok := range []string{"w1", "w2"} {
-		g, err := []*pgstore.Store{s1, s2}[i].Acquire(ctx, req(tok, time.Minute))
+		g, err := []*pgstore.Store{f.s1, f.s2}[i].Acquire(f.ctx, f.req(tok, time.Minute))
 		if !errors.Is(err, leasehold.ErrNotAcquired) || g.Holder != "host-h" || g.Ahead != i || g.Remaining <= 0 {
 			t.Fatalf("%s queues: expected ErrNotAcquired, holder host-h, %d ahead, a TTL; got %+v, %v", tok, i, g, err)
 		}
 	}
-	info, err := s3.Inspect(ctx, "k")
-	if err != nil || info.Holder != "host-h" || info.Waiting != 2 || info.NextHolder != "host-w1" {
-		t.Fatalf("Inspect: expected holder host-h, 2 waiting, next host-w1; got %+v, %v", info, err)
-	}
-	if err := h.Release(ctx, "k", "h"); err != nil {
+	f.inspect("host-h", 2, "host-w1")
+	if err := f.h.Release(f.ctx, "k", "h"); err != nil {
 		t.Fatal(err)
 	}
-	if !wokeWithin(w1, 3*time.Second) {
+	if !wokeWithin(f.w1, 3*time.Second) {
 		t.Fatal("the head w1 was not woken by the release")
 	}
-	if wokeWithin(w2, 200*time.Millisecond) {
+	if wokeWithin(f.w2, 200*time.Millisecond) {
 		t.Fatal("w2, not the head, was woken by the release")
 	}
-	if g, err := s3.Acquire(ctx, req("newcomer", 0)); !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 2 || g.Remaining != 0 {
+	testQueueFreeKey(f)
+}
+
+// testQueueFreeKey goes on from a free key with w1 at the head and w2 behind.
+func testQueueFreeKey(f *queueFixture) {
+	t, ctx := f.t, f.ctx
+	if g, err := f.obs.Acquire(ctx, f.req("newcomer", 0)); !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 2 || g.Remaining != 0 {
 		t.Fatalf("a newcomer on the free key with a queue: expected ErrNotAcquired, 2 ahead, no holder TTL; got %+v, %v", g, err)
 	}
-	if _, err := s2.Acquire(ctx, req("w2", time.Minute)); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := f.s2.Acquire(ctx, f.req("w2", time.Minute)); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("w2 before the head w1: expected ErrNotAcquired, got %v", err)
 	}
 	// The head gives up: w2 is the new head of a free key and is woken.
-	if err := s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
+	if err := f.s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("Release by a waiter of a free key: expected ErrNotHeld, got %v", err)
 	}
-	if !wokeWithin(w2, 3*time.Second) {
+	if !wokeWithin(f.w2, 3*time.Second) {
 		t.Fatal("w2 was not woken when the head left")
 	}
-	if _, err := s2.Acquire(ctx, req("w2", time.Minute)); err != nil {
+	if _, err := f.s2.Acquire(ctx, f.req("w2", time.Minute)); err != nil {
 		t.Fatalf("w2 at the head: expected the key, got %v", err)
 	}
-	if info, err := s3.Inspect(ctx, "k"); err != nil || info.Holder != "host-w2" || info.Waiting != 0 {
-		t.Fatalf("after the hand-off: expected holder host-w2 and an empty queue, got %+v, %v", info, err)
-	}
-	if err := s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotOwned) {
+	f.inspect("host-w2", 0, "")
+	if err := f.s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Release by another token while w2 holds: expected ErrNotOwned, got %v", err)
 	}
 }
