@@ -111,6 +111,84 @@ func BenchmarkVsAdvisory(b *testing.B) {
 	}
 }
 
+// BenchmarkVsAdvisoryInterleaved measures the same cycles as
+// BenchmarkVsAdvisory in alternating 100 ms windows (advisory, store,
+// advisory, ...) so both see the same load on a shared machine, and reports
+// both rates and their ratio (store/advisory). Each b.N is one pair of
+// windows.
+func BenchmarkVsAdvisoryInterleaved(b *testing.B) {
+	srv := testpg.Start(b)
+	dsn := srv.CreateDatabase(b)
+	s := open(b, benchDSN(dsn), pgstore.Options{})
+	pool := benchPool(b, dsn)
+	store := func(ctx context.Context, key, token string) error {
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
+			return err
+		}
+		return s.Release(ctx, key, token)
+	}
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			var adv, st window
+			for range b.N {
+				adv.add(b, runWindow(g, "adv", advisoryCycle(pool)))
+				st.add(b, runWindow(g, "store", store))
+			}
+			b.ReportMetric(adv.rate(), "advisory-cycles/s")
+			b.ReportMetric(st.rate(), "store-cycles/s")
+			b.ReportMetric(st.rate()/adv.rate(), "store/advisory")
+		})
+	}
+}
+
+// window is what runWindow measured: cycles, time and the first error.
+type window struct {
+	n   int64
+	d   time.Duration
+	err error
+}
+
+func (w *window) add(b *testing.B, o window) {
+	if o.err != nil {
+		b.Fatal(o.err)
+	}
+	w.n += o.n
+	w.d += o.d
+}
+
+func (w *window) rate() float64 { return float64(w.n) / w.d.Seconds() }
+
+// runWindow runs fn on g goroutines (goroutine i on key i) for 100 ms.
+func runWindow(g int, name string, fn func(ctx context.Context, key, token string) error) window {
+	var (
+		n    atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		res  window
+		stop = time.Now().Add(100 * time.Millisecond)
+	)
+	start := time.Now()
+	for i := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("interleaved:%s:%d", name, i)
+			for j := 0; time.Now().Before(stop); j++ {
+				if err := fn(context.Background(), key, fmt.Sprintf("t%d-%d", i, j)); err != nil {
+					mu.Lock()
+					res.err = err
+					mu.Unlock()
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	res.n, res.d = n.Load(), time.Since(start)
+	return res
+}
+
 // countingStore counts the requests a Locker sends to its store.
 type countingStore struct {
 	*pgstore.Store
