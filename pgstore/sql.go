@@ -179,6 +179,7 @@ DECLARE
 	v_fence bigint;
 	v_floor bigint;
 	v_ahead integer;
+	cfg     text;
 BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
 	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
@@ -196,6 +197,23 @@ BEGIN
 		won := true; fence := r.fence;
 		RETURN;
 	END IF;
+	IF r.key IS NULL THEN -- the common case: a free key with no queue, one INSERT
+		INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
+		SELECT p_key, p_token, p_holder, GREATEST(now_us, c.v + 1), now_ts + p_ttl_us * interval '1 microsecond', now_ts
+		FROM {counter} c
+		WHERE NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts)
+			AND CASE WHEN p_durable THEN true ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
+		ON CONFLICT (key) DO NOTHING
+		RETURNING {locks}.fence INTO v_fence;
+		IF FOUND THEN
+			IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
+				UPDATE {counter} SET v = GREATEST(v, v_fence);
+				PERFORM set_config('synchronous_commit', 'on', true);
+			END IF;
+			won := true; fence := v_fence;
+			RETURN;
+		END IF;
+	END IF;
 	held := r.key IS NOT NULL AND r.expires_at > now_ts;
 	-- One statement reads the queue's head and the floor, and (unless
 	-- p_durable) turns off the WAL flush wait for this transaction.
@@ -203,7 +221,7 @@ BEGIN
 			ORDER BY w.enqueued_at, w.token LIMIT 1),
 		(SELECT c.v FROM {counter} c),
 		CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
-		INTO head, v_floor;
+		INTO head, v_floor, cfg;
 	IF NOT held AND (head IS NULL OR head = p_token) THEN
 		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
 		IF r.key IS NULL THEN
@@ -263,27 +281,34 @@ DECLARE
 	head    text;
 	subs    boolean;
 	entries boolean;
+	cfg     text;
 BEGIN
 	-- No advisory lock: the DELETE takes the row, and an acquirer that
 	-- waits for it sees the floor and the queue as this release left them.
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
 	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
-		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence INTO res, f;
+		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
+			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
+			CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+		INTO res, f, entries, cfg;
 	IF NOT FOUND THEN
-		res := CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END;
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END,
+			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
+			CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+			INTO res, entries, cfg;
 	ELSIF f >= now_us THEN -- the next grant must come above it without this row
 		UPDATE {counter} SET v = GREATEST(v, f);
 	END IF;
-	-- One statement reads the first two live queued tokens, whether there
-	-- are live subscriptions and any entries at all, and (unless p_durable,
-	-- or the floor moved) turns off the WAL flush wait.
+	IF NOT entries THEN -- nobody waits: nothing to notify, no entry to remove
+		RETURN res;
+	END IF;
+	-- The first two live queued tokens and whether there are live
+	-- subscriptions.
 	SELECT (SELECT array_agg(q.token) FROM (SELECT w.token FROM {waiters} w
 			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q),
-		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token),
-		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
-		CASE WHEN p_durable OR f >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
-		INTO heads, subs, entries;
+		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token)
+		INTO heads, subs;
 	IF res <> 1 THEN -- the key is free: wake the head if it is new
 		IF heads[1] = p_token THEN -- the head leaves: the next one is the new head
 			head := heads[2];
@@ -296,9 +321,7 @@ BEGIN
 			PERFORM pg_notify(p_channel, '*:' || p_key);
 		END IF;
 	END IF;
-	IF entries THEN
-		DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
-	END IF;
+	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
 	RETURN res;
 END
 $fn$;
