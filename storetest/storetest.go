@@ -43,6 +43,14 @@ type Harness struct {
 	// Torture subtest then runs a second time after calling it. Optional.
 	FencesAhead func(t *testing.T, s leasehold.Store, keys []string)
 
+	// Leftovers lists the server-side state left behind by the stores of
+	// the harness (lock keys, queue entries, leases, rows), except the
+	// documented fence state, one description per item. The suite calls it
+	// after every store it created in a subtest was closed (New's
+	// t.Cleanup), and expects nothing. Optional: without it the
+	// "NothingLeftAfterClose" subtest is skipped.
+	Leftovers func(t *testing.T) []string
+
 	// Slack is added to every timing bound, for slow stores or machines.
 	// Default 0; the bounds are already generous.
 	Slack time.Duration
@@ -86,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
 	t.Run("Torture", r.torture)
+	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
