@@ -37,6 +37,10 @@
 // the series exist at zero before anything happens and alerts count the first
 // event.
 //
+// Record writes timestamped scrapes of a registry to a file while a short
+// process runs (`leasehold drill --record-metrics`), and ReadRecording reads
+// them back, to replay them through the alert rules or backfill a Prometheus.
+//
 // A Hold lease (Locker.Hold, Locker.Loop) that is not renewed ends by expiry
 // on purpose: it shows as leasehold_held_seconds{reason="expired"} but not in
 // leasehold_expired_total, which counts only renewed leases whose local expiry
