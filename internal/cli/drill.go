@@ -6,7 +6,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/drill"
 	"github.com/spf13/cobra"
 )
@@ -16,7 +15,7 @@ import (
 // the drill could not set up its store.
 func (a *App) drillCmd() *cobra.Command {
 	cmd := drill.NewCommand(drill.CommandOptions{
-		Metrics: func(addr string) (leasehold.Observer, func(), error) { return a.startMetrics(addr, "drill") },
+		Metrics: a.drillMetrics,
 	})
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
