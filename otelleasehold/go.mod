@@ -1,6 +1,6 @@
 module github.com/leasehold/leasehold/otelleasehold
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/leasehold/leasehold v0.0.0
