@@ -205,6 +205,11 @@ func TestNotOwnedRelease(t *testing.T) {
 	if _, err := e.store.ForceRelease(t.Context(), "approve/9"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
+	// Another owner takes the key: the release is answered "not owned" (a
+	// key that is simply gone is a successful release, ErrNotHeld).
+	if _, err := e.locker("other", leasehold.Options{}).TryAcquire(t.Context(), "approve/9"); err != nil {
+		t.Fatalf("TryAcquire by another owner: %v", err)
+	}
 	if err := lease.Release(t.Context()); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("expected ErrNotOwned, got %v", err)
 	}
