@@ -15,6 +15,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   need+=(postgresql)
 fi
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 func (a *App) drillCmd() *cobra.Command {
 	cmd := drill.NewCommand(drill.CommandOptions{
 		Metrics: a.drillMetrics,
+		Logger:  func(level slog.Level) *slog.Logger { return a.logs.withDefault(a.Stderr, level) },
 	})
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {

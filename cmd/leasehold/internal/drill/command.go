@@ -20,6 +20,10 @@ type CommandOptions struct {
 	// Observer that serves the events as metrics and records them (nil when
 	// no flag asks for either), and the function that stops both.
 	Metrics func(MetricsOptions) (leasehold.Observer, func(), error)
+	// Logger, when set, returns the logger of --log (the lockers' records)
+	// at level unless the caller's flags chose another level and format;
+	// default: text to stderr at level.
+	Logger func(level slog.Level) *slog.Logger
 }
 
 // Command returns the `drill` subcommand. It runs a drill on the embedded
@@ -108,6 +112,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 			}
 			if logLocks {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+				if opts.Logger != nil {
+					cfg.Logger = opts.Logger(slog.LevelWarn)
+				}
 			}
 			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
 				// The worker is this command's hidden subcommand, wherever
