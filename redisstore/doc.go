@@ -65,7 +65,7 @@
 //
 // A user restricted to the prefix needs these permissions:
 //
-//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +publish +time +scan +subscribe +unsubscribe +ping
+//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time +scan +subscribe +unsubscribe +ssubscribe +sunsubscribe +ping
 //
 // Scripts run under the caller's ACL, so the commands they call are listed
 // too; &leasehold:* covers the notification channel. Cluster clients also
