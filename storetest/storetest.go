@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LockerHandOff", r.lockerHandOff)
 	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
+	t.Run("Election", r.election)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 
