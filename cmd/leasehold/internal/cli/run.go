@@ -31,6 +31,7 @@ type runOpts struct {
 	grace        time.Duration
 	metricsAddr  string
 	name         string
+	report       runReport
 }
 
 // Environment variables run gives the child.
@@ -94,7 +95,7 @@ Exit status:
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(cmd, &o, args)
+			return o.report.finish(a, a.run(cmd, &o, args))
 		},
 	}
 	f := cmd.Flags()
@@ -109,6 +110,7 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
+	addReportFlags(f, &o.report)
 	return cmd
 }
 
@@ -172,6 +174,11 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		return err
 	}
 	defer stopMetrics()
+	report, err := o.report.start(o.name)
+	if err != nil {
+		return err
+	}
+	obs = teeObservers(obs, report)
 
 	st, err := a.openStore(ctx, "run", true)
 	if errors.Is(err, storeurl.ErrUnavailable) {
