@@ -170,3 +170,41 @@ func TestDeadWaitersLeaveTheQueue(t *testing.T) {
 		t.Fatalf("the last waiter: %v", err)
 	}
 }
+
+// A waiter whose last Acquire answer is older than the cluster's compaction
+// still subscribes (from a fresh read) and is woken by the release.
+func TestWaitReleaseAfterCompaction(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	h, w := newStore(t, c), newStore(t, c)
+	key := uniqueKey(t, "k")
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	expectWait(t, w, key, "w", time.Minute, 0)
+	var rev int64
+	for range 5 {
+		r, err := cli.Put(ctx, "unrelated", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := w.WaitRelease(ctx, key, "w")
+	if err != nil {
+		t.Fatalf("WaitRelease after compaction: %v", err)
+	}
+	defer stop()
+	if err := h.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up within 5s of the release")
+	}
+}

@@ -175,6 +175,10 @@ func (kw *keyWatch) run(snap *queueSnap) {
 	ctx := kw.s.sess.ctx
 	for first := true; ; first = false {
 		wch, cancel, err := kw.start(ctx, snap)
+		if err != nil && snap != nil && ctx.Err() == nil {
+			// The snapshot's revision may be compacted: start from a read.
+			wch, cancel, err = kw.start(ctx, nil)
+		}
 		snap = nil
 		if first {
 			kw.err = err
