@@ -84,9 +84,19 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 
 // watches are the store's key watches.
 type watches struct {
-	mu   sync.Mutex
-	keys map[string]*keyWatch
-	wg   sync.WaitGroup // one per keyWatch goroutine
+	mu     sync.Mutex
+	keys   map[string]*keyWatch
+	wg     sync.WaitGroup // one per keyWatch goroutine
+	closed bool           // no new keyWatch: the store is closing
+}
+
+// close stops new key watches and waits for the running ones, which end
+// with the session's context.
+func (w *watches) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wg.Wait()
 }
 
 // keyWatch is the watch of one key and the model it maintains.
@@ -124,7 +134,10 @@ func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *k
 		w.keys = map[string]*keyWatch{}
 	}
 	kw := w.keys[key]
-	if kw == nil {
+	if w.closed {
+		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}, err: ErrClosed}
+		close(kw.ready)
+	} else if kw == nil {
 		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 		w.keys[key] = kw
 		w.wg.Add(1)
