@@ -33,8 +33,10 @@ const (
 // token's entry is its oldest. So a release wakes only the head of the
 // queue, and a waiter behind it sleeps until its predecessors got the key
 // or left; a token that left the queue (or never joined it) is woken only
-// when nobody is queued. The channel also gets a value when the watch
-// breaks (its revision was compacted): every waiter re-checks while the
+// when nobody is queued. An empty token subscribes an observer (an
+// election's Observe), woken each time the lock becomes free, queue or not.
+// The channel also gets a value when the watch breaks (its revision was
+// compacted): every waiter re-checks while the
 // watch restarts. The client resumes a watch on another member when the one
 // it used fails, without losing events.
 //
@@ -43,13 +45,18 @@ const (
 // subscription, and so does the end of ctx; call stop exactly once (later
 // calls do nothing).
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	if err := checkNames(key, token, ""); err != nil {
+	observer := token == "" // not a waiter: woken whenever the lock is free
+	if !observer {
+		if err := checkNames(key, token, ""); err != nil {
+			return nil, nil, err
+		}
+	} else if err := checkNames(key, "observer", ""); err != nil {
 		return nil, nil, err
 	}
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{entry: s.entryKey(key, token), wake: make(chan struct{}, 1)}
+	sb := &subscriber{entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.timeout
 	if start <= 0 {
@@ -114,9 +121,10 @@ type keyWatch struct {
 
 // subscriber is one WaitRelease.
 type subscriber struct {
-	entry string // the token's queue entry key
-	wake  chan struct{}
-	was   bool // could take the key at the last check
+	entry    string // the token's queue entry key
+	observer bool   // token "": woken whenever the lock becomes free
+	wake     chan struct{}
+	was      bool // could take the key at the last check
 }
 
 func (sb *subscriber) signal() {
@@ -161,7 +169,7 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return !kw.held && headIs(kw.queue, sb.entry)
+	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
 }
 
 // headIs reports whether entry is the oldest of queue, or queue is empty.
