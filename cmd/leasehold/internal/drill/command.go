@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
 )
 
 // CommandOptions adds what the drill cannot build itself to its command.
@@ -247,14 +248,4 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-}
-
-// redactURL hides a password in a store URL.
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.LastIndex(s, "@"); at > i {
-			return s[:i+3] + "xxxxx@" + s[at+1:]
-		}
-	}
-	return s
 }
