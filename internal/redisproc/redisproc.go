@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -167,4 +168,21 @@ func (s *Server) Close() {
 	if s.ownsDir {
 		_ = os.RemoveAll(s.Dir)
 	}
+}
+
+// Freeze stops the server process (SIGSTOP) without closing anything, as
+// with a hung server or a black-holed network; thaw resumes it (SIGCONT).
+// Kill works on a frozen server too.
+func (s *Server) Freeze() (thaw func(), err error) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil, fmt.Errorf("redisproc: redis-server on %s is not running", s.Addr)
+	}
+	p := cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("redisproc: SIGSTOP redis-server: %w", err)
+	}
+	return func() { _ = p.Signal(syscall.SIGCONT) }, nil
 }

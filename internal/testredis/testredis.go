@@ -98,3 +98,16 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 
 // URL returns redis://ADDR.
 func (s *Server) URL() string { return fmt.Sprintf("redis://%s", s.Addr) }
+
+// Freeze stops the server process (SIGSTOP) without closing anything: open
+// connections stay open and the kernel still accepts new ones, but nothing
+// is answered, as with a hung server or a black-holed network. thaw resumes
+// it (SIGCONT); Stop kills a frozen server as well.
+func (s *Server) Freeze() (thaw func()) {
+	s.tb.Helper()
+	thaw, err := s.Server.Freeze()
+	if err != nil {
+		s.tb.Fatalf("Freeze: %v", err)
+	}
+	return thaw
+}
