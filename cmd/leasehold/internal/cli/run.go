@@ -174,6 +174,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		return err
 	}
 	defer stopMetrics()
+	initSeriesOf(obs, o.name)
 	report, err := o.report.start(o.name)
 	if err != nil {
 		return err
