@@ -443,40 +443,7 @@ func (r *runner) queueLockersWakeHead(t *testing.T) {
 	key := r.key(t, "k")
 	ctx := ctxFor(t, 60*time.Second)
 	mustAcquire(t, rs[0], key, "h", time.Minute)
-	counts := make([]*countingStore, n)
-	results := make([]chan *leasehold.Lease, n)
-	for i := range n {
-		nt, ok := rs[i+1].(leasehold.Notifier)
-		if !ok {
-			t.Skip("store does not implement leasehold.Notifier")
-		}
-		counts[i] = &countingStore{fullStore: rs[i+1], n: nt}
-		// A long waiter TTL and wait cap: no refresh or poll falls in the test's windows.
-		lk, err := leasehold.New(counts[i], leasehold.Options{Name: "storetest", TTL: time.Minute, WaiterTTL: 30 * time.Second, WaitCap: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lk.Close()
-		results[i] = make(chan *leasehold.Lease, 1)
-		go func() {
-			l, err := lk.Acquire(ctx, key)
-			if err != nil {
-				t.Errorf("Locker %d: Acquire: %v", i, err)
-			}
-			results[i] <- l
-		}()
-		deadline := time.Now().Add(10*time.Second + r.h.Slack)
-		for { // join the queue in order
-			info, err := rs[0].Inspect(ctx, key)
-			if err == nil && info.Waiting == i+1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Locker %d did not join the queue within 10s: %+v, %v", i, info, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	counts, results := r.queueLockers(t, ctx, rs, key, n)
 	release := func() { mustRelease(t, rs[0], key, "h") }
 	for i := range n {
 		before := settle(counts)
@@ -525,4 +492,45 @@ func settle(counts []*countingStore) []int64 {
 		last = now
 	}
 	return last
+}
+
+// queueLockers starts n Lockers, one per replica rs[1..n], blocked in
+// Acquire(key) and queued in that order; each result arrives on its channel.
+func (r *runner) queueLockers(t *testing.T, ctx context.Context, rs []fullStore, key string, n int) ([]*countingStore, []chan *leasehold.Lease) {
+	t.Helper()
+	counts := make([]*countingStore, n)
+	results := make([]chan *leasehold.Lease, n)
+	for i := range n {
+		nt, ok := rs[i+1].(leasehold.Notifier)
+		if !ok {
+			t.Skip("store does not implement leasehold.Notifier")
+		}
+		counts[i] = &countingStore{fullStore: rs[i+1], n: nt}
+		// A long waiter TTL and wait cap: no refresh or poll falls in the test's windows.
+		lk, err := leasehold.New(counts[i], leasehold.Options{Name: "storetest", TTL: time.Minute, WaiterTTL: 30 * time.Second, WaitCap: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		results[i] = make(chan *leasehold.Lease, 1)
+		go func() {
+			l, err := lk.Acquire(ctx, key)
+			if err != nil {
+				t.Errorf("Locker %d: Acquire: %v", i, err)
+			}
+			results[i] <- l
+		}()
+		deadline := time.Now().Add(10*time.Second + r.h.Slack)
+		for { // join the queue in order
+			info, err := rs[0].Inspect(ctx, key)
+			if err == nil && info.Waiting == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Locker %d did not join the queue within 10s: %+v, %v", i, info, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return counts, results
 }
