@@ -192,3 +192,35 @@ func ExampleOptions_Budget() {
 	// 3 failed attempts end by 16.02s - the guard fires at 28.495s
 	// fits: true
 }
+
+// An election on the embedded store: the first candidate leads, and its
+// leadership is a lease with a fence for the writes it makes.
+func ExampleElection() {
+	ctx := context.Background()
+	locker, err := leasehold.New(memstore.New(), leasehold.Options{Name: "reconciler", Identity: "replica-a"})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	el, err := leasehold.NewElection(locker, "reconciler:leader", leasehold.Callbacks{})
+	if err != nil {
+		panic(err)
+	}
+	lease, err := el.Campaign(ctx)
+	if err != nil {
+		panic(err)
+	}
+	leader, err := el.Leader(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leader:", leader.Holder, "fenced:", leader.Fence == lease.Fence())
+	if err := el.Resign(ctx); err != nil {
+		panic(err)
+	}
+	leader, _ = el.Leader(ctx)
+	fmt.Println("vacant after resigning:", leader.Vacant())
+	// Output:
+	// leader: replica-a fenced: true
+	// vacant after resigning: true
+}

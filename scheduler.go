@@ -8,7 +8,8 @@ import (
 )
 
 // scheduler owns the timing of every lease of one Locker: one goroutine and
-// one heap of deadlines, however many leases are held.
+// one heap of deadlines, however many leases are held. The goroutine runs
+// while the Locker holds a lease (and idleLinger longer), until Close.
 //
 // Each held lease sits in the heap at its next deadline, the earliest of:
 //
@@ -97,10 +98,15 @@ func (s *scheduler) fix(ls *Lease) {
 		heap.Push(&s.q, ls)
 	}
 	if s.q[0] == ls {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.signal()
+	}
+}
+
+// signal wakes the loop to look at the heap again.
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -113,6 +119,9 @@ func (s *scheduler) finish(ls *Lease, cause error) bool {
 	ls.over, ls.cause = true, cause
 	s.fix(ls)
 	delete(s.leases, ls)
+	if len(s.leases) == 0 {
+		s.signal() // the loop can stop
+	}
 	return true
 }
 
@@ -123,9 +132,13 @@ func (s *scheduler) loop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		if next := s.runDue(time.Now()); next.IsZero() {
+		next, idle := s.runDue(time.Now())
+		switch {
+		case idle:
+			t.Reset(idleLinger)
+		case next.IsZero():
 			t.Stop()
-		} else {
+		default:
 			t.Reset(time.Until(next))
 		}
 		select {
@@ -133,8 +146,28 @@ func (s *scheduler) loop() {
 			return
 		case <-s.wake:
 		case <-t.C:
+			if idle && s.stopIdle() {
+				return // no lease for a while: add starts the loop again
+			}
 		}
 	}
+}
+
+// idleLinger is how long the scheduler goroutine waits for a new lease
+// after the last one ended before it exits, so that a Locker taking and
+// releasing one lease at a time does not start a goroutine per lease.
+const idleLinger = 100 * time.Millisecond
+
+// stopIdle marks the loop as not running if the Locker still holds no
+// lease, and reports whether it did.
+func (s *scheduler) stopIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leases) > 0 {
+		return false
+	}
+	s.running = false
+	return true
 }
 
 // step is one thing to report about a lease after runDue dropped the mutex.
@@ -152,8 +185,8 @@ const (
 )
 
 // runDue handles every lease whose deadline is not after now and returns
-// the next deadline (zero: none).
-func (s *scheduler) runDue(now time.Time) time.Time {
+// the next deadline (zero: none). It reports idle when no lease is left.
+func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	s.mu.Lock()
 	var steps []step
 	var renew []*Lease
@@ -175,10 +208,10 @@ func (s *scheduler) runDue(now time.Time) time.Time {
 		}
 	}
 	batches := s.startRenewals(now, renew)
-	var next time.Time
 	if len(s.q) > 0 {
 		next = s.q[0].at
 	}
+	idle = len(s.leases) == 0
 	s.mu.Unlock()
 	for _, st := range steps {
 		st.ls.report(st.what)
@@ -188,7 +221,7 @@ func (s *scheduler) runDue(now time.Time) time.Time {
 		s.wg.Add(1)
 		go s.renew(b)
 	}
-	return next
+	return next, idle
 }
 
 // done ends one report about ls (see acting).

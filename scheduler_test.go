@@ -254,10 +254,13 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		if base != 1 {
 			t.Fatalf("expected one goroutine (the scheduler) for a held lease, got %d", base)
 		}
+		leases := first
 		for i := range 999 {
-			if _, err := l.TryAcquire(t.Context(), "many:"+itoa(i)); err != nil {
+			ls, err := l.TryAcquire(t.Context(), "many:"+itoa(i))
+			if err != nil {
 				t.Fatal(err)
 			}
+			leases = append(leases, ls)
 		}
 		synctest.Wait()
 		if n := countGoroutines(); n != base {
@@ -270,6 +273,14 @@ func TestHeldLeasesAddNoGoroutines(t *testing.T) {
 		}
 		if err := first[0].Err(); err != nil {
 			t.Fatal(err)
+		}
+		for _, ls := range leases {
+			_ = ls.Release(t.Context())
+		}
+		time.Sleep(time.Second) // the scheduler lingers a little for the next lease
+		synctest.Wait()
+		if n := countGoroutines(); n != 0 {
+			t.Fatalf("expected no goroutine once every lease is released, got %d", n)
 		}
 		renewed := rec.count(leasehold.EventRenewed)
 		trips := ops.get(memstore.OpRenew) + ops.get(memstore.OpRenewBatch)
@@ -308,6 +319,32 @@ func TestCloseReleasesInParallel(t *testing.T) {
 		store.SetFaults(nil)
 		if infos, _ := store.List(t.Context(), ""); len(infos) != 0 {
 			t.Fatalf("expected every lock released, %d left", len(infos))
+		}
+	})
+}
+
+// A renewal that hangs, ignoring its deadline, delays no other lease's
+// guard: store calls never run on the scheduler's goroutine.
+func TestHungRenewalDelaysNoOtherGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &deafStore{Store: memstore.New(), done: make(chan struct{})}
+		defer close(store.done)
+		l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, RenewInterval: 100 * time.Millisecond, MaxRenewFailures: 100})
+		if _, err := l.TryAcquire(t.Context(), "renewed"); err != nil {
+			t.Fatal(err)
+		}
+		store.mu.Lock()
+		store.deaf = true // every renewal from now on hangs for 2 s
+		store.mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // the renewal at 100 ms hangs
+		hold, err := l.Hold(t.Context(), "held", 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		<-hold.Done()
+		if d, want := time.Since(start), 500*time.Millisecond-leasehold.DefaultDriftMargin(500*time.Millisecond); d != want {
+			t.Fatalf("expected the hold's guard exactly at %v, fired after %v", want, d)
 		}
 	})
 }

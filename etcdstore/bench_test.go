@@ -7,8 +7,7 @@ package etcdstore_test
 // gRPC (unary calls and stream messages: watch creates and cancels,
 // keep-alives).
 //
-//	go test -run '^$' -bench 'Uncontended' -benchtime 3s ./etcdstore
-//	go test -run '^$' -bench 'Contended|Takeover' -benchtime 1x ./etcdstore
+//	go test -run '^$' -bench . -benchtime 1x -count 3 ./etcdstore
 //
 // Each implementation runs as "mutex" (concurrency.Mutex on one Session per
 // replica), "store" (the Store with the minimal waiting loop below) and
@@ -193,63 +192,111 @@ func raftEntries(b *testing.B) float64 {
 	return 0
 }
 
+// benchFor is how long each implementation runs in the uncontended and
+// contended benchmarks (LEASEHOLD_BENCH_FOR, default 3s).
+func benchFor() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("LEASEHOLD_BENCH_FOR")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Second
+}
+
 // BenchmarkUncontended is acquire + release of distinct keys by 1 and 16
-// goroutines of one replica: cycles/s, requests and raft entries per cycle.
+// goroutines of one replica per implementation. The implementations take
+// turns in 250 ms slices (the machine's load changes from second to
+// second), for benchFor each: cycles/s, requests and raft entries per cycle,
+// and the ratio to the mutex's rate in the same round (median, min, max).
+// Use -benchtime 1x.
 func BenchmarkUncontended(b *testing.B) {
 	c := testetcd.Start(b)
 	for _, g := range []int{1, 16} {
-		for _, im := range impls {
-			b.Run(fmt.Sprintf("%s/g=%d", im.name, g), func(b *testing.B) {
-				r, n := im.new(b, c, 10*time.Second)
-				defer r.close()
-				ctx := b.Context()
-				for i := range g { // warm up: sessions, leases, connections
-					unlock, err := r.lock(ctx, fmt.Sprintf("u%d", i), 10*time.Second)
-					if err != nil {
-						b.Fatal(err)
-					}
-					_ = unlock(ctx)
-				}
-				n.take()
-				raft0 := raftEntries(b)
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				start := time.Now()
-				for i := range g {
-					wg.Go(func() {
-						key := fmt.Sprintf("u%d", i)
-						for next.Add(1) <= int64(b.N) {
-							unlock, err := r.lock(ctx, key, 10*time.Second)
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							if err := unlock(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				el := time.Since(start)
-				b.StopTimer()
-				b.ReportMetric(float64(b.N)/el.Seconds(), "cycles/s")
-				b.ReportMetric(float64(total(n.take()))/float64(b.N), "req/cycle")
-				b.ReportMetric((raftEntries(b)-raft0)/float64(b.N), "raft/cycle")
-			})
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			for b.Loop() {
+				uncontended(b, c, g)
+			}
+		})
+	}
+}
+
+// side is one implementation's share of an uncontended run.
+type side struct {
+	im     impl
+	r      replica
+	n      *calls
+	cycles int
+	el     time.Duration
+	reqs   int
+	raft   float64
+	rates  []float64
+}
+
+func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
+	ctx := b.Context()
+	var sides []*side
+	for _, im := range impls {
+		r, n := im.new(b, c, 10*time.Second)
+		defer r.close()
+		cycles(b, ctx, r, g, 50*time.Millisecond) // warm up: sessions, leases, connections
+		sides = append(sides, &side{im: im, r: r, n: n})
+	}
+	const slice = 250 * time.Millisecond
+	for round := 0; sides[0].el < benchFor(); round++ {
+		for k := range sides {
+			sd := sides[(round+k)%len(sides)] // each goes first in turn
+			sd.n.take()
+			raft0 := raftEntries(b)
+			start := time.Now()
+			n := cycles(b, ctx, sd.r, g, slice)
+			el := time.Since(start)
+			sd.cycles += n
+			sd.el += el
+			sd.reqs += total(sd.n.take())
+			sd.raft += raftEntries(b) - raft0
+			sd.rates = append(sd.rates, float64(n)/el.Seconds())
+		}
+	}
+	for _, sd := range sides {
+		b.ReportMetric(float64(sd.cycles)/sd.el.Seconds(), sd.im.name+"-cycles/s")
+		b.ReportMetric(float64(sd.reqs)/float64(sd.cycles), sd.im.name+"-req/cycle")
+		b.ReportMetric(sd.raft/float64(sd.cycles), sd.im.name+"-raft/cycle")
+		if sd != sides[0] {
+			var ratios []float64
+			for i, rate := range sd.rates {
+				ratios = append(ratios, rate/sides[0].rates[i])
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(ratios[len(ratios)/2], sd.im.name+"/mutex-median")
+			b.ReportMetric(ratios[0], sd.im.name+"/mutex-min")
+			b.ReportMetric(ratios[len(ratios)-1], sd.im.name+"/mutex-max")
 		}
 	}
 }
 
-// contendFor is how long the contended benchmark runs per implementation
-// (LEASEHOLD_BENCH_CONTEND, default 3s).
-func contendFor() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("LEASEHOLD_BENCH_CONTEND")); err == nil && d > 0 {
-		return d
+// cycles runs lock + unlock of distinct keys on g goroutines of r for d and
+// returns how many cycles completed.
+func cycles(b *testing.B, ctx context.Context, r replica, g int, d time.Duration) int {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for i := range g {
+		wg.Go(func() {
+			key := fmt.Sprintf("u%d", i)
+			for time.Now().Before(deadline) {
+				unlock, err := r.lock(ctx, key, 10*time.Second)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		})
 	}
-	return 3 * time.Second
+	wg.Wait()
+	return int(n.Load())
 }
 
 // BenchmarkContended runs 8 replicas (8 clients) on one key, each holding
@@ -279,7 +326,7 @@ func contended(b *testing.B, c *testetcd.Cluster, im impl) {
 	for _, n := range ns {
 		n.take()
 	}
-	ctx, cancel := context.WithTimeout(b.Context(), contendFor())
+	ctx, cancel := context.WithTimeout(b.Context(), benchFor())
 	defer cancel()
 	var mu sync.Mutex
 	var waits []time.Duration
@@ -307,17 +354,22 @@ func contended(b *testing.B, c *testetcd.Cluster, im impl) {
 		})
 	}
 	wg.Wait()
-	reqs := 0
+	reqs, kas := 0, 0
 	for _, n := range ns {
-		reqs += total(n.take())
+		got := n.take()
+		reqs += total(got)
+		kas += got["/etcdserverpb.Lease/LeaseKeepAlive"]
 	}
 	slices.Sort(waits)
 	if len(waits) == 0 {
 		b.Fatal("no acquisition")
 	}
-	b.ReportMetric(float64(len(waits))/contendFor().Seconds(), "acq/s")
+	b.ReportMetric(float64(len(waits))/benchFor().Seconds(), "acq/s")
+	b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "wait-p50-ms")
 	b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "wait-p99-ms")
+	b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "wait-max-ms")
 	b.ReportMetric(float64(reqs)/float64(len(waits)), "req/acq")
+	b.ReportMetric(float64(kas)/float64(len(waits)), "keepalive/acq")
 	b.ReportMetric(float64(slices.Min(counts)), "min-acq")
 	b.ReportMetric(float64(slices.Max(counts)), "max-acq")
 	b.ReportMetric(float64(slices.Min(counts))/float64(slices.Max(counts)), "min/max")

@@ -58,6 +58,7 @@ type Store struct {
 	prefix  string
 	timeout time.Duration // per request; <= 0: none
 	sess    *session
+	watches watches
 
 	closeOnce sync.Once
 }
@@ -101,6 +102,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.sess.close()
+		s.watches.wg.Wait() // they end with the session's context
 		if s.owned {
 			err = s.cli.Close()
 		}

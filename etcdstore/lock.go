@@ -16,7 +16,9 @@ import (
 // and the token's queue entry deleted; else the lock and queue are read and,
 // for a waiting acquire, the token's queue entry is created if absent. A
 // TryAcquire that loses makes one more request (LeaseTimeToLive) to report
-// the holder's remaining TTL.
+// the holder's remaining TTL; a waiting acquire reports the holder's TTL
+// instead, an upper bound that costs no request (WaitRelease wakes the head
+// at the exact expiry).
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
 	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
 		return leasehold.Grant{}, err

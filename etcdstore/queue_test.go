@@ -54,22 +54,26 @@ func TestQueueIsFIFOAcrossStores(t *testing.T) {
 	expectWait(t, h, key, "late", time.Minute, 3)
 	expectWait(t, s3, key, "w3", time.Minute, 2)
 	expectWait(t, s2, key, "w2", time.Minute, 1)
-	var last uint64
-	for i, w := range []struct {
-		s   *etcdstore.Store
-		tok string
-	}{{s1, "w1"}, {s2, "w2"}, {s3, "w3"}, {h, "late"}} {
-		g, err := acquireQ(t, w.s, key, w.tok, time.Minute)
-		if err != nil || g.Fence <= last {
-			t.Fatalf("waiter %d (%s): expected the key with a fence > %d, got %+v, %v", i, w.tok, last, g, err)
-		}
-		last = g.Fence
-		if err := w.s.Release(ctxFor(t, 5*time.Second), key, w.tok); err != nil {
-			t.Fatal(err)
-		}
-	}
+	grantInOrder(t, key, []*etcdstore.Store{s1, s2, s3, h}, []string{"w1", "w2", "w3", "late"})
 	if _, err := acquireQ(t, h, key, "try", 0); err != nil {
 		t.Fatalf("TryAcquire after the queue drained: %v", err)
+	}
+}
+
+// grantInOrder has each waiter take and release key in turn, with growing
+// fences.
+func grantInOrder(t *testing.T, key string, ss []*etcdstore.Store, toks []string) {
+	t.Helper()
+	var last uint64
+	for i, s := range ss {
+		g, err := acquireQ(t, s, key, toks[i], time.Minute)
+		if err != nil || g.Fence <= last {
+			t.Fatalf("waiter %d (%s): expected the key with a fence > %d, got %+v, %v", i, toks[i], last, g, err)
+		}
+		last = g.Fence
+		if err := s.Release(ctxFor(t, 5*time.Second), key, toks[i]); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -487,12 +487,3 @@ func (ss *session) snapshot(r ref) *queueSnap {
 	}
 	return nil
 }
-
-// forgetSnapshot drops r's queue snapshot (too old to watch from).
-func (ss *session) forgetSnapshot(r ref) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if t := ss.waiting[r]; t != nil {
-		t.snap = nil
-	}
-}

@@ -35,19 +35,11 @@ func leaseOf(t *testing.T, cli *clientv3.Client, etcdKey string) clientv3.LeaseI
 	return clientv3.LeaseID(r.Kvs[0].Lease)
 }
 
-// waitRevoked waits until lease id is gone (revoked in the background).
-func waitRevoked(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
+func expectHolder(t *testing.T, s *etcdstore.Store, key, token, holder string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
-		if err == nil && r.TTL == -1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease %x: expected it revoked within 5s, TimeToLive says %v, %v", id, r, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	info, err := s.Inspect(ctxFor(t, 5*time.Second), key)
+	if err != nil || info.Holder != holder || info.Token != token {
+		t.Fatalf("Inspect: expected holder %q and token %q, got %+v, %v", holder, token, info, err)
 	}
 }
 
@@ -75,10 +67,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	if err != nil || ttl.GrantedTTL != 6 {
 		t.Fatalf("lease: expected granted TTL 6s (5s + 1s slack), got %v, %v", ttl, err)
 	}
-	info, err := s.Inspect(ctx, key)
-	if err != nil || info.Holder != "host-1 pid 7" || info.Token != "tok" {
-		t.Fatalf("Inspect: expected holder and token, got %+v, %v", info, err)
-	}
+	expectHolder(t, s, key, "tok", "host-1 pid 7")
 	// A write to an unrelated key moves the revision on; the next fence is above it.
 	if _, err := cli.Put(ctx, "unrelated", "x"); err != nil {
 		t.Fatal(err)
@@ -107,7 +96,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		ttl     time.Duration
 		granted int64
 	}{
-		{time.Millisecond, 2},
+		{999 * time.Millisecond, 2}, // long enough to read its lease before the store ends it
 		{time.Second, 2},
 		{1500 * time.Millisecond, 3},
 		{2 * time.Second, 3},
@@ -124,7 +113,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		}
 		leases[tc.ttl] = id
 	}
-	if leases[time.Millisecond] != leases[time.Second] || leases[1500*time.Millisecond] != leases[2*time.Second] {
+	if leases[999*time.Millisecond] != leases[time.Second] || leases[1500*time.Millisecond] != leases[2*time.Second] {
 		t.Errorf("expected locks of the same whole seconds on one lease, got %v", leases)
 	}
 	if leases[time.Second] == leases[2*time.Second] {
@@ -270,6 +259,11 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	select { // the key is free: the waiter may take it now
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up for a free key")
+	}
 	sent := time.Now()
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
@@ -289,19 +283,26 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 func TestWaitReleaseEndsWithContext(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"), "w")
+	ch, stop, err := s.WaitRelease(ctx, key, "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	cancel()
-	// The watch ended with its context; the goroutine exits (goleak checks)
-	// and stop still returns.
+	if err := s.Release(ctxFor(t, 5*time.Second), key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription ended with its context (goleak checks the watch
+	// goroutine ends with the store) and stop still returns.
 	select {
 	case <-ch:
-		t.Fatal("a cancelled watch must not report a release")
-	case <-time.After(200 * time.Millisecond):
+		t.Fatal("a cancelled subscription must not report a release")
+	case <-time.After(300 * time.Millisecond):
 	}
 }
 

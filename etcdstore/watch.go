@@ -10,29 +10,38 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// watchStartTimeout bounds how long WaitRelease waits for etcd to confirm
-// the watch when RequestTimeout is negative.
-const watchStartTimeout = 5 * time.Second
+const (
+	// watchStartTimeout bounds how long a key's watch may take to start
+	// when RequestTimeout is negative.
+	watchStartTimeout = 5 * time.Second
+	// watchLinger is how long a key's watch outlives its last subscriber,
+	// so that a replica that waits again soon (a busy key) reuses it.
+	watchLinger = 2 * time.Second
+)
 
-// WaitRelease implements leasehold.Notifier with one etcd watch on the range
-// of key's lock and queue entries, from the revision of token's last Acquire
-// answer (or of one read, when this store has none), so no change after that
-// answer is missed.
+// WaitRelease implements leasehold.Notifier. The store keeps one etcd watch
+// per key that has subscribers (shared by all of them, kept for two seconds
+// after the last one left) on the range of the key's lock and queue
+// entries, and a model of both: the lock is held or not, and the queue's
+// entries with their create revisions. The watch starts from the revision
+// of a waiter's last Acquire answer (or of one read), so no change after it
+// is missed.
 //
-// The channel (never closed) gets a value each time token may take the key:
-// the lock is free (released, or expired: both delete it) and the queue is
-// empty or token's entry is its oldest. So a release wakes only the head of
-// the queue, and a waiter behind it sleeps until its predecessors got the
-// key or left; a token that left the queue (or never joined it) is woken
-// only when nobody is queued.
-// The channel also gets a value when the watch breaks (its revision was
-// compacted): the waiter tries again, and the watch restarts. The client
-// resumes a watch on another member when the one it used fails, without
-// losing events.
+// The channel (never closed) gets a value when the subscription finds that
+// token may take the key, and again each time that becomes true: the lock is
+// free (released, or expired: both delete it) and the queue is empty or
+// token's entry is its oldest. So a release wakes only the head of the
+// queue, and a waiter behind it sleeps until its predecessors got the key
+// or left; a token that left the queue (or never joined it) is woken only
+// when nobody is queued. The channel also gets a value when the watch
+// breaks (its revision was compacted): every waiter re-checks while the
+// watch restarts. The client resumes a watch on another member when the one
+// it used fails, without losing events.
 //
-// WaitRelease returns once etcd confirmed the watch, bounded by ctx and
-// RequestTimeout. stop cancels the watch and waits for its goroutine; call
-// it exactly once (later calls do nothing).
+// WaitRelease returns once the key's watch is confirmed by etcd, bounded by
+// ctx and RequestTimeout (each subscriber's own). stop ends the
+// subscription, and so does the end of ctx; call stop exactly once (later
+// calls do nothing).
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkNames(key, token, ""); err != nil {
 		return nil, nil, err
@@ -40,142 +49,106 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	w := &waiter{s: s, key: key, token: token, wake: make(chan struct{}, 1)}
-	wctx, cancel := context.WithCancel(ctx)
-	wch, err := w.subscribe(ctx, wctx)
-	if err != nil {
-		cancel()
-		return nil, nil, err
+	sb := &subscriber{entry: s.entryKey(key, token), wake: make(chan struct{}, 1)}
+	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
+	start := s.timeout
+	if start <= 0 {
+		start = watchStartTimeout
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.loop(wctx, wch)
-	}()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
-	return w.wake, stop, nil
-}
-
-// waiter is one WaitRelease subscription.
-type waiter struct {
-	s          *Store
-	key, token string
-	wake       chan struct{}
-	snap       *queueSnap
-	// cancelWatch ends the current watch (the loop's wctx ends them all).
-	cancelWatch context.CancelFunc
-}
-
-func (w *waiter) signal() {
+	t := time.NewTimer(start)
+	defer t.Stop()
+	var err error
 	select {
-	case w.wake <- struct{}{}:
+	case <-kw.ready:
+		err = kw.err
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-t.C:
+		err = fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start)
+	}
+	if err != nil {
+		s.watches.leave(kw, sb)
+		return nil, nil, fmt.Errorf("etcdstore: watch %q: %w", key, err)
+	}
+	s.watches.mu.Lock()
+	sb.was = kw.can(sb)
+	if sb.was {
+		sb.signal() // it may take the key now
+	}
+	s.watches.mu.Unlock()
+	var once sync.Once
+	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
+	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
+	return sb.wake, func() { unhook(); leave() }, nil
+}
+
+// watches are the store's key watches.
+type watches struct {
+	mu   sync.Mutex
+	keys map[string]*keyWatch
+	wg   sync.WaitGroup // one per keyWatch goroutine
+}
+
+// keyWatch is the watch of one key and the model it maintains.
+type keyWatch struct {
+	s     *Store
+	key   string
+	ready chan struct{} // closed when the watch started or failed (err)
+	err   error
+	// Under watches.mu:
+	subs  map[*subscriber]struct{}
+	held  bool
+	queue map[string]int64 // entry key -> create revision
+	empty time.Time        // when subs became empty
+}
+
+// subscriber is one WaitRelease.
+type subscriber struct {
+	entry string // the token's queue entry key
+	wake  chan struct{}
+	was   bool // could take the key at the last check
+}
+
+func (sb *subscriber) signal() {
+	select {
+	case sb.wake <- struct{}{}:
 	default:
 	}
 }
 
-// subscribe takes the queue snapshot (the last Acquire's, or one read) and
-// starts the watch after it; it waits for etcd's confirmation, bounded by
-// ctx and the request timeout.
-func (w *waiter) subscribe(ctx, wctx context.Context) (clientv3.WatchChan, error) {
-	start := w.s.timeout
-	if start <= 0 {
-		start = watchStartTimeout
+// join adds sb to key's watch, starting it (seeded with snap, when known).
+func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *keyWatch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys == nil {
+		w.keys = map[string]*keyWatch{}
 	}
-	bctx, cancel := context.WithTimeoutCause(ctx, start, errTimeout)
-	defer cancel()
-	w.snap = w.s.sess.snapshot(ref{w.key, w.token})
-	if w.snap == nil {
-		ks, ke := w.s.keyRange(w.key)
-		get, err := w.s.cli.Get(bctx, ks, clientv3.WithRange(ke))
-		if err != nil {
-			return nil, w.s.wrap(bctx, "watch", w.key, err)
-		}
-		v := w.s.view(w.key, w.token, get.Kvs, get.Header.Revision)
-		w.snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	kw := w.keys[key]
+	if kw == nil {
+		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+		w.keys[key] = kw
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			kw.run(snap)
+		}()
 	}
-	ks, ke := w.s.keyRange(w.key)
-	var wch clientv3.WatchChan
-	sctx, scancel := context.WithCancel(wctx)
-	fail := func(err error) (clientv3.WatchChan, error) {
-		scancel()
-		drain(wch)
-		return nil, err
-	}
-	wch = w.s.cli.Watch(sctx, ks, clientv3.WithRange(ke), clientv3.WithRev(w.snap.rev+1), clientv3.WithCreatedNotify())
-	select {
-	case wr, ok := <-wch:
-		if ok && wr.Created && wr.Err() == nil {
-			w.cancelWatch = scancel
-			return wch, nil
-		}
-		err := wr.Err()
-		if err == nil {
-			err = context.Cause(wctx)
-		}
-		return fail(w.s.wrap(bctx, "watch", w.key, err))
-	case <-bctx.Done():
-		return fail(w.s.wrap(bctx, "watch", w.key, fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx))))
+	kw.subs[sb] = struct{}{}
+	return kw
+}
+
+func (w *watches) leave(kw *keyWatch, sb *subscriber) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(kw.subs, sb)
+	if len(kw.subs) == 0 {
+		kw.empty = time.Now()
 	}
 }
 
-// loop follows the watch until wctx ends, restarting it after a break.
-func (w *waiter) loop(wctx context.Context, wch clientv3.WatchChan) {
-	for {
-		w.follow(wch)
-		w.cancelWatch()
-		if wctx.Err() != nil {
-			return
-		}
-		w.signal() // the watch broke: the waiter re-checks
-		for {
-			var err error
-			w.s.sess.forgetSnapshot(ref{w.key, w.token})
-			if wch, err = w.subscribe(wctx, wctx); err == nil {
-				break
-			}
-			select {
-			case <-wctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-}
-
-// follow applies watch events to the snapshot and signals each time the
-// token becomes free to take the key. It returns when the watch ends.
-func (w *waiter) follow(wch clientv3.WatchChan) {
-	lockKey, mine := w.s.lockKey(w.key), w.s.entryKey(w.key, w.token)
-	can := func() bool { return !w.snap.held && headIs(w.snap.queue, mine) }
-	was := can() // the waiter tries once after subscribing: no signal yet
-	for wr := range wch {
-		if wr.Err() != nil {
-			drain(wch)
-			return
-		}
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			switch {
-			case k == lockKey:
-				w.snap.held = ev.Type == mvccpb.PUT
-			case ev.Type == mvccpb.DELETE:
-				delete(w.snap.queue, k)
-			default:
-				w.snap.queue[k] = ev.Kv.CreateRevision
-			}
-		}
-		now := can()
-		if now && !was {
-			w.signal()
-		}
-		was = now
-	}
+// can reports whether sb may take the key in the model; watches.mu is held.
+func (kw *keyWatch) can(sb *subscriber) bool {
+	return !kw.held && headIs(kw.queue, sb.entry)
 }
 
 // headIs reports whether entry is the oldest of queue, or queue is empty.
@@ -193,6 +166,166 @@ func headIs(queue map[string]int64, entry string) bool {
 		}
 	}
 	return true
+}
+
+// run is the key watch's goroutine: it starts the watch from snap (or a
+// read), follows it, restarts it after a break, and ends when the store
+// closes or nobody subscribed for watchLinger.
+func (kw *keyWatch) run(snap *queueSnap) {
+	ctx := kw.s.sess.ctx
+	for first := true; ; first = false {
+		wch, cancel, err := kw.start(ctx, snap)
+		snap = nil
+		if first {
+			kw.err = err
+			close(kw.ready)
+		}
+		if err != nil {
+			if first || ctx.Err() != nil {
+				kw.remove()
+				return
+			}
+			kw.signalAll()
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		done := kw.follow(ctx, wch)
+		cancel()
+		drain(wch)
+		if done {
+			return
+		}
+		kw.signalAll() // the watch broke: every waiter re-checks
+	}
+}
+
+// remove takes kw out of the store's watches.
+func (kw *keyWatch) remove() {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys[kw.key] == kw {
+		delete(w.keys, kw.key)
+	}
+}
+
+func (kw *keyWatch) signalAll() {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for sb := range kw.subs {
+		sb.signal()
+	}
+}
+
+// start loads the model (from snap, or one read) and starts the watch after
+// its revision, waiting for etcd's confirmation.
+func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
+	timeout := kw.s.timeout
+	if timeout <= 0 {
+		timeout = watchStartTimeout
+	}
+	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	defer bcancel()
+	ks, ke := kw.s.keyRange(kw.key)
+	if snap == nil {
+		get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke))
+		if err != nil {
+			return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+		}
+		v := kw.s.view(kw.key, "", get.Kvs, get.Header.Revision)
+		snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	}
+	w := &kw.s.watches
+	w.mu.Lock()
+	kw.held, kw.queue = snap.held, snap.queue
+	w.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
+	select {
+	case wr, ok := <-wch:
+		if ok && wr.Created && wr.Err() == nil {
+			return wch, cancel, nil
+		}
+		cancel()
+		drain(wch)
+		err := wr.Err()
+		if err == nil {
+			err = context.Cause(wctx)
+		}
+		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+	case <-bctx.Done():
+		cancel()
+		drain(wch)
+		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
+	}
+}
+
+// follow applies watch events to the model and signals each subscriber that
+// became able to take the key. It returns true when the watch goroutine is
+// done (the store closed, or nobody subscribed for watchLinger; kw is then
+// removed), false when the watch broke.
+func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
+	lockKey := kw.s.lockKey(kw.key)
+	idle := time.NewTicker(watchLinger / 2)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			kw.remove()
+			return true
+		case <-idle.C:
+			if kw.idleOut() {
+				return true
+			}
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return false
+			}
+			kw.apply(lockKey, wr.Events)
+		}
+	}
+}
+
+// idleOut removes kw when nobody subscribed for watchLinger.
+func (kw *keyWatch) idleOut() bool {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(kw.subs) > 0 || time.Since(kw.empty) < watchLinger {
+		return false
+	}
+	if w.keys[kw.key] == kw {
+		delete(w.keys, kw.key)
+	}
+	return true
+}
+
+func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		switch {
+		case k == lockKey:
+			kw.held = ev.Type == mvccpb.PUT
+		case ev.Type == mvccpb.DELETE:
+			delete(kw.queue, k)
+		default:
+			kw.queue[k] = ev.Kv.CreateRevision
+		}
+	}
+	for sb := range kw.subs {
+		now := kw.can(sb)
+		if now && !sb.was {
+			sb.signal()
+		}
+		sb.was = now
+	}
 }
 
 // drain empties a watch channel whose context was cancelled or that

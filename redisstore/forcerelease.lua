@@ -5,6 +5,7 @@
 -- {value, pttl, fence or nil, waiting, next holder, repaired}. A fence key
 -- that holds no fence below 2^64-1 is deleted too (repaired = 1), so the key
 -- works again: the next fence comes from the clock floor.
+-- @lib
 local v = redis.call('GET', KEYS[1])
 if not v then return nil end
 local info = {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), 0, '', 0}

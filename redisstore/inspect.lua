@@ -1,6 +1,7 @@
 -- inspect: read a lock and its queue atomically (read only).
 -- KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue key
 -- Returns nil when no lock exists, else {value, pttl, fence or nil, waiting, next holder}.
+-- @lib
 local v = redis.call('GET', KEYS[1])
 if not v then return nil end
 local waiting, nexth = 0, ''

@@ -43,7 +43,7 @@ func TestMisconfigurationErrors(t *testing.T) {
 		want string
 	}{
 		{"wrong password", client(redis.Options{Password: "wrong-pass-456"}), "k", "WRONGPASS"},
-		{"no password", client(redis.Options{}), "k", "password"},
+		{"no password", client(redis.Options{}), "k", "NOAUTH"},
 		{"ACL denies the prefix", client(redis.Options{Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM"},
 		{"database that does not exist", client(redis.Options{Password: "right-pass-123", DB: 99}), "k", "DB index"},
 		{"lock key of another type", admin, "hash", "WRONGTYPE"},

@@ -10,7 +10,7 @@ local token = ARGV[3]
 local v = redis.call('GET', KEYS[1])
 local res = 0
 if v then
-  if owns(v, token) then
+  if string.sub(v, 1, #token + 1) == token .. '|' or v == token then
     redis.call('DEL', KEYS[1])
     res = 1
   else
@@ -18,9 +18,14 @@ if v then
   end
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
-  if res == 1 then notify('') end
+  if res == 1 then -- nobody queued: wake whoever subscribed without queueing
+    if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
+  end
   return res
 end
+
+-- @lib
+
 local _, nowms = clock()
 local live = load_queue(KEYS[2], nowms, true)
 local pos = position(live, token)

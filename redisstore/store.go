@@ -37,12 +37,19 @@ var (
 	//go:embed forcerelease.lua
 	forceReleaseSrc string
 
-	acquireScript      = redis.NewScript(libSrc + acquireSrc)
-	renewScript        = redis.NewScript(libSrc + renewSrc)
-	releaseScript      = redis.NewScript(libSrc + releaseSrc)
-	inspectScript      = redis.NewScript(libSrc + inspectSrc)
-	forceReleaseScript = redis.NewScript(libSrc + forceReleaseSrc)
+	acquireScript      = script(acquireSrc)
+	renewScript        = script(renewSrc)
+	releaseScript      = script(releaseSrc)
+	inspectScript      = script(inspectSrc)
+	forceReleaseScript = script(forceReleaseSrc)
 )
+
+// script builds a script, with lib.lua's helpers where its "-- @lib" line
+// stands: after a fast path that needs none of them, since every helper is
+// a closure that each call would create.
+func script(src string) *redis.Script {
+	return redis.NewScript(strings.Replace(src, "-- @lib\n", libSrc, 1))
+}
 
 // Client is what a Store needs from go-redis. *redis.Client (single node or
 // Sentinel failover), *redis.ClusterClient, *redis.Ring and every
@@ -215,29 +222,30 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	}
 	base := s.base(req.Key)
 	res, err := acquireScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"},
-		req.Token, value, ms, ms+s.retention.Milliseconds(), qms).Slice()
+		value, ms, ms+s.retention.Milliseconds(), qms).Result()
 	if err != nil {
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}
 	return decodeGrant(res)
 }
 
-func decodeGrant(res []any) (leasehold.Grant, error) {
-	if len(res) == 2 {
-		if ok, _ := res[0].(int64); ok == 1 {
-			fence, err := parseFence(res[1])
-			if err != nil {
-				return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
-			}
-			return leasehold.Grant{Fence: fence}, nil
+// decodeGrant decodes acquire.lua's reply: the fence on a grant, or
+// {0, pttl, holder, ahead} on a refusal.
+func decodeGrant(res any) (leasehold.Grant, error) {
+	if _, ok := res.(string); ok {
+		fence, err := parseFence(res)
+		if err != nil {
+			return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
+		return leasehold.Grant{Fence: fence}, nil
 	}
-	if len(res) != 4 {
+	r, _ := res.([]any)
+	if len(r) != 4 {
 		return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v", res)
 	}
-	pttl, _ := res[1].(int64)
-	holder, _ := res[2].(string)
-	ahead, _ := res[3].(int64)
+	pttl, _ := r[1].(int64)
+	holder, _ := r[2].(string)
+	ahead, _ := r[3].(int64)
 	return leasehold.Grant{
 		Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
 		Holder:    holder,

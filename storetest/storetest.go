@@ -96,6 +96,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Torture", r.torture)
 	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
+	t.Run("Election", r.election)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 
