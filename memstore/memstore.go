@@ -84,6 +84,9 @@ type Store struct {
 	last    uint64 // the last fence handed out, for any key
 	ops     int
 	waiters waiters.Set
+
+	sems       map[string]*semaphore // semaphore.go
+	semWaiters waiters.Set
 }
 
 type entry struct {
@@ -140,6 +143,7 @@ func (s *Store) SetLatency(d time.Duration) {
 func (s *Store) Restart() {
 	s.mu.Lock()
 	s.locks = make(map[string]*entry)
+	s.sems = nil
 	s.last = 0
 	s.mu.Unlock()
 }
