@@ -1,0 +1,14 @@
+-- release_permit: free a token's permit, take it out of the queue, wake
+-- the waiters.
+-- ARGV[1] token, ARGV[2] notification channel, ARGV[3] the caller's key
+-- Returns 1 when the token held a live permit, 0 otherwise.
+local tok = ARGV[1]
+local now = clock()
+prune_holders(now)
+local left = leave(tok)
+local held = redis.call('ZREM', KEYS[1], tok)
+redis.call('HDEL', KEYS[2], tok)
+if held == 1 or left > 0 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return held
