@@ -1,8 +1,8 @@
 package redisstore
 
 import (
-	_ "embed"
 	"context"
+	_ "embed"
 	"fmt"
 	"sort"
 	"strings"
