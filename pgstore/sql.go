@@ -85,7 +85,8 @@ func (s *Store) migrateSQL() string {
 	h := fnv.New64a()
 	h.Write([]byte("leasehold.pgstore.migrate:" + s.table))
 	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(h.Sum64())) +
-		MigrationSQL(s.names[0], s.names[1], s.names[2])
+		MigrationSQL(s.names[0], s.names[1], s.names[2]) +
+		SemaphoreMigrationSQL(s.names[0], s.names[1])
 }
 
 // MigrationSQL returns the DDL that creates a lock table and its fence
