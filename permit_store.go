@@ -28,8 +28,8 @@ import (
 //     AcquirePermit.
 //   - Limit comes with every request. Lowering it never revokes a live
 //     holder: new permits wait until the count is under the new limit.
-//     Every user of a key should pass the same limit; the store remembers the
-//     last one it saw for PermitInfo.
+//     Every user of a key should pass the same limit; the store remembers
+//     the limit of the last grant (or a later request) for PermitInfo.
 //   - ReleasePermit frees the permit and wakes the key's waiters.
 //
 // The keys of a semaphore are a namespace of their own: a semaphore "k" and
@@ -86,7 +86,8 @@ type PermitRequest struct {
 // PermitInfo describes a semaphore as the store sees it.
 type PermitInfo struct {
 	Key string `json:"key"`
-	// Limit is the last limit a request passed (0 when unknown).
+	// Limit is the limit of the last grant or a later request (0 when
+	// unknown).
 	Limit int `json:"limit"`
 	// Holders are the live permits, sorted by fence; each LockInfo's Waiting
 	// and NextHolder are left zero (see below).
