@@ -231,7 +231,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	defer cancel()
 	err := ls.l.store.Release(rctx, ls.key, ls.token)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ErrNotHeld): // already gone: expired, or our retried release applied
 		return nil
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("release")

@@ -45,6 +45,9 @@ const (
 	OpRelease    Op = "release"
 	OpInspect    Op = "inspect"
 	OpList       Op = "list"
+	// OpWaitRelease is the subscription of WaitRelease: a Delay stalls it
+	// (until its context ends), as a hung notification path does.
+	OpWaitRelease Op = "wait_release"
 )
 
 // Fault is what happens to one call.
@@ -81,7 +84,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	locks   map[string]*entry
-	last    uint64 // the last fence handed out, for any key
+	queues  map[string][]waiter // per key, FIFO; pruned of expired entries before every decision
+	last    uint64              // the last fence handed out, for any key
 	ops     int
 	waiters waiters.Set
 
@@ -91,13 +95,22 @@ type Store struct {
 
 type entry struct {
 	token    string
+	holder   string
 	fence    uint64
 	acquired time.Time
 	expires  time.Time
 }
 
+// waiter is one entry of a key's queue.
+type waiter struct {
+	token    string
+	holder   string
+	deadline time.Time // the entry is dropped at this time
+}
+
 var (
 	_ leasehold.Store         = (*Store)(nil)
+	_ leasehold.Inspector     = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
@@ -106,8 +119,9 @@ var (
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		now:   time.Now,
-		locks: make(map[string]*entry),
+		now:    time.Now,
+		locks:  make(map[string]*entry),
+		queues: make(map[string][]waiter),
 	}
 	for _, o := range opts {
 		o(s)
@@ -123,11 +137,17 @@ func (s *Store) SetFaults(f FaultFunc) {
 }
 
 // SetDown makes every call fail with ErrUnavailable (true) or work again
-// (false): a store outage.
+// (false): a store outage. Coming back up wakes every waiter, as a
+// reconnected notification path does.
 func (s *Store) SetDown(down bool) {
 	s.faultMu.Lock()
+	was := s.down
 	s.down = down
 	s.faultMu.Unlock()
+	if was && !down {
+		s.waiters.WakeAll()
+		s.semWaiters.WakeAll()
+	}
 }
 
 // SetLatency adds d to every call (0 removes it).
@@ -137,15 +157,19 @@ func (s *Store) SetLatency(d time.Duration) {
 	s.faultMu.Unlock()
 }
 
-// Restart simulates a store restart that loses its data: every lock and the
-// fence counter are gone. Fences stay monotonic through the clock-based floor
-// (see Acquire), as long as the clock does not go backward.
+// Restart simulates a store restart that loses its data: every lock, every
+// waiter queue and the fence counter are gone, and every waiter is woken to
+// re-check. Fences stay monotonic through the clock-based floor (see
+// Acquire), as long as the clock does not go backward.
 func (s *Store) Restart() {
 	s.mu.Lock()
 	s.locks = make(map[string]*entry)
 	s.sems = nil
+	s.queues = make(map[string][]waiter)
 	s.last = 0
 	s.mu.Unlock()
+	s.waiters.WakeAll()
+	s.semWaiters.WakeAll()
 }
 
 func (s *Store) before(ctx context.Context, op Op, key string) (Fault, error) {
@@ -192,40 +216,123 @@ func (s *Store) live(key string, now time.Time) *entry {
 	return e
 }
 
-// Acquire implements leasehold.Store. The fence is max(last+1, clock in µs):
-// strictly increasing across all keys, and still increasing after Restart.
+// queue returns key's queue without its expired entries. s.mu must be held.
+func (s *Store) queue(key string, now time.Time) []waiter {
+	q := s.queues[key]
+	live := q[:0]
+	for _, w := range q {
+		if now.Before(w.deadline) {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		delete(s.queues, key)
+		return nil
+	}
+	s.queues[key] = live
+	return live
+}
+
+func position(q []waiter, token string) int {
+	for i, w := range q {
+		if w.token == token {
+			return i
+		}
+	}
+	return -1
+}
+
+// dequeue removes token from key's queue and reports whether it was the
+// head. s.mu must be held.
+func (s *Store) dequeue(key, token string, now time.Time) (wasHead bool) {
+	q := s.queue(key, now)
+	i := position(q, token)
+	if i < 0 {
+		return false
+	}
+	q = append(q[:i], q[i+1:]...)
+	if len(q) == 0 {
+		delete(s.queues, key)
+	} else {
+		s.queues[key] = q
+	}
+	return i == 0
+}
+
+// wakeHead wakes the head of key's queue, only that waiter; with an empty
+// queue it wakes every subscriber of key (none has a place to keep). s.mu
+// must be held.
+func (s *Store) wakeHead(key string, now time.Time) {
+	if q := s.queue(key, now); len(q) > 0 {
+		s.waiters.WakeToken(key, q[0].token)
+		return
+	}
+	s.waiters.Wake(key)
+}
+
+// Acquire implements leasehold.Store, with the queue rule of
+// leasehold.Store. The fence is max(last+1, clock in µs): strictly
+// increasing across all keys, and still increasing after Restart.
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	key, token, ttl := req.Key, req.Token, req.TTL
-	f, err := s.before(ctx, OpAcquire, key)
+	f, err := s.before(ctx, OpAcquire, req.Key)
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
 	s.mu.Lock()
 	now := s.now()
-	var g leasehold.Grant
-	if e := s.live(key, now); e != nil {
-		if e.token != token {
-			remaining := e.expires.Sub(now)
-			s.mu.Unlock()
-			return leasehold.Grant{Remaining: remaining}, leasehold.ErrNotAcquired
-		}
-		e.expires = now.Add(ttl) // our own retry after a lost reply
-		g.Fence = e.fence
-	} else {
-		s.last = max(s.last+1, uint64(max(now.UnixMicro(), 0)))
-		s.locks[key] = &entry{token: token, fence: s.last, acquired: now, expires: now.Add(ttl)}
-		g.Fence = s.last
-	}
+	g, err := s.acquire(req, now)
 	if s.ops++; s.ops%1024 == 0 {
 		s.sweep(now)
 	}
 	s.mu.Unlock()
-	return g, after(f, nil)
+	if f.DropReply {
+		return leasehold.Grant{}, ErrReplyLost
+	}
+	return g, err
+}
+
+// acquire decides one acquire at now. s.mu must be held.
+func (s *Store) acquire(req leasehold.AcquireRequest, now time.Time) (leasehold.Grant, error) {
+	q := s.queue(req.Key, now)
+	e := s.live(req.Key, now)
+	switch {
+	case e != nil && e.token == req.Token: // our own retry after a lost reply
+		e.expires = now.Add(req.TTL)
+		s.dequeue(req.Key, req.Token, now)
+		return leasehold.Grant{Fence: e.fence}, nil
+	case e == nil && (len(q) == 0 || q[0].token == req.Token):
+		s.dequeue(req.Key, req.Token, now)
+		s.last = max(s.last+1, uint64(max(now.UnixMicro(), 0)))
+		s.locks[req.Key] = &entry{token: req.Token, holder: req.Holder, fence: s.last, acquired: now, expires: now.Add(req.TTL)}
+		return leasehold.Grant{Fence: s.last}, nil
+	}
+	var g leasehold.Grant
+	if e != nil {
+		g.Remaining, g.Holder = e.expires.Sub(now), e.holder
+	}
+	i := position(q, req.Token)
+	switch {
+	case req.QueueTTL <= 0:
+		g.Ahead = len(q)
+		if i >= 0 {
+			g.Ahead = i
+		}
+	case i >= 0:
+		q[i].deadline, q[i].holder = now.Add(req.QueueTTL), req.Holder
+		g.Ahead = i
+	default:
+		s.queues[req.Key] = append(q, waiter{token: req.Token, holder: req.Holder, deadline: now.Add(req.QueueTTL)})
+		g.Ahead = len(q)
+	}
+	return g, leasehold.ErrNotAcquired
 }
 
 func (s *Store) sweep(now time.Time) {
 	for k := range s.locks {
 		s.live(k, now)
+	}
+	for k := range s.queues {
+		s.queue(k, now)
 	}
 }
 
@@ -274,25 +381,37 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	return errs
 }
 
-// Release implements leasehold.Store.
+// Release implements leasehold.Store: it removes token from key's queue and
+// deletes key if token owns it. It wakes the head of the queue (only the
+// head) when the key is free afterwards and the head is new: after a
+// release, and when the departing token was the head of a free key.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	f, err := s.before(ctx, OpRelease, key)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	e := s.live(key, s.now())
-	if e == nil || e.token != token {
-		s.mu.Unlock()
-		return after(f, leasehold.ErrNotOwned)
+	now := s.now()
+	wasHead := s.dequeue(key, token, now)
+	e := s.live(key, now)
+	switch {
+	case e == nil:
+		if wasHead {
+			s.wakeHead(key, now)
+		}
+		err = leasehold.ErrNotHeld
+	case e.token != token:
+		err = leasehold.ErrNotOwned
+	default:
+		delete(s.locks, key)
+		s.wakeHead(key, now)
 	}
-	delete(s.locks, key)
-	s.notify(key)
 	s.mu.Unlock()
-	return after(f, nil)
+	return after(f, err)
 }
 
-// ForceRelease implements leasehold.ForceReleaser.
+// ForceRelease implements leasehold.ForceReleaser. It wakes the head of the
+// key's queue.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	f, err := s.before(ctx, OpRelease, key)
 	if err != nil {
@@ -307,22 +426,24 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	}
 	info := s.info(key, e, now)
 	delete(s.locks, key)
-	s.notify(key)
+	s.wakeHead(key, now)
 	s.mu.Unlock()
 	return info, after(f, nil)
 }
 
-// notify wakes key's waiters.
-func (s *Store) notify(key string) { s.waiters.Wake(key) }
-
+// info describes key's lock e and queue. s.mu must be held.
 func (s *Store) info(key string, e *entry, now time.Time) leasehold.LockInfo {
-	return leasehold.LockInfo{
-		Key: key, Token: e.token, Fence: e.fence, Remaining: e.expires.Sub(now),
+	info := leasehold.LockInfo{
+		Key: key, Token: e.token, Holder: e.holder, Fence: e.fence, Remaining: e.expires.Sub(now),
 		Facts: map[string]string{"store": "memory", "acquired": e.acquired.UTC().Format(time.RFC3339Nano)},
 	}
+	if q := s.queue(key, now); len(q) > 0 {
+		info.Waiting, info.NextHolder = len(q), q[0].holder
+	}
+	return info
 }
 
-// Inspect implements leasehold.Store.
+// Inspect implements leasehold.Inspector.
 func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	f, err := s.before(ctx, OpInspect, key)
 	if err != nil {
@@ -338,7 +459,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, er
 	return s.info(key, e, now), after(f, nil)
 }
 
-// List implements leasehold.Store.
+// List implements leasehold.Inspector. The memory store holds no entry it
+// cannot decode, so it never reports ErrBadEntry.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
 	f, err := s.before(ctx, OpList, prefix)
 	if err != nil {
@@ -358,8 +480,21 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	return out, after(f, nil)
 }
 
-// WaitRelease implements leasehold.Notifier. Expiry sends no notification.
-func (s *Store) WaitRelease(_ context.Context, key, _ string) (<-chan struct{}, func(), error) {
-	ch, stop := s.waiters.Add(key)
+// WaitRelease implements leasehold.Notifier. The channel receives a value
+// when token becomes the head of key's queue while key is free (a release,
+// a force release, or the head before it leaving), when key is released with
+// an empty queue (every subscriber of key wakes), and after Restart or an
+// outage ends (SetDown(false)), when every waiter re-checks. A lock that
+// expires sends nothing: the waiter wakes at the Remaining its Acquire
+// reported. Faults apply to it as OpWaitRelease.
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	f, err := s.before(ctx, OpWaitRelease, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.DropReply {
+		return nil, nil, ErrReplyLost
+	}
+	ch, stop := s.waiters.AddToken(key, token)
 	return ch, stop, nil
 }

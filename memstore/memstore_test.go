@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -17,5 +18,25 @@ func TestConformance(t *testing.T) {
 		New:   func(t *testing.T) leasehold.Store { return memstore.New() },
 		Break: func(t *testing.T, s leasehold.Store) { s.(*memstore.Store).SetDown(true) },
 		Heal:  func(t *testing.T, s leasehold.Store) { s.(*memstore.Store).SetDown(false) },
+		// Replicas of an in-process store share it, as goroutines of one
+		// process do.
+		Replica: func(t *testing.T, s leasehold.Store) leasehold.Store { return s },
+		Freeze: func(t *testing.T, s leasehold.Store) func() {
+			return hang(s.(*memstore.Store), func(memstore.Op) bool { return true })
+		},
+		HangNotify: func(t *testing.T, s leasehold.Store) func() {
+			return hang(s.(*memstore.Store), func(op memstore.Op) bool { return op == memstore.OpWaitRelease })
+		},
 	})
+}
+
+// hang stalls the operations that match until their context ends.
+func hang(s *memstore.Store, match func(memstore.Op) bool) (undo func()) {
+	s.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+		if match(op) {
+			return memstore.Fault{Delay: time.Hour}
+		}
+		return memstore.Fault{}
+	})
+	return func() { s.SetFaults(nil) }
 }

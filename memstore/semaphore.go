@@ -36,12 +36,6 @@ type permit struct {
 	expires  time.Time
 }
 
-type waiter struct {
-	token    string
-	holder   string
-	deadline time.Time
-}
-
 // sem returns key's semaphore after pruning expired holders and waiters,
 // creating it when create is set (nil otherwise when there is none).
 // s.mu must be held.

@@ -39,6 +39,25 @@ type Harness struct {
 	// Slack is added to every timing bound, for slow stores or machines.
 	// Default 0; the bounds are already generous.
 	Slack time.Duration
+
+	// Replica returns another client of the data behind s: a separate store
+	// instance with its own connections, as another process would have. The
+	// queue subtests run every replica (holder, waiters) on its own. Nil
+	// means New(t), which suits stores whose New connects to one shared
+	// server; an in-process store returns s.
+	Replica func(t *testing.T, s leasehold.Store) leasehold.Store
+
+	// Freeze makes the server behind s stop answering without closing
+	// connections (SIGSTOP, a black-holing proxy): every call hangs until its
+	// context ends. thaw undoes it. Optional: without it the subtests that
+	// need a hung server are skipped.
+	Freeze func(t *testing.T, s leasehold.Store) (thaw func())
+
+	// HangNotify makes only the notification path of s hang (a new
+	// subscription is never confirmed) while its other calls work; restore
+	// undoes it. Optional: without it the notification-deadline subtest uses
+	// Freeze.
+	HangNotify func(t *testing.T, s leasehold.Store) (restore func())
 }
 
 // Run runs the conformance suite as subtests of t. The subtests run one after
@@ -59,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RenewBatch", r.renewBatch)
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
+	t.Run("Queue", r.queue)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 
@@ -273,8 +293,8 @@ func (r *runner) tokenChecked(t *testing.T) {
 		t.Fatalf("after Renew(1m): expected remaining > 30s, got %v, %v", info.Remaining, err)
 	}
 	mustRelease(t, s, key, "owner")
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("second Release: expected ErrNotOwned, got %v", err)
+	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("second Release (the key is gone): expected ErrNotHeld, got %v", err)
 	}
 	if err := s.Renew(ctx, key, "owner", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Renew after Release: expected ErrNotOwned, got %v", err)
@@ -471,8 +491,8 @@ func (r *runner) forceRelease(t *testing.T) {
 	if _, err := fr.ForceRelease(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("second ForceRelease: expected ErrNotHeld, got %v", err)
 	}
-	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("Release after ForceRelease: expected ErrNotOwned, got %v", err)
+	if err := s.Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Release after ForceRelease (the key is gone): expected ErrNotHeld, got %v", err)
 	}
 	if f2 := mustAcquire(t, s, key, "next", time.Minute); f2 <= f {
 		t.Fatalf("after ForceRelease: expected fence > %d, got %d", f, f2)

@@ -1,7 +1,8 @@
 // Package waiters is the keyed fan-out behind the stores' release
-// notifications: waiters register per key, and a release (or a lost
-// notification stream) wakes them. It is safe for concurrent use; the zero
-// Set is ready.
+// notifications: waiters register per key (and, where the store can address
+// one waiter, per token), and a release, a queue change or a lost
+// notification stream wakes them. It is safe for concurrent use; the zero Set
+// is ready.
 package waiters
 
 import "sync"
@@ -9,24 +10,31 @@ import "sync"
 // Set holds the waiters of every key.
 type Set struct {
 	mu sync.Mutex
-	m  map[string]map[chan struct{}]struct{}
+	m  map[string]map[chan struct{}]string // key -> channel -> token ("" for Add)
 }
 
-// Add registers a waiter for key. The channel receives a value (it is never
-// closed) on every Wake of key while registered; stop unregisters it and is
-// safe to call more than once.
+// Add registers a waiter for key with no token: it is woken by Wake(key) and
+// WakeAll, never by WakeToken. See AddToken.
 func (s *Set) Add(key string) (ch <-chan struct{}, stop func()) {
+	return s.AddToken(key, "")
+}
+
+// AddToken registers token's waiter for key. The channel receives a value
+// (it is never closed) on every Wake of key, every WakeToken of key and
+// token, and every WakeAll while registered; stop unregisters it and is safe
+// to call more than once.
+func (s *Set) AddToken(key, token string) (ch <-chan struct{}, stop func()) {
 	c := make(chan struct{}, 1)
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = make(map[string]map[chan struct{}]struct{})
+		s.m = make(map[string]map[chan struct{}]string)
 	}
 	byKey := s.m[key]
 	if byKey == nil {
-		byKey = make(map[chan struct{}]struct{})
+		byKey = make(map[chan struct{}]string)
 		s.m[key] = byKey
 	}
-	byKey[c] = struct{}{}
+	byKey[c] = token
 	s.mu.Unlock()
 	var once sync.Once
 	return c, func() {
@@ -41,14 +49,29 @@ func (s *Set) Add(key string) (ch <-chan struct{}, stop func()) {
 	}
 }
 
-// Wake tells key's waiters that it was released, without blocking: a waiter
-// that has not consumed its previous wake-up gets only one.
+// Wake wakes every waiter of key, without blocking: a waiter that has not
+// consumed its previous wake-up gets only one.
 func (s *Set) Wake(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.m[key] {
 		poke(c)
 	}
+}
+
+// WakeToken wakes the waiters that registered key with token (and no
+// other), without blocking. It reports whether any was registered.
+func (s *Set) WakeToken(key, token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found := false
+	for c, tok := range s.m[key] {
+		if tok == token {
+			poke(c)
+			found = true
+		}
+	}
+	return found
 }
 
 // WakeAll wakes every waiter of every key, e.g. after notifications may have
@@ -61,6 +84,13 @@ func (s *Set) WakeAll() {
 			poke(c)
 		}
 	}
+}
+
+// Has reports whether key has a registered waiter.
+func (s *Set) Has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m[key]) > 0
 }
 
 // Len returns the number of registered waiters.

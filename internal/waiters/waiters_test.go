@@ -68,3 +68,34 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("expected every waiter gone, got %d", n)
 	}
 }
+
+func TestWakeTokenReachesOnlyThatToken(t *testing.T) {
+	var s Set
+	w1, stop1 := s.AddToken("k", "t1")
+	defer stop1()
+	w2, stop2 := s.AddToken("k", "t2")
+	defer stop2()
+	other, stopO := s.AddToken("o", "t1")
+	defer stopO()
+	anon, stopA := s.Add("k")
+	defer stopA()
+	if !s.WakeToken("k", "t1") {
+		t.Fatal("WakeToken(k, t1): expected a registered waiter")
+	}
+	if !received(w1) {
+		t.Fatal("expected t1's waiter of k to wake")
+	}
+	if received(w2) || received(other) || received(anon) {
+		t.Fatal("expected WakeToken(k, t1) to wake t1's waiter of k only")
+	}
+	if s.WakeToken("k", "nobody") {
+		t.Fatal("WakeToken of an unregistered token: expected false")
+	}
+	if !s.Has("k") || s.Has("none") {
+		t.Fatal("Has: expected k registered and none not")
+	}
+	s.Wake("k")
+	if !received(w1) || !received(w2) || !received(anon) || received(other) {
+		t.Fatal("expected Wake(k) to wake every waiter of k and no other key's")
+	}
+}

@@ -1,0 +1,102 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+func waiting(key, token string, queueTTL time.Duration) leasehold.AcquireRequest {
+	return leasehold.AcquireRequest{Key: key, Token: token, TTL: time.Minute, Holder: "p-" + token, QueueTTL: queueTTL}
+}
+
+// A waiter's place lasts exactly its queue TTL after its last acquire.
+func TestQueueEntryLastsItsQueueTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New()
+		ctx := t.Context()
+		if _, err := s.Acquire(ctx, waiting("k", "h", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("refresh: expected ErrNotAcquired, got %v", err)
+		}
+		if err := s.Release(ctx, "k", "h"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second - time.Nanosecond) // the refresh moved the deadline to 1.5 s
+		g, err := s.Acquire(ctx, waiting("k", "live", time.Minute))
+		if !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 1 {
+			t.Fatalf("before the dead waiter's deadline: expected ErrNotAcquired with 1 ahead, got %+v, %v", g, err)
+		}
+		time.Sleep(time.Nanosecond)
+		if _, err := s.Acquire(ctx, waiting("k", "live", time.Minute)); err != nil {
+			t.Fatalf("at the dead waiter's deadline: expected the grant, got %v", err)
+		}
+		info, err := s.Inspect(ctx, "k")
+		if err != nil || info.Holder != "p-live" || info.Waiting != 0 {
+			t.Fatalf("expected holder p-live and an empty queue, got %+v, %v", info, err)
+		}
+	})
+}
+
+// Restart loses the queue and wakes every waiter; so does the end of an
+// outage (a reconnected notification path).
+func TestRestartAndRecoveryWakeEveryWaiter(t *testing.T) {
+	s := memstore.New()
+	ctx := t.Context()
+	a, stopA, _ := s.WaitRelease(ctx, "a", "t1")
+	defer stopA()
+	b, stopB, _ := s.WaitRelease(ctx, "b", "t2")
+	defer stopB()
+	for _, tc := range []struct {
+		name string
+		do   func()
+	}{
+		{"Restart", s.Restart},
+		{"SetDown(false)", func() { s.SetDown(true); s.SetDown(false) }},
+	} {
+		tc.do()
+		for _, ch := range []<-chan struct{}{a, b} {
+			select {
+			case <-ch:
+			default:
+				t.Fatalf("%s: expected every waiter woken", tc.name)
+			}
+		}
+	}
+}
+
+// A stalled subscription ends with its context; a dropped acquire reply
+// is a store failure, not contention, even where the store refused.
+func TestWaitReleaseAndAcquireFaults(t *testing.T) {
+	s := memstore.New()
+	s.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+		switch op {
+		case memstore.OpWaitRelease:
+			return memstore.Fault{Delay: time.Hour}
+		case memstore.OpAcquire:
+			return memstore.Fault{DropReply: true}
+		}
+		return memstore.Fault{}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := s.WaitRelease(ctx, "k", "t"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stalled WaitRelease: expected DeadlineExceeded, got %v", err)
+	}
+	for _, tok := range []string{"t", "u"} { // a grant, then a refusal: both replies are lost
+		if _, err := s.Acquire(t.Context(), waiting("k", tok, time.Minute)); !errors.Is(err, memstore.ErrReplyLost) {
+			t.Fatalf("acquire by %s with a dropped reply: expected ErrReplyLost, got %v", tok, err)
+		}
+	}
+}

@@ -1,0 +1,399 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// queueTTL is the waiter TTL of waiters that stay alive through a subtest.
+const queueTTL = 30 * time.Second
+
+// queue runs the waiter-queue subtests of leasehold.Store's contract, each
+// with separate store instances (Harness.Replica) as separate processes.
+func (r *runner) queue(t *testing.T) {
+	t.Run("FIFOAcrossReplicas", r.queueFIFO)
+	t.Run("DeadWaiterLeaves", r.queueDeadWaiter)
+	t.Run("TryAcquireNeverQueues", r.queueTry)
+	t.Run("HolderRecorded", r.queueHolder)
+	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)
+	t.Run("ReleaseWakesOnlyTheHead", r.queueWakesHead)
+	t.Run("NotificationDeadlineHolds", r.queueNotifyDeadline)
+	t.Run("HungStoreIsNotContention", r.queueHungStore)
+}
+
+// replicas returns n separate store instances over the same data.
+func (r *runner) replicas(t *testing.T, n int) []fullStore {
+	t.Helper()
+	first := r.store(t)
+	out := []fullStore{first}
+	for len(out) < n {
+		var s leasehold.Store
+		if r.h.Replica != nil {
+			s = r.h.Replica(t, first)
+		} else {
+			s = r.h.New(t)
+		}
+		fs, ok := s.(fullStore)
+		if !ok {
+			t.Fatalf("storetest: replica %T does not implement leasehold.Inspector", s)
+		}
+		out = append(out, fs)
+	}
+	return out
+}
+
+func waitReq(key, token string) leasehold.AcquireRequest {
+	return leasehold.AcquireRequest{Key: key, Token: token, TTL: time.Minute, Holder: "holder-" + token, QueueTTL: queueTTL}
+}
+
+// mustQueue makes a waiting acquire that must be refused with ahead waiters
+// ahead of the token.
+func mustQueue(t *testing.T, s leasehold.Store, req leasehold.AcquireRequest, ahead int) leasehold.Grant {
+	t.Helper()
+	g, err := s.Acquire(ctxFor(t, 5*time.Second), req)
+	if !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("Acquire(%q, %q, QueueTTL %v): expected ErrNotAcquired with %d ahead, got %v", req.Key, req.Token, req.QueueTTL, ahead, err)
+	}
+	if g.Ahead != ahead {
+		t.Fatalf("Acquire(%q, %q, QueueTTL %v): expected Grant.Ahead %d, got %d (queue order broken)", req.Key, req.Token, req.QueueTTL, ahead, g.Ahead)
+	}
+	return g
+}
+
+func (r *runner) queueFIFO(t *testing.T) {
+	const n = 5
+	rs := r.replicas(t, n+1)
+	key := r.key(t, "k")
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	for i := 1; i <= n; i++ { // waiters join in order w1..w5, each on its own replica
+		g := mustQueue(t, rs[i], waitReq(key, fmt.Sprintf("w%d", i)), i-1)
+		if g.Remaining <= 0 {
+			t.Fatalf("waiter w%d on a held key: expected Grant.Remaining > 0, got %v", i, g.Remaining)
+		}
+	}
+	for i := 1; i <= n; i++ { // a refresh keeps each waiter's place
+		mustQueue(t, rs[i], waitReq(key, fmt.Sprintf("w%d", i)), i-1)
+	}
+	info, err := rs[0].Inspect(ctxFor(t, 5*time.Second), key)
+	if err != nil || info.Waiting != n || info.NextHolder != "holder-w1" {
+		t.Fatalf("Inspect with %d waiters: expected Waiting %d and NextHolder holder-w1, got %+v, %v", n, n, info, err)
+	}
+	holder := "h"
+	for i := 1; i <= n; i++ {
+		mustRelease(t, rs[0], key, holder)
+		// Everyone behind the head is refused, latest first, although the key is free.
+		for j := n; j > i; j-- {
+			g := mustQueue(t, rs[j], waitReq(key, fmt.Sprintf("w%d", j)), j-i)
+			if g.Remaining != 0 {
+				t.Fatalf("waiter w%d on a free key with waiters ahead: expected Grant.Remaining 0, got %v", j, g.Remaining)
+			}
+		}
+		holder = fmt.Sprintf("w%d", i)
+		if _, err := rs[i].Acquire(ctxFor(t, 5*time.Second), waitReq(key, holder)); err != nil {
+			t.Fatalf("head waiter %s after the release of the key: expected the grant, got %v", holder, err)
+		}
+	}
+	mustRelease(t, rs[0], key, holder)
+	if _, err := rs[0].Inspect(ctxFor(t, 5*time.Second), key); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("after every waiter held and released the key: expected ErrNotHeld, got %v", err)
+	}
+}
+
+func (r *runner) queueDeadWaiter(t *testing.T) {
+	rs := r.replicas(t, 3)
+	key := r.key(t, "k")
+	const deadTTL = time.Second // one second: the coarsest waiter TTL a store may round to
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	dead := waitReq(key, "dead")
+	dead.QueueTTL = deadTTL
+	mustQueue(t, rs[1], dead, 0)
+	joined := time.Now()
+	mustQueue(t, rs[2], waitReq(key, "live"), 1)
+	mustRelease(t, rs[0], key, "h")
+	bound := deadTTL + 2*time.Second + r.h.Slack
+	for {
+		_, err := rs[2].Acquire(ctxFor(t, 5*time.Second), waitReq(key, "live"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("live waiter behind a dead one: expected success or ErrNotAcquired, got %v", err)
+		}
+		if time.Since(joined) > bound {
+			t.Fatalf("a dead waiter (queue TTL %v, stopped refreshing) still blocks the free key after %v", deadTTL, bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if el := time.Since(joined); el < deadTTL/2 {
+		t.Fatalf("the live waiter overtook a waiter whose queue TTL (%v) had not run out: granted %v after it joined", deadTTL, el)
+	}
+	mustRelease(t, rs[2], key, "live")
+}
+
+func (r *runner) queueTry(t *testing.T) {
+	rs := r.replicas(t, 3)
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 10*time.Second)
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	mustQueue(t, rs[1], waitReq(key, "w"), 0)
+	try := leasehold.AcquireRequest{Key: key, Token: "try", TTL: time.Minute}
+	mustQueue(t, rs[2], try, 1) // Ahead is the whole queue for a token that did not queue
+	if info, err := rs[0].Inspect(ctx, key); err != nil || info.Waiting != 1 {
+		t.Fatalf("after a TryAcquire (QueueTTL 0) on a held key: expected 1 waiter (it must not queue), got %+v, %v", info, err)
+	}
+	mustRelease(t, rs[0], key, "h")
+	g := mustQueue(t, rs[2], try, 1) // the key is free, but a live waiter is ahead
+	if g.Remaining != 0 {
+		t.Fatalf("TryAcquire of a free key with a waiter: expected Grant.Remaining 0, got %v", g.Remaining)
+	}
+	if _, err := rs[1].Acquire(ctx, waitReq(key, "w")); err != nil {
+		t.Fatalf("the waiter after the release (a TryAcquire tried in between): expected the grant, got %v", err)
+	}
+	mustRelease(t, rs[1], key, "w")
+	if _, err := rs[2].Acquire(ctx, try); err != nil {
+		t.Fatalf("TryAcquire of a free key with an empty queue: expected the grant, got %v", err)
+	}
+	mustRelease(t, rs[2], key, "try")
+}
+
+func (r *runner) queueHolder(t *testing.T) {
+	rs := r.replicas(t, 2)
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 10*time.Second)
+	req := leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute, Holder: "host-a/41"}
+	if _, err := rs[0].Acquire(ctx, req); err != nil {
+		t.Fatalf("Acquire with a holder: %v", err)
+	}
+	g := mustQueue(t, rs[1], leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, Holder: "host-b/42", QueueTTL: queueTTL}, 0)
+	if g.Holder != "host-a/41" {
+		t.Fatalf("contended Acquire: expected Grant.Holder host-a/41, got %q", g.Holder)
+	}
+	for i, s := range rs {
+		info, err := s.Inspect(ctx, key)
+		if err != nil || info.Holder != "host-a/41" || info.Waiting != 1 || info.NextHolder != "host-b/42" {
+			t.Fatalf("replica %d Inspect: expected Holder host-a/41, Waiting 1, NextHolder host-b/42, got %+v, %v", i, info, err)
+		}
+		ls, err := s.List(ctx, key)
+		if err != nil || len(ls) != 1 || ls[0].Holder != "host-a/41" {
+			t.Fatalf("replica %d List: expected one lock with Holder host-a/41, got %+v, %v", i, ls, err)
+		}
+	}
+}
+
+func (r *runner) queueReleaseOutcomes(t *testing.T) {
+	rs := r.replicas(t, 2)
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 10*time.Second)
+	if err := rs[0].Release(ctx, key, "never"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Release of a key nobody holds: expected ErrNotHeld, got %v", err)
+	}
+	f := mustAcquire(t, rs[0], key, "owner", time.Minute)
+	if err := rs[1].Release(ctx, key, "other"); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Release of another token's key: expected ErrNotOwned, got %v", err)
+	}
+	if info, err := rs[1].Inspect(ctx, key); err != nil || info.Token != "owner" || info.Fence != f {
+		t.Fatalf("after a Release with a wrong token: expected the owner's lock untouched, got %+v, %v", info, err)
+	}
+	mustRelease(t, rs[0], key, "owner")
+	// A retry of the same release (its first reply lost) finds the key gone.
+	if err := rs[1].Release(ctx, key, "owner"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("retried Release of a released key: expected ErrNotHeld, never ErrNotOwned; got %v", err)
+	}
+}
+
+// counted is a waiter's subscription with a count of its wake-ups.
+type counted struct {
+	name  string
+	wakes atomic.Int64
+	got   chan struct{} // one value per wake-up
+}
+
+func (r *runner) subscribe(t *testing.T, n leasehold.Notifier, key, token string) *counted {
+	t.Helper()
+	ch, stop, err := n.WaitRelease(ctxFor(t, 5*time.Second), key, token)
+	if err != nil {
+		t.Fatalf("WaitRelease(%q, %q): %v", key, token, err)
+	}
+	c := &counted{name: token, got: make(chan struct{}, 100)}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ch:
+				c.wakes.Add(1)
+				c.got <- struct{}{}
+			case <-done:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		stop()
+	})
+	return c
+}
+
+func (r *runner) expectWake(t *testing.T, c *counted, after string) {
+	t.Helper()
+	select {
+	case <-c.got:
+	case <-time.After(5*time.Second + r.h.Slack):
+		t.Fatalf("%s: the head waiter %s was not woken within 5s", after, c.name)
+	}
+}
+
+func expectAsleep(t *testing.T, after string, cs ...*counted) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond) // a wrong wake-up arrives about as fast as the right one
+	for _, c := range cs {
+		if n := c.wakes.Load(); n != 0 {
+			t.Fatalf("%s: waiter %s, not the head, was woken %d times (a release must wake only the head)", after, c.name, n)
+		}
+	}
+}
+
+func (r *runner) queueWakesHead(t *testing.T) {
+	rs := r.replicas(t, 4)
+	ns := make([]leasehold.Notifier, len(rs))
+	for i, s := range rs {
+		n, ok := s.(leasehold.Notifier)
+		if !ok {
+			t.Skip("store does not implement leasehold.Notifier")
+		}
+		ns[i] = n
+	}
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 20*time.Second)
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	var ws []*counted
+	for i := 1; i <= 3; i++ {
+		tok := fmt.Sprintf("w%d", i)
+		ws = append(ws, r.subscribe(t, ns[i], key, tok)) // subscribe first, then queue
+		mustQueue(t, rs[i], waitReq(key, tok), i-1)
+	}
+	mustRelease(t, rs[0], key, "h")
+	r.expectWake(t, ws[0], "release by the holder")
+	expectAsleep(t, "release by the holder", ws[1], ws[2])
+
+	// The head leaves without taking the free key: the next one is woken.
+	if err := rs[1].Release(ctx, key, "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("head waiter leaving a free key: expected ErrNotHeld, got %v", err)
+	}
+	r.expectWake(t, ws[1], "the head left the queue of a free key")
+	expectAsleep(t, "the head left the queue of a free key", ws[2])
+
+	if _, err := rs[2].Acquire(ctx, waitReq(key, "w2")); err != nil {
+		t.Fatalf("the new head w2: expected the grant, got %v", err)
+	}
+	mustRelease(t, rs[2], key, "w2")
+	r.expectWake(t, ws[2], "release by w2")
+	if n := ws[0].wakes.Load(); n != 1 {
+		t.Fatalf("waiter w1 (gone from the queue) was woken %d times, expected once", n)
+	}
+	if _, err := rs[3].Acquire(ctx, waitReq(key, "w3")); err != nil {
+		t.Fatalf("the last waiter w3: expected the grant, got %v", err)
+	}
+	mustRelease(t, rs[3], key, "w3")
+}
+
+// queueNotifyDeadline checks that a waiter's own deadline bounds its
+// subscription and its acquire when the notification path hangs.
+func (r *runner) queueNotifyDeadline(t *testing.T) {
+	hang := r.h.HangNotify
+	if hang == nil {
+		hang = r.h.Freeze
+	}
+	if hang == nil {
+		t.Skip("Harness.HangNotify and Harness.Freeze are nil")
+	}
+	rs := r.replicas(t, 2)
+	n, ok := rs[1].(leasehold.Notifier)
+	if !ok {
+		t.Skip("store does not implement leasehold.Notifier")
+	}
+	key := r.key(t, "k")
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	restore := hang(t, rs[1])
+	defer restore()
+	const deadline = 300 * time.Millisecond
+	bound := deadline + time.Second + r.h.Slack
+	for i := range 3 { // every waiter has its own deadline, not the first one's
+		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		start := time.Now()
+		_, stop, err := n.WaitRelease(ctx, key, fmt.Sprintf("w%d", i))
+		el := time.Since(start)
+		cancel()
+		if err == nil {
+			stop()
+		}
+		if el > bound {
+			t.Fatalf("WaitRelease %d with a %v deadline on a hung notification path returned after %v (bound %v)", i, deadline, el, bound)
+		}
+	}
+	// An acquire with its own short deadline is not held up by the hang either.
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	_, err := rs[1].Acquire(ctx, waitReq(key, "w"))
+	if el := time.Since(start); el > bound {
+		t.Fatalf("Acquire with a %v deadline while the notification path hangs returned after %v (bound %v): %v", deadline, el, bound, err)
+	}
+}
+
+// queueHungStore checks contention versus failure (#12 item 4): a store that
+// does not answer before the deadline is a store failure, never contention.
+func (r *runner) queueHungStore(t *testing.T) {
+	if r.h.Freeze == nil {
+		t.Skip("Harness.Freeze is nil")
+	}
+	s := r.store(t)
+	key := r.key(t, "k")
+	mustAcquire(t, s, key, "h", time.Minute)
+	thaw := r.h.Freeze(t, s)
+	defer thaw()
+	const deadline = 300 * time.Millisecond
+	bound := deadline + 2*time.Second + r.h.Slack
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Acquire (held key)", func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "x", TTL: time.Minute})
+			return err
+		}},
+		{"Acquire (held key, waiting)", func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, waitReq(key, "y"))
+			return err
+		}},
+		{"Acquire (free key)", func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: r.key(t, "free"), Token: "x", TTL: time.Minute})
+			return err
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		start := time.Now()
+		err := tc.call(ctx)
+		el := time.Since(start)
+		cancel()
+		switch {
+		case err == nil:
+			t.Errorf("%s on a frozen store: expected a store error, got success", tc.name)
+		case errors.Is(err, leasehold.ErrNotAcquired):
+			t.Errorf("%s on a frozen store with a %v deadline: expected a store error, got contention: %v", tc.name, deadline, err)
+		case el > bound:
+			t.Errorf("%s on a frozen store with a %v deadline returned after %v (bound %v)", tc.name, deadline, el, bound)
+		}
+	}
+}
