@@ -13,7 +13,24 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-var _ leasehold.Semaphorer = (*Store)(nil)
+var (
+	_ leasehold.Semaphorer     = (*Store)(nil)
+	_ leasehold.PermitNotifier = (*Store)(nil)
+)
+
+// permitWakeKey is the NOTIFY payload of a permit release: "\x01permit:KEY"
+// (no lock key has a control character, so it never wakes a lock's waiter).
+func permitWakeKey(key string) string { return "\x01permit:" + key }
+
+// WaitPermit implements leasehold.PermitNotifier over the store's LISTEN
+// connection (see WaitRelease): every waiter of key wakes on every permit
+// release and when a waiter leaves. Expiry sends no notification.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	return s.WaitRelease(ctx, permitWakeKey(key), token)
+}
 
 // semNames are the quoted, schema-qualified names of the semaphore objects
 // beside a lock table T: T_permits (one row per live permit), T_permit_queue
@@ -142,7 +159,7 @@ BEGIN
 		AND NOT EXISTS (SELECT 1 FROM $P p WHERE p.key = p_key)
 		AND NOT EXISTS (SELECT 1 FROM $Q q WHERE q.key = p_key AND q.deadline > ts);
 	IF held OR left_queue THEN
-		PERFORM pg_notify(p_channel, 'permit:' || p_key);
+		PERFORM pg_notify(p_channel, chr(1) || 'permit:' || p_key);
 	END IF;
 	RETURN held;
 END
@@ -219,7 +236,7 @@ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`, key, token, u
 }
 
 // ReleasePermit implements leasehold.Semaphorer: one call of the
-// T_release_permit function, which also NOTIFYs "permit:KEY" on Channel.
+// T_release_permit function, which also NOTIFYs on Channel (see WaitPermit).
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err

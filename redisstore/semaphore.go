@@ -33,7 +33,10 @@ var (
 	semPermitsScript = redis.NewScript(semLibSrc + semPermitsSrc)
 )
 
-var _ leasehold.Semaphorer = (*Store)(nil)
+var (
+	_ leasehold.Semaphorer     = (*Store)(nil)
+	_ leasehold.PermitNotifier = (*Store)(nil)
+)
 
 // SemaphoreKeys returns the Redis keys of key's semaphore, all in key's hash
 // slot: holders (ZSET token -> expiry in ms of server time), info (HASH token
@@ -45,9 +48,22 @@ func (s *Store) SemaphoreKeys(key string) []string {
 	return []string{p + "holders", p + "info", p + "meta", p + "queue", p + "waiters"}
 }
 
-// PermitChannel returns the pub/sub channel on which permit releases publish
-// the key.
-func (s *Store) PermitChannel() string { return s.prefix + "permits" }
+// PermitChannel returns the pub/sub channel on which permit releases publish:
+// the store's release channel (Channel), with the payload "\x00permit:KEY"
+// (no lock key has a control character, so it never wakes a lock's waiter).
+func (s *Store) PermitChannel() string { return s.channel }
+
+func permitWakeKey(key string) string { return "\x00permit:" + key }
+
+// WaitPermit implements leasehold.PermitNotifier over the store's one
+// subscription (see WaitRelease): every waiter of key wakes on every permit
+// release and when a waiter leaves. Expiry sends no notification.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	return s.WaitRelease(ctx, permitWakeKey(key), token)
+}
 
 // AcquirePermit implements leasehold.Semaphorer: one EVALSHA prunes expired
 // holders and waiters, applies the queue rule and mints the fence,
@@ -112,12 +128,12 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 }
 
 // ReleasePermit implements leasehold.Semaphorer: it frees the permit, leaves
-// the queue and PUBLISHes key on PermitChannel, in one script.
+// the queue and PUBLISHes on PermitChannel, in one script.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := semReleaseScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, s.PermitChannel(), key).Int64()
+	n, err := semReleaseScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, s.PermitChannel(), permitWakeKey(key)).Int64()
 	switch {
 	case err != nil:
 		return storeErr("release permit", key, err)

@@ -1,6 +1,6 @@
 -- release_permit: free a token's permit, take it out of the queue, wake
 -- the waiters.
--- ARGV[1] token, ARGV[2] notification channel, ARGV[3] the caller's key
+-- ARGV[1] token, ARGV[2] notification channel, ARGV[3] payload ("\0permit:" .. key)
 -- Returns 1 when the token held a live permit, 0 otherwise.
 local tok = ARGV[1]
 local now = clock()
