@@ -1,30 +1,36 @@
-# `make test` installs what the tests need (redis-server, PostgreSQL,
-# promtool) and runs the whole suite against real servers.
+# `make test` installs what the tests need (redis-server, PostgreSQL, etcd,
+# promtool) and runs the whole suite against real servers, in every module.
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
+# Every module of the repository (see README, "Modules"): the library at the
+# root, then the modules that carry heavier dependencies.
+MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics cmd/leasehold
 
-.PHONY: test deps gotest lint rules drill build
+.PHONY: test deps gotest lint modgraph rules drill build
 
-test: deps lint gotest rules
+test: deps lint modgraph gotest rules
 
 deps:
 	bash scripts/install-test-deps.sh
 
 gotest:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
-	$(GO) vet ./...
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$(GOBIN)/staticcheck ./...
+	@set -e; for m in $(MODULES); do echo "== vet, staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GOBIN)/staticcheck ./...); done
+
+# The library's module graph must stay small (issue 14).
+modgraph:
+	bash scripts/check-module-graph.sh
 
 rules:
 	@if [ -d deploy/prometheus ]; then promtool check rules deploy/prometheus/alerts.yml && promtool test rules deploy/prometheus/alerts_test.yml; fi
 
 build:
-	$(GO) build -o bin/leasehold ./cmd/leasehold
+	cd cmd/leasehold && $(GO) build -o ../../bin/leasehold .
 
 drill:
-	$(GO) run ./cmd/leasehold drill
+	cd cmd/leasehold && $(GO) run . drill

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
 // BenchmarkStoreAcquireRelease is the raw store cycle on one embedded member

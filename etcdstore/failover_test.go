@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
 // record is the shared critical-section log of every replica: it counts

@@ -3,7 +3,7 @@ package etcdstore_test
 import (
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
 // TestMain checks for leaked goroutines (goleak), allowing embedded etcd

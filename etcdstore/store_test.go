@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

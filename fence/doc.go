@@ -15,14 +15,20 @@
 // holder's own second write, and an equality check would accept any fence
 // that merely differs — including an older one.
 //
-// Three resources ship with the package, all behind the one-method Resource
-// interface so users can fence their own storage the same way:
+// Three resources ship with leasehold, all behind the one-method Resource
+// interface so users can fence their own storage the same way (Reporter and
+// CheckFence give a resource of your own the same errors and events):
 //
-//   - Register: an in-memory fenced register (tests, the drill, examples).
-//   - Table: a PostgreSQL table with a fence column, written with a
-//     conditional UPDATE or INSERT ... ON CONFLICT over pgx v5, inside the
+//   - Register (this package): an in-memory fenced register (tests, the
+//     drill, examples).
+//   - pgfence.Table (package fence/pgfence, its own module so that only
+//     PostgreSQL users build pgx): a PostgreSQL table with a fence column,
+//     written with a conditional UPDATE or INSERT ... ON CONFLICT, inside the
 //     caller's transaction if it wants (WithDB).
-//   - Redis: a hash {value, fence} written by a Lua script.
+//   - redisfence.Redis (package fence/redisfence): a hash {value, fence}
+//     written by a Lua script.
+//
+// This package itself imports neither pgx nor go-redis.
 //
 // Write(ctx, resource, lease, key, value) writes with a lease's fence and
 // refuses a degraded (fail-open) lease, which has no fence, rather than write

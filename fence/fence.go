@@ -89,35 +89,40 @@ func (e *StaleError) Error() string {
 // Unwrap returns ErrStaleFence.
 func (e *StaleError) Unwrap() error { return ErrStaleFence }
 
-// reporter names a resource in events and errors.
-type reporter struct {
-	name     string // Event.Locker
-	resource string // Event.Op
-	obs      leasehold.Observer
+// Reporter turns a rejected write into a *StaleError and an
+// EventStaleWrite for its Observer. The resources in this module
+// (Register, redisfence.Redis, pgfence.Table) use it; a Resource of your own
+// can too, so its rejections are reported the same way.
+type Reporter struct {
+	Name     string             // Event.Locker, the metrics label; default leasehold.DefaultName
+	Resource string             // Event.Op and StaleError.Resource; default "resource"
+	Observer leasehold.Observer // receives EventStaleWrite; may be nil
 }
 
-func newReporter(name, resource, defResource string, obs leasehold.Observer) reporter {
+// Stale reports a write to key with fence that was rejected because the
+// resource holds current, and returns the error to give the writer (a
+// *StaleError matching ErrStaleFence). Pass current 0 (or any value not
+// above fence) when a concurrent writer won and its fence is unknown.
+func (r Reporter) Stale(key string, fence, current uint64) error {
+	name, resource := r.Name, r.Resource
 	if name == "" {
 		name = leasehold.DefaultName
 	}
 	if resource == "" {
-		resource = defResource
+		resource = "resource"
 	}
-	return reporter{name: name, resource: resource, obs: obs}
-}
-
-// stale reports a rejected write and returns its error.
-func (r reporter) stale(key string, fence, current uint64) error {
-	if r.obs != nil {
-		r.obs.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: r.name, Key: key, Op: r.resource, Fence: fence})
+	if r.Observer != nil {
+		r.Observer.Observe(leasehold.Event{Kind: leasehold.EventStaleWrite, Locker: name, Key: key, Op: resource, Fence: fence})
 	}
 	if current <= fence {
 		current = 0 // a concurrent writer won; what it wrote is not known
 	}
-	return &StaleError{Resource: r.resource, Key: key, Fence: fence, Current: current}
+	return &StaleError{Resource: resource, Key: key, Fence: fence, Current: current}
 }
 
-func checkFence(fence uint64) error {
+// CheckFence returns an error matching ErrNoFence for fence 0, which no lock
+// store hands out, and nil otherwise. A Resource calls it before writing.
+func CheckFence(fence uint64) error {
 	if fence == 0 {
 		return fmt.Errorf("%w: fence 0 (a degraded lease, or a fence that was never set)", ErrNoFence)
 	}

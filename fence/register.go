@@ -15,7 +15,7 @@ import (
 // A Register is safe for concurrent use. Its zero value is an empty register
 // that reports to no observer; use NewRegister for options.
 type Register struct {
-	rep     reporter
+	rep     Reporter
 	onWrite func(Record)
 
 	mu       sync.Mutex
@@ -64,7 +64,7 @@ var _ Resource = (*Register)(nil)
 // NewRegister returns an empty register.
 func NewRegister(opts RegisterOptions) *Register {
 	return &Register{
-		rep:     newReporter(opts.Name, opts.Resource, "memory", opts.Observer),
+		rep:     Reporter{Name: opts.Name, Resource: orDefault(opts.Resource, "memory"), Observer: opts.Observer},
 		onWrite: opts.OnWrite,
 	}
 }
@@ -74,7 +74,7 @@ func NewRegister(opts RegisterOptions) *Register {
 // nothing. Fence 0 is refused with ErrNoFence. value is copied. Write returns
 // ctx's error, without writing, when ctx has already ended.
 func (r *Register) Write(ctx context.Context, key string, fence uint64, value []byte) error {
-	if err := checkFence(fence); err != nil {
+	if err := CheckFence(fence); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -100,10 +100,10 @@ func (r *Register) Write(ctx context.Context, key string, fence uint64, value []
 	r.mu.Unlock()
 	if !ok {
 		rep := r.rep
-		if rep.resource == "" { // zero Register
-			rep = newReporter("", "", "memory", nil)
+		if rep.Resource == "" { // zero Register
+			rep.Resource = "memory"
 		}
-		return rep.stale(key, fence, prev)
+		return rep.Stale(key, fence, prev)
 	}
 	return nil
 }
@@ -129,4 +129,11 @@ func clone(b []byte) []byte {
 		return nil
 	}
 	return append(make([]byte, 0, len(b)), b...)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

@@ -3,33 +3,34 @@ package fence_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/internal/resourcetest"
 )
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newRegisterSubject(t *testing.T) subject {
-	obs := &counter{}
+func newRegisterSubject(t *testing.T) resourcetest.Subject {
+	obs := &resourcetest.Counter{}
 	r := fence.NewRegister(fence.RegisterOptions{Name: "approval", Observer: obs})
-	return subject{
-		res: r,
-		read: func(_ context.Context, key string) ([]byte, uint64, error) {
+	return resourcetest.Subject{
+		Res: r,
+		Read: func(_ context.Context, key string) ([]byte, uint64, error) {
 			v, f, ok := r.Read(key)
 			if !ok {
 				return nil, 0, fence.ErrNotFound
 			}
 			return v, f, nil
 		},
-		obs:      obs,
-		resource: "memory",
+		Obs:      obs,
+		Resource: "memory",
 	}
 }
 
-func TestRegister(t *testing.T) { runConformance(t, newRegisterSubject) }
+func TestRegister(t *testing.T) { resourcetest.Run(t, newRegisterSubject) }
 
 func TestRegisterRecords(t *testing.T) {
 	var recs []fence.Record

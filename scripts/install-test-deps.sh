@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine: redis-server,
-# PostgreSQL (initdb, pg_ctl), promtool (Debian's prometheus package) and
-# staticcheck. Idempotent: it installs only what is missing. Needs root (or
+# PostgreSQL (initdb, pg_ctl), etcd (the drill's etcd mode and the cmd
+# module's tests start the etcd binary), promtool (Debian's prometheus
+# package) and staticcheck. Idempotent: it installs only what is missing. Needs root (or
 # sudo) for apt-get.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   need+=(postgresql)
 fi
@@ -25,4 +27,5 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO service redis-server stop >/dev/null 2>&1 || true
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service prometheus stop >/dev/null 2>&1 || true
+  $SUDO service etcd stop >/dev/null 2>&1 || true
 fi

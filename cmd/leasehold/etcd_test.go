@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
 )
 
 func etcdURL(c *testetcd.Cluster) string {

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/cli"
 )
 
 func main() {

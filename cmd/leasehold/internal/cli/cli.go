@@ -1,0 +1,303 @@
+// Package cli is the leasehold command line: run, inspect, ls, release,
+// calibrate and bench. cmd/leasehold only calls Main.
+//
+// Exit statuses are part of the interface (see ExitOK and the rest): 0 on
+// success, 2 for bad usage or input with a message saying what to fix, and
+// for run the child's own status, 75 when the lock was not acquired in time,
+// 69 when the store is unavailable under fail-closed and 79 when the lease
+// ended while the command ran.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+)
+
+// Exit statuses.
+const (
+	ExitOK = 0
+	// ExitFailure: the operation did not succeed (a lock not held, not owned,
+	// an SLO that cannot be met).
+	ExitFailure = 1
+	// ExitUsage: bad usage or input; the message says what to fix.
+	ExitUsage = 2
+	// ExitUnavailable (EX_UNAVAILABLE): the store could not be reached
+	// (fail-closed: the command did not run).
+	ExitUnavailable = 69
+	// ExitNotAcquired (EX_TEMPFAIL): another owner held the lock for the
+	// whole --wait.
+	ExitNotAcquired = 75
+	// ExitLeaseLost: the lease was lost, abandoned or expired while the
+	// command ran; the command was stopped.
+	ExitLeaseLost = 79
+	// ExitCannotExec and ExitNotFound follow the shell: the command could not
+	// be executed or found.
+	ExitCannotExec = 126
+	ExitNotFound   = 127
+)
+
+// EnvStore is the environment variable that stands in for --store.
+const EnvStore = "LEASEHOLD_STORE"
+
+// ExitError carries an exit status out of a command. Err, when not nil, is
+// printed to stderr as "leasehold: <err>".
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+// Error implements error.
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Exit returns an *ExitError with code and a message formatted from format
+// and args (%w works).
+func Exit(code int, format string, args ...any) error {
+	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// usage returns a bad-usage error (exit 2).
+func usage(format string, args ...any) error { return Exit(ExitUsage, format, args...) }
+
+// App holds what every command shares: output streams, global flags and the
+// environment. The zero value is not usable; Main builds one.
+type App struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// StderrIsTerminal turns on live progress lines (bench).
+	StderrIsTerminal bool
+	// StdinIsTerminal keeps run's child in the foreground process group.
+	StdinIsTerminal bool
+
+	storeURL string
+	json     bool
+	verbose  bool
+}
+
+// Main runs the command line with args (without the program name) and
+// returns the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	app := &App{
+		Stdout: stdout, Stderr: stderr, Getenv: os.Getenv,
+		StderrIsTerminal: isTerminal(os.Stderr), StdinIsTerminal: isTerminal(os.Stdin),
+	}
+	// go-redis logs dial failures itself; the locker reports them anyway.
+	redis.SetLogger(redisLogger{app})
+	return app.Execute(context.Background(), app.Root(), args)
+}
+
+// isTerminal reports whether f is a terminal (not just any character device:
+// /dev/null is one too).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// Execute runs root with args and maps its error to an exit status, printing
+// the message. Extra commands (the drill) can be added to root first.
+func (a *App) Execute(ctx context.Context, root *cobra.Command, args []string) (code int) {
+	defer func() {
+		if r := recover(); r != nil { // a bug; still no stack trace for the user
+			fmt.Fprintf(a.Stderr, "leasehold: internal error: %v\n", r)
+			code = ExitFailure
+		}
+	}()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		// Errors from cobra itself: unknown command, flag or argument count.
+		ee = &ExitError{Code: ExitUsage, Err: err}
+	}
+	if ee.Err != nil {
+		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(ee.Err.Error(), "leasehold: "))
+		if ee.Code == ExitUsage && cmd != nil {
+			fmt.Fprintf(a.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+	}
+	return ee.Code
+}
+
+// Root returns the leasehold command with every subcommand.
+func (a *App) Root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "leasehold",
+		Short: "Distributed leases: run under a lock, inspect, release, calibrate and benchmark",
+		Long: `leasehold works with the locks of a leasehold store: it runs a command under a
+lease (like flock(1), but across machines), inspects and releases locks,
+computes TTLs from measured numbers and benchmarks a store.
+
+Every command that talks to a store takes --store URL (or ` + EnvStore + `):
+
+  memory                              the embedded, in-process store (bench only:
+                                      it cannot exclude other processes)
+  redis://[user:password@]host:port[/db][?prefix=P]
+  rediss://…                          Redis over TLS
+  redis://host:port?addr=host:port…   Redis Cluster (every addr= is one more node)
+  etcd://[user:password@]host:port[,host:port][?prefix=P]   etcd
+  postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]   PostgreSQL
+
+The prefix parameter sets the key prefix (Redis default "leasehold:", etcd
+"leasehold/"); other Redis query parameters are go-redis options
+(dial_timeout, read_timeout, max_retries, …).
+Passwords are never printed.
+
+Flags may stand before or after positional arguments; everything after --
+belongs to the child command of run.
+
+Exit statuses:
+  0   success
+  1   the operation failed (no such lock, lock not owned, SLO impossible)
+  2   bad usage or input; the message says what to fix
+  69  store unavailable (run under fail-closed: the command did not run)
+  75  run: not acquired within --wait
+  79  run: the lease was lost, abandoned or expired while the command ran
+  126/127  run: the command could not be executed / was not found
+  other    run: the command's own status (128+N when signal N ended it)`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Root().SetOut(a.Stdout)
+			return nil
+		},
+	}
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usage("%v", err)
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.storeURL, "store", "", "store URL (default $"+EnvStore+"); see 'leasehold help'")
+	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
+
+	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
+	return root
+}
+
+// storeFlagOrEnv returns --store, else $LEASEHOLD_STORE.
+func (a *App) storeFlagOrEnv() string {
+	if a.storeURL != "" {
+		return a.storeURL
+	}
+	return strings.TrimSpace(a.Getenv(EnvStore))
+}
+
+// openStore opens the store of --store or LEASEHOLD_STORE. shared refuses
+// the in-process memory store, for commands that coordinate processes.
+func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*storeurl.Opened, error) {
+	raw := a.storeFlagOrEnv()
+	if raw == "" {
+		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, storeurl.Supported)
+	}
+	o, err := storeurl.Open(ctx, raw)
+	switch {
+	case errors.Is(err, storeurl.ErrUnavailable):
+		return nil, &ExitError{Code: ExitUnavailable, Err: err}
+	case err != nil:
+		return nil, usage("--store: %v", err)
+	}
+	if shared && !o.Shared {
+		_ = o.Close()
+		return nil, usage("%s needs a store shared between processes, and the memory store lives inside one process: "+
+			"it would exclude nothing and see no other process's locks; use redis://, rediss://, etcd:// or postgres://", cmdName)
+	}
+	return o, nil
+}
+
+// storeFailure maps a store error of a command to its exit status.
+func storeFailure(o *storeurl.Opened, what string, err error) error {
+	err = o.Redact(err)
+	switch {
+	case errors.Is(err, leasehold.ErrInvalidKey):
+		return usage("%v", err)
+	case errors.Is(err, context.Canceled):
+		return Exit(ExitFailure, "%s: interrupted", what)
+	}
+	return Exit(ExitUnavailable, "%s: store %s unavailable: %v", what, o.Desc, err)
+}
+
+// logger returns the slog logger for lockers: warnings and errors on stderr,
+// informational records too with --verbose.
+func (a *App) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if a.verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usage("%s takes %s, got %d argument(s): %q", cmd.Name(), names, len(args), args)
+		}
+		return nil
+	}
+}
+
+func maxArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usage("%s takes at most %s, got %d arguments: %q", cmd.Name(), names, len(args), args)
+		}
+		return nil
+	}
+}
+
+// short is err's message without the library's "leasehold: " prefix, for
+// messages that already start with it.
+func short(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return strings.ReplaceAll(err.Error(), "leasehold: ", "")
+}
+
+// redisLogger shows go-redis's own log lines only with --verbose.
+type redisLogger struct{ a *App }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l.a.verbose {
+		fmt.Fprintln(l.a.Stderr, "redis:", strings.TrimRight(fmt.Sprintf(format, v...), "\n"))
+	}
+}
+
+// downStore stands in for a store that could not even be opened, so that a
+// Locker applies its store-failure policy to it like to any outage.
+type downStore struct{ err error }
+
+func (d downStore) Acquire(context.Context, leasehold.AcquireRequest) (leasehold.Grant, error) {
+	return leasehold.Grant{}, d.err
+}
+func (d downStore) Renew(context.Context, string, string, time.Duration) error { return d.err }
+func (d downStore) Release(context.Context, string, string) error              { return d.err }
+func (d downStore) Inspect(context.Context, string) (leasehold.LockInfo, error) {
+	return leasehold.LockInfo{}, d.err
+}
+func (d downStore) List(context.Context, string) ([]leasehold.LockInfo, error) { return nil, d.err }

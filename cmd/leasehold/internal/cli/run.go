@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+)
+
+type runOpts struct {
+	key          string
+	ttl          time.Duration
+	wait         time.Duration
+	renewEvery   time.Duration
+	renewTimeout time.Duration
+	maxFailures  int
+	maxHold      time.Duration
+	onStoreError string
+	grace        time.Duration
+	metricsAddr  string
+	name         string
+}
+
+// Environment variables run gives the child.
+const (
+	EnvKey      = "LEASEHOLD_KEY"
+	EnvToken    = "LEASEHOLD_TOKEN"
+	EnvFence    = "LEASEHOLD_FENCE"
+	EnvDegraded = "LEASEHOLD_DEGRADED"
+)
+
+func (a *App) runCmd() *cobra.Command {
+	var o runOpts
+	cmd := &cobra.Command{
+		Use:   "run --key KEY [flags] -- COMMAND [ARG...]",
+		Short: "Run a command under a lease, renewing it; stop the command if the lease is lost",
+		Long: `run acquires a lease on --key, starts COMMAND, keeps the lease renewed while
+COMMAND runs and releases it when COMMAND exits: flock(1) across machines.
+
+With --wait 0 (the default) run makes one attempt; otherwise it waits up to
+--wait for the holder to release or expire. The lease is renewed every
+--renew-every (default TTL/3); after --max-renew-failures consecutive failed
+renewals, or when the lease's own clock says the TTL ran out, or when the store
+says another owner has the key, the lease has ended: run logs why, sends
+SIGTERM to COMMAND, then SIGKILL after --grace, and exits 79. When stdin is not
+a terminal COMMAND runs in its own process group, and the signals reach the
+whole group.
+
+SIGINT, SIGTERM and SIGHUP sent to run are forwarded to COMMAND.
+
+The store must be shared between processes (redis://, rediss://, etcd://);
+the memory store is refused.
+
+COMMAND sees these environment variables:
+  LEASEHOLD_KEY       the key
+  LEASEHOLD_TOKEN     the owner token of this acquisition
+  LEASEHOLD_FENCE     the fence token: pass it to the storage you write to so
+                      writes of a stale holder are rejected (0 when degraded)
+  LEASEHOLD_DEGRADED  "1" when the store was unreachable and
+                      --on-store-error fail-open ran COMMAND without a lock:
+                      other replicas may run the same work
+
+Exit status:
+  COMMAND's own status (128+N when signal N ended it)
+  75   not acquired within --wait (another owner held the key)
+  69   the store was unavailable and --on-store-error is fail-closed:
+       COMMAND did not run
+  79   the lease was lost, abandoned or expired while COMMAND ran (COMMAND
+       was stopped), or at release the lock was no longer ours
+  126/127  COMMAND could not be executed / was not found
+  2    bad usage
+  128+N  run itself was interrupted by signal N while waiting`,
+		Example: `  leasehold run --store redis://127.0.0.1:6379 --key nightly-report --wait 1m -- ./report.sh
+  LEASEHOLD_STORE=redis://redis:6379 leasehold run --key job:42 --ttl 60s -- sh -c 'echo fence $LEASEHOLD_FENCE'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash > 0 {
+				return usage("arguments before --: %q; put the whole command after --, e.g. leasehold run --key K -- %s", args[:dash], strings.Join(args, " "))
+			}
+			if len(args) == 0 {
+				return usage("missing command: put it after --, e.g. leasehold run --key K -- ./job.sh")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.run(cmd, &o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.key, "key", "", "lock key (required), e.g. scheduler:job:42")
+	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; > 0")
+	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 = one attempt")
+	f.DurationVar(&o.renewEvery, "renew-every", 0, "renewal interval (default TTL/3); < --ttl")
+	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default min(2s, TTL/2)); < --ttl")
+	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
+	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
+	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1)")
+	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
+	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
+	return cmd
+}
+
+func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
+	if !cmd.Flags().Changed("key") {
+		return 0, usage("missing --key: the lock key, e.g. --key scheduler:job:42")
+	}
+	if err := leasehold.ValidateKey(o.key); err != nil {
+		return 0, usage("--key: %v", err)
+	}
+	switch {
+	case o.ttl <= 0:
+		return 0, usage("--ttl must be > 0, got %v", o.ttl)
+	case o.wait < 0:
+		return 0, usage("--wait must be >= 0, got %v", o.wait)
+	case o.renewEvery < 0:
+		return 0, usage("--renew-every must be > 0, got %v", o.renewEvery)
+	case o.renewEvery >= o.ttl:
+		return 0, usage("--renew-every (%v) must be shorter than --ttl (%v)", o.renewEvery, o.ttl)
+	case o.renewTimeout < 0:
+		return 0, usage("--renew-timeout must be > 0, got %v", o.renewTimeout)
+	case o.renewTimeout >= o.ttl:
+		return 0, usage("--renew-timeout (%v) must be shorter than --ttl (%v)", o.renewTimeout, o.ttl)
+	case o.maxFailures < 1:
+		return 0, usage("--max-renew-failures must be >= 1, got %d", o.maxFailures)
+	case o.maxHold < 0:
+		return 0, usage("--max-hold must be >= 0, got %v", o.maxHold)
+	case o.grace < 0:
+		return 0, usage("--grace must be >= 0, got %v", o.grace)
+	case o.name == "":
+		return 0, usage("--name must not be empty")
+	}
+	switch o.onStoreError {
+	case "fail-closed":
+		return leasehold.FailClosed, nil
+	case "fail-open":
+		return leasehold.FailOpen, nil
+	}
+	return 0, usage("--on-store-error must be fail-closed or fail-open, got %q", o.onStoreError)
+}
+
+func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
+	policy, err := o.validate(cmd)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	stderr := a.Stderr
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "leasehold run: "+format+"\n", args...)
+	}
+
+	// Signals: from now on they are ours to handle, before the lock is even
+	// requested, so an interrupted wait ends cleanly.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	obs, stopMetrics, err := a.startMetrics(o.metricsAddr, "run")
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+
+	st, err := a.openStore(ctx, "run", true)
+	if errors.Is(err, storeurl.ErrUnavailable) {
+		// Not even opened (etcd is dialled at open): the policy decides.
+		st = &storeurl.Opened{Store: downStore{err: errors.Unwrap(err)}, Shared: true, Desc: storeurl.Describe(a.storeFlagOrEnv())}
+	} else if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	locker, err := leasehold.New(st.Store, leasehold.Options{
+		Name: o.name, TTL: o.ttl, RenewInterval: o.renewEvery, RenewTimeout: o.renewTimeout,
+		MaxRenewFailures: o.maxFailures, MaxHold: o.maxHold, OnStoreError: policy,
+		Logger: a.logger(), Observer: obs,
+	})
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer locker.Close()
+
+	// Acquire, interruptible by a signal.
+	actx, cancel := context.WithCancel(ctx)
+	if o.wait > 0 {
+		actx, cancel = context.WithTimeout(ctx, o.wait)
+	}
+	var (
+		interrupted os.Signal
+		wg          sync.WaitGroup
+		acquiring   = make(chan struct{})
+	)
+	wg.Go(func() {
+		select {
+		case s := <-sigs:
+			interrupted = s
+			cancel()
+		case <-acquiring:
+		}
+	})
+	var lease *leasehold.Lease
+	if o.wait > 0 {
+		lease, err = locker.Acquire(actx, o.key)
+	} else {
+		lease, err = locker.TryAcquire(actx, o.key)
+	}
+	close(acquiring)
+	wg.Wait()
+	cancel()
+	if err != nil {
+		err = st.Redact(err)
+		switch {
+		case interrupted != nil:
+			return Exit(128+signum(interrupted), "interrupted by %v while acquiring %q", interrupted, o.key)
+		case errors.Is(err, leasehold.ErrNotAcquired):
+			if o.wait > 0 {
+				return Exit(ExitNotAcquired, "not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
+			}
+			return Exit(ExitNotAcquired, "%s (use --wait to wait for it)", short(err))
+		case errors.Is(err, leasehold.ErrStore):
+			return Exit(ExitUnavailable, "store %s unavailable, and --on-store-error is fail-closed, so the command did not run: %s", st.Desc, short(err))
+		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
+			return usage("%v", err)
+		}
+		return Exit(ExitFailure, "acquire %q: %v", o.key, err)
+	}
+	if lease.Degraded() {
+		logf("store %s unavailable: running %q WITHOUT a lock (--on-store-error fail-open, LEASEHOLD_DEGRADED=1); other replicas may run the same work", st.Desc, args[0])
+	} else if a.verbose {
+		logf("acquired %q fence %d", o.key, lease.Fence())
+	}
+	return a.supervise(lease, args, sigs, o.grace, logf)
+}
+
+// supervise runs the child under lease and returns run's exit.
+func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, grace time.Duration, logf func(string, ...any)) error {
+	release := func() error {
+		// The lease may have ended between the child's exit and now.
+		if cause := lease.Err(); cause != nil && !errors.Is(cause, leasehold.ErrLeaseReleased) {
+			return Exit(ExitLeaseLost, "lease on %q ended before it was released: %s; the command's work may have overlapped another owner's", lease.Key(), short(cause))
+		}
+		err := lease.Release(context.Background())
+		switch {
+		case errors.Is(err, leasehold.ErrNotOwned):
+			return Exit(ExitLeaseLost, "lock not owned at release: the lease on %q had expired and another owner may have overlapped the command", lease.Key())
+		case err != nil:
+			logf("release failed (the lock expires by its TTL): %v", err)
+		}
+		return nil
+	}
+
+	child := exec.Command(args[0], args[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.Env = childEnv(os.Environ(), lease)
+	group := !a.StdinIsTerminal
+	if group {
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if err := child.Start(); err != nil {
+		rerr := release()
+		code := ExitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		if rerr != nil {
+			logf("%v", rerr)
+		}
+		return Exit(code, "cannot run %q: %v", args[0], err)
+	}
+	pid := child.Process.Pid
+	signalChild := func(s syscall.Signal) {
+		if group {
+			_ = syscall.Kill(-pid, s)
+		} else {
+			_ = child.Process.Signal(s)
+		}
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- child.Wait() }() // ends when the child exits; joined below
+
+	var (
+		ended   = lease.Done()
+		cause   error
+		killC   <-chan time.Time
+		waitErr error
+	)
+loop:
+	for {
+		select {
+		case s := <-sigs:
+			signalChild(s.(syscall.Signal))
+		case <-ended:
+			ended = nil
+			cause = context.Cause(lease.Context())
+			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), short(cause), pid, grace)
+			signalChild(syscall.SIGTERM)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			killC = t.C
+		case <-killC:
+			killC = nil
+			logf("command still running %v after SIGTERM; sending SIGKILL", grace)
+			signalChild(syscall.SIGKILL)
+		case waitErr = <-waited:
+			break loop
+		}
+	}
+	code := exitCode(waitErr)
+	if cause != nil {
+		if group { // nothing of the job may keep working without the lease
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		return Exit(ExitLeaseLost, "lease on %q ended while the command ran (%s); the command was stopped (its status: %d)", lease.Key(), short(cause), code)
+	}
+	if err := release(); err != nil {
+		return err
+	}
+	if code != 0 {
+		return &ExitError{Code: code}
+	}
+	return nil
+}
+
+func childEnv(env []string, lease *leasehold.Lease) []string {
+	out := make([]string, 0, len(env)+4)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case EnvKey, EnvToken, EnvFence, EnvDegraded:
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out,
+		EnvKey+"="+lease.Key(),
+		EnvToken+"="+lease.Token(),
+		EnvFence+"="+strconv.FormatUint(lease.Fence(), 10))
+	if lease.Degraded() {
+		out = append(out, EnvDegraded+"=1")
+	}
+	return out
+}
+
+// exitCode is the shell's view of a child's end: its status, or 128+N for
+// signal N.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return ExitFailure
+}
+
+func signum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 1
+}

@@ -1,0 +1,247 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+// CommandOptions adds what the drill cannot build itself to its command.
+type CommandOptions struct {
+	// Metrics, when set, adds --metrics-addr: it is called with the address
+	// and returns an Observer that serves the events as metrics there, and
+	// the function that stops serving.
+	Metrics func(addr string) (leasehold.Observer, func(), error)
+}
+
+// Command returns the `drill` subcommand. It runs a drill on the embedded
+// memory store, prints one verdict line per invariant (or the JSON report
+// with --json), optionally writes an SVG timeline, and returns an error
+// wrapping ErrInvalidConfig for bad flags and ErrInvariantViolated when an
+// invariant failed.
+func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
+
+// NewCommand is Command with options.
+func NewCommand(opts CommandOptions) *cobra.Command {
+	var (
+		cfg                       Config
+		storeURL, faults          string
+		onStoreErr, onRenewFail   string
+		fencing, timeline         string
+		asJSON, verbose, logLocks bool
+		metricsAddr               string
+	)
+	workerCmd := newWorkerCommand()
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "Run a game day: inject faults into working replicas and check the recorded history",
+		Long: `drill runs replicas of a small worker that process jobs under per-item leases and
+write each job's result to a fenced register, while it injects faults one after another:
+a holder paused past its TTL right before its write, a store outage, a holder that crashes
+without releasing, latency above the renew timeout, replies lost after the store applied
+the request, and a store restart that loses its data. A checker then decides from the
+recorded history whether the invariants held and prints one verdict per invariant.
+The exit status is non-zero when any invariant failed.
+
+--store memory (default) runs on the embedded store. --store redis://HOST:PORT[/DB] runs on
+an existing Redis, each replica connecting through a fault proxy (the drill does not restart
+it); --store redis-server starts the drill's own redis-server so it can restart it too.
+--store etcd://HOST:PORT[,HOST:PORT] runs on an existing etcd cluster through a fault proxy
+per endpoint; --store etcd-server starts its own single-member etcd (the etcd binary on PATH) and
+restarts it (keeping its data). On etcd the TTL defaults to 2s (leases are whole seconds).
+--processes runs each replica as a child process of this program (on Redis only): a pause
+is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
+		Example: `  leasehold drill
+  leasehold drill --faults pause,outage --outage 2s --timeline drill.svg
+  leasehold drill --on-store-error fail-open --fencing off   # watch the checker fail
+  leasehold drill --store redis-server                       # own redis-server, every fault
+  leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
+  leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL
+  leasehold drill --store etcd-server                        # own etcd process, every fault`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			cfg.Store = storeURL
+			if cfg.isEtcd() {
+				// etcd leases are whole seconds: unless given, the TTL and
+				// the outage take etcd's defaults (Config.WithDefaults).
+				if !cmd.Flags().Changed("ttl") {
+					cfg.TTL = 0
+				}
+				if !cmd.Flags().Changed("outage") {
+					cfg.Outage = 0
+				}
+			}
+			if cfg.Faults, err = ParseFaults(faults); err != nil {
+				return err
+			}
+			switch onStoreErr {
+			case "fail-closed":
+				cfg.OnStoreError = leasehold.FailClosed
+			case "fail-open":
+				cfg.OnStoreError = leasehold.FailOpen
+			default:
+				return fmt.Errorf("%w: --on-store-error must be fail-closed or fail-open, got %q", ErrInvalidConfig, onStoreErr)
+			}
+			switch onRenewFail {
+			case "fence":
+				cfg.OnRenewFailure = leasehold.RenewalFence
+			case "continue":
+				cfg.OnRenewFailure = leasehold.RenewalContinue
+			default:
+				return fmt.Errorf("%w: --on-renew-failure must be fence or continue, got %q", ErrInvalidConfig, onRenewFail)
+			}
+			switch fencing {
+			case "on":
+			case "off":
+				cfg.NoFencing = true
+			default:
+				return fmt.Errorf("%w: --fencing must be on or off, got %q", ErrInvalidConfig, fencing)
+			}
+			if logLocks {
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+				// The worker is this command's hidden subcommand, wherever
+				// the command is mounted ("leasehold drill worker").
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+				}
+				path := strings.Fields(cmd.CommandPath())[1:]
+				cfg.WorkerCommand = append(append([]string{exe}, path...), workerCmd.Name())
+			}
+			if cfg, err = cfg.WithDefaults(); err != nil {
+				return err
+			}
+			var tf *os.File
+			if timeline != "" { // fail before a long run, not after
+				if tf, err = os.Create(timeline); err != nil {
+					return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
+				}
+				defer tf.Close()
+			}
+			if metricsAddr != "" {
+				obs, stop, err := opts.Metrics(metricsAddr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				cfg.Observer = obs
+			}
+			cmd.SilenceUsage = true
+			if cfg.isRedis() {
+				// go-redis logs dial failures (expected during the outage)
+				// to stderr by default; route them to --log or nowhere.
+				redis.SetLogger(redisLogger{cfg.Logger})
+			}
+			rep, err := Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				err = rep.WriteJSON(out)
+			} else {
+				err = rep.WriteText(out, verbose)
+			}
+			if err != nil {
+				return err
+			}
+			if tf != nil {
+				if err := rep.WriteTimeline(tf); err != nil {
+					return fmt.Errorf("drill: write timeline: %w", err)
+				}
+				if err := tf.Close(); err != nil {
+					return fmt.Errorf("drill: write timeline: %w", err)
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "timeline: %s\n", timeline)
+				}
+			}
+			if !rep.Passed {
+				names := make([]string, 0)
+				for _, iv := range rep.Failed() {
+					names = append(names, iv.Name)
+				}
+				return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(workerCmd)
+	f := cmd.Flags()
+	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
+	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it)")
+	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
+	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
+	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
+	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
+	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
+	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
+	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
+	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
+	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
+	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
+	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all, or none")
+	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
+	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
+	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
+	f.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
+	f.DurationVar(&cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
+	f.BoolVar(&asJSON, "json", false, "print the report, history included, as JSON")
+	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
+	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	if opts.Metrics != nil {
+		f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	})
+	return cmd
+}
+
+// newWorkerCommand is the hidden `drill worker` subcommand: one worker
+// process of `drill --processes`. It reads its settings (the Redis password
+// included) from stdin, never from flags, and talks to the drill over its
+// stdin and stdout.
+func newWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:           "worker",
+		Short:         "One worker process of drill --processes (started by the drill; not for direct use)",
+		Hidden:        true,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWorker(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+}
+
+// redisLogger sends go-redis's log lines to the drill's logger at debug
+// level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
+// redactURL hides a password in a store URL.
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndex(s, "@"); at > i {
+			return s[:i+3] + "xxxxx@" + s[at+1:]
+		}
+	}
+	return s
+}

@@ -1,0 +1,324 @@
+package drill
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// ErrInvalidConfig is returned by Run and Command for a configuration that
+// cannot run; the message names the setting to fix.
+var ErrInvalidConfig = errors.New("drill: invalid configuration")
+
+// ErrSetup is returned by Run when the drill could not start: the store is
+// unreachable or its own redis-server did not come up.
+var ErrSetup = errors.New("drill: setup failed")
+
+// ErrInvariantViolated is returned by Command (and matched by a non-zero exit)
+// when at least one invariant failed.
+var ErrInvariantViolated = errors.New("drill: invariant violated")
+
+// Fault is one kind of injected fault.
+type Fault string
+
+// The faults, in the order a drill injects them.
+const (
+	// FaultPause freezes a holder between its last ownership check and its
+	// write, with every store call of its process blocked, until another
+	// replica has taken the job over and written; then the holder writes.
+	FaultPause Fault = "pause"
+	// FaultOutage takes the store down for Config.Outage.
+	FaultOutage Fault = "outage"
+	// FaultCrash kills a holder mid-job: it never releases and its process
+	// sends nothing more; it restarts as a new process after 2 × TTL.
+	FaultCrash Fault = "crash"
+	// FaultLatency adds Config.Latency (above the renew timeout) to every
+	// store call for Config.Window.
+	FaultLatency Fault = "latency"
+	// FaultLostReply drops the reply of acquire, renew and release calls the
+	// store applied, with probability Config.DropRate, for Config.Window.
+	FaultLostReply Fault = "lostreply"
+	// FaultRestart restarts the store, losing every lock and fence counter.
+	FaultRestart Fault = "restart"
+)
+
+// AllFaults lists every fault in injection order.
+var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
+
+// ParseFaults parses a comma-separated fault list; "all" means AllFaults and
+// "none" or "" means no faults. Order and duplicates are normalized to the
+// order of AllFaults.
+func ParseFaults(s string) ([]Fault, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "all":
+		return slices.Clone(AllFaults), nil
+	case "", "none":
+		return nil, nil
+	}
+	want := map[Fault]bool{}
+	for _, part := range strings.Split(s, ",") {
+		f := Fault(strings.TrimSpace(part))
+		if !slices.Contains(AllFaults, f) {
+			return nil, fmt.Errorf("%w: unknown fault %q in --faults (choose from %s, all, none)", ErrInvalidConfig, f, faultNames())
+		}
+		want[f] = true
+	}
+	var out []Fault
+	for _, f := range AllFaults {
+		if want[f] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func faultNames() string {
+	names := make([]string, len(AllFaults))
+	for i, f := range AllFaults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ",")
+}
+
+// Config configures a drill. The zero value is valid and means the
+// documented defaults (fill them with WithDefaults).
+type Config struct {
+	// Store is the lock store: "" or "memory" (the embedded memory store,
+	// default), "redis://[USER:PASSWORD@]HOST:PORT[/DB]" (or rediss://) for
+	// an existing Redis, reached through a fault proxy; the drill does not
+	// restart a Redis it did not start), or StoreRedisServer ("redis-server")
+	// to have the drill start its own redis-server on a free loopback port,
+	// without persistence, and restart it for the restart fault.
+	// "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P]" drills an
+	// existing etcd cluster through a fault proxy per endpoint (not
+	// restarted); StoreEtcdServer ("etcd-server") starts a single-member
+	// etcd (the etcd binary from PATH) and restarts it (keeping its data) for the restart fault. On etcd the TTL defaults to 2 s and must be
+	// at least 1 s: etcd leases are whole seconds.
+	Store string
+	// RedisServer is the redis-server binary for StoreRedisServer. Default
+	// "redis-server" on PATH.
+	RedisServer string
+	// Processes runs every replica as a child process (WorkerCommand)
+	// instead of a group of goroutines: a pause is SIGSTOP/SIGCONT and a
+	// crash SIGKILL. It needs a store every process reaches: Redis
+	// (StoreRedisServer or a redis:// URL), not the memory store.
+	Processes bool
+	// WorkerCommand starts one worker process: the program and its
+	// arguments. Default: this executable with the arguments "drill worker"
+	// (the hidden subcommand of NewCommand). The worker reads its settings
+	// from stdin and talks to the drill over its stdin and stdout.
+	WorkerCommand []string
+	// Replicas is the number of worker processes, each with its own Locker
+	// over the same store. Default 3.
+	Replicas int
+	// Jobs is the number of jobs. Default 40; at least len(Faults)+2, so
+	// every fault lands while jobs are still in progress.
+	Jobs int
+	// TTL of every lease. Default 400 ms; on etcd 2 s (at least 1 s).
+	TTL time.Duration
+	// WorkMin and WorkMax bound each job's simulated work, drawn uniformly.
+	// Default 200 ms and 500 ms: most jobs outlive a renew interval.
+	WorkMin, WorkMax time.Duration
+	// OnStoreError is the lockers' store-failure policy. Default FailClosed.
+	OnStoreError leasehold.StorePolicy
+	// OnRenewFailure is the lockers' renewal-failure policy. Default
+	// RenewalFence.
+	OnRenewFailure leasehold.RenewalPolicy
+	// NoFencing makes the register accept every write (fencing off).
+	NoFencing bool
+	// Faults to inject, one after another. nil means none; use AllFaults
+	// for all.
+	Faults []Fault
+	// Outage is the length of the store outage. Default 1 s; on etcd
+	// 2.5 × TTL.
+	Outage time.Duration
+	// Latency added by the latency fault. Default the renew timeout + 100 ms.
+	Latency time.Duration
+	// Window is how long the latency and lost-reply faults last. Default
+	// 3 × TTL.
+	Window time.Duration
+	// DropRate is the probability that the lost-reply fault drops one reply.
+	// Default 0.3.
+	DropRate float64
+	// TimeLimit bounds the workload; jobs not done by then are reported.
+	// Default 60 s.
+	TimeLimit time.Duration
+	// Seed makes job durations and victim choices reproducible; 0 means
+	// time-based.
+	Seed uint64
+	// Register is the fenced register the jobs write to: "" or "memory" (the
+	// default, in the drill), "redis://HOST:PORT[/DB]" (redisfence.NewRedis, keys
+	// under a prefix of this run) or "postgres://…" (pgfence.NewTable on a
+	// table of this run). Give a server the drill does not restart: the
+	// register is the storage behind the write boundary, and no fault is
+	// injected into it. Needs fencing on.
+	Register string
+	// Logger receives the lockers' log records. Default: discarded.
+	Logger *slog.Logger
+	// Observer, when set, also receives every event of the replicas' lockers
+	// (named "replica-N") and of the fenced register, e.g. a Prometheus
+	// adapter behind `leasehold drill --metrics-addr`.
+	Observer leasehold.Observer
+}
+
+// WithDefaults returns c with zero fields set to their defaults and checks
+// it; the error wraps ErrInvalidConfig and names the field to fix.
+func (c Config) WithDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 3
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 40
+	}
+	if c.isEtcd() {
+		def(&c.TTL, etcdDefaultTTL)
+		def(&c.Outage, c.TTL*5/2) // as 1 s is to the default 400 ms TTL
+	}
+	def(&c.TTL, 400*time.Millisecond)
+	def(&c.WorkMin, c.TTL/2)
+	def(&c.WorkMax, c.TTL*5/4)
+	def(&c.Outage, time.Second)
+	def(&c.Window, 3*c.TTL)
+	def(&c.TimeLimit, time.Minute)
+	if c.DropRate == 0 {
+		c.DropRate = 0.3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case c.Replicas < 2 || c.Replicas > 64:
+		return bad("replicas must be between 2 and 64, got %d", c.Replicas)
+	case c.Jobs < 1 || c.Jobs > 10000:
+		return bad("jobs must be between 1 and 10000, got %d", c.Jobs)
+	case c.Jobs < len(c.Faults)+2:
+		return bad("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run", c.Jobs, len(c.Faults)+2)
+	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
+		return bad("ttl must be between 50ms and 1m, got %v", c.TTL)
+	case c.WorkMin <= 0 || c.WorkMax < c.WorkMin:
+		return bad("work must satisfy 0 < work-min <= work-max, got %v and %v", c.WorkMin, c.WorkMax)
+	case c.WorkMax > 10*c.TTL:
+		return bad("work-max (%v) must be at most 10 × ttl (%v)", c.WorkMax, 10*c.TTL)
+	case c.Outage < 0 || c.Outage > time.Minute:
+		return bad("outage must be between 0 and 1m, got %v", c.Outage)
+	case c.Window <= 0 || c.Window > time.Minute:
+		return bad("window must be between 0 and 1m, got %v", c.Window)
+	case c.DropRate < 0 || c.DropRate > 1:
+		return bad("drop rate must be between 0 and 1, got %v", c.DropRate)
+	case c.TimeLimit <= 0:
+		return bad("time limit must be > 0, got %v", c.TimeLimit)
+	}
+	switch {
+	case c.Store == "" || c.Store == "memory" || c.Store == StoreRedisServer:
+	case strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://"):
+		if _, err := redisOptions(c.Store); err != nil {
+			return c, err
+		}
+	case c.Store == StoreEtcdServer:
+	case strings.HasPrefix(c.Store, "etcd://"):
+		if _, _, err := etcdEndpoints(c.Store); err != nil {
+			return c, err
+		}
+	default:
+		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q", StoreRedisServer, StoreEtcdServer, redactURL(c.Store))
+	}
+	if c.isEtcd() && c.TTL < etcdMinTTL {
+		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
+	}
+	if err := checkRegister(c.Register); err != nil {
+		return c, err
+	}
+	if c.NoFencing && c.Register != "" && c.Register != "memory" {
+		return bad("--fencing off uses the drill's own unfenced register; drop --register %s", redactURL(c.Register))
+	}
+	if c.Processes {
+		switch {
+		case c.isEtcd():
+			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", redactURL(c.Store))
+		case !c.isRedis():
+			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
+		case !processesSupported:
+			return bad("--processes needs SIGSTOP and SIGCONT, which this operating system does not have")
+		}
+	}
+	if c.Latency == 0 {
+		c.Latency = c.renewTimeout() + 100*time.Millisecond
+	}
+	if c.Latency < 0 || c.Latency > time.Minute {
+		return bad("latency must be between 0 and 1m, got %v", c.Latency)
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return bad("unknown fault %q", f)
+		}
+	}
+	return c, nil
+}
+
+// isRedis reports whether the drill runs on Redis.
+func (c Config) isRedis() bool {
+	return c.Store == StoreRedisServer || strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://")
+}
+
+// isEtcd reports whether the drill runs on etcd.
+func (c Config) isEtcd() bool {
+	return c.Store == StoreEtcdServer || strings.HasPrefix(c.Store, "etcd://")
+}
+
+// viaProxy reports whether the replicas reach the store through a fault
+// proxy (every store but memory).
+func (c Config) viaProxy() bool { return c.isRedis() || c.isEtcd() }
+
+// storeLabel names the store for the report, without a password.
+func (c Config) storeLabel() string {
+	switch {
+	case c.Store == StoreEtcdServer:
+		return "etcd (own etcd process) via fault proxy"
+	case c.isEtcd():
+		if e, _, err := etcdEndpoints(c.Store); err == nil {
+			return "etcd " + strings.Join(e.Endpoints, ",") + " via fault proxy"
+		}
+		return "etcd"
+	case !c.isRedis():
+		return "memory"
+	case c.Store == StoreRedisServer:
+		return "redis (own redis-server) via fault proxy"
+	}
+	if o, err := redisOptions(c.Store); err == nil {
+		return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)
+	}
+	return "redis"
+}
+
+// renewTimeout is the lockers' renew timeout: the leasehold default for TTL.
+func (c Config) renewTimeout() time.Duration {
+	return min(leasehold.DefaultRenewTimeout, c.TTL/2)
+}
+
+func (c Config) lockerOptions(name string, obs leasehold.Observer) leasehold.Options {
+	return leasehold.Options{
+		Name:           name,
+		TTL:            c.TTL,
+		OnStoreError:   c.OnStoreError,
+		OnRenewFailure: c.OnRenewFailure,
+		ReleaseTimeout: c.TTL,
+		WaitCap:        c.TTL / 4,
+		Logger:         c.Logger,
+		Observer:       obs,
+	}
+}

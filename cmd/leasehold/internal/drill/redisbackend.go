@@ -1,0 +1,229 @@
+package drill
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// StoreRedisServer is the Config.Store value that makes the drill start its
+// own redis-server (Config.RedisServer) on a free loopback port, without
+// persistence, so it can restart it.
+const StoreRedisServer = "redis-server"
+
+// redisBackend runs the drill on Redis. Every replica process has its own
+// go-redis client that connects through a fault proxy, with short timeouts
+// and no retries so a fault shows up as an error; the observer (the sampler
+// and the ownership checks) has a direct client that no fault reaches.
+type redisBackend struct {
+	cfg    Config
+	opts   *redis.Options // the replicas' options, Addr set to the proxy
+	proxy  *faultproxy.Proxy
+	server *redisServer // nil unless the drill started it
+	direct *redis.Client
+	obs    *redisstore.Store
+	prefix string
+	ctx    context.Context // for restarts
+	// url is what a worker process (Config.Processes) parses for its
+	// client options before it points them at the proxy; it carries the
+	// password and is never printed.
+	url string
+}
+
+// redisOptions parses a redis:// or rediss:// URL, or returns the options of
+// the drill's own server; the error never contains the password.
+func redisOptions(store string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(store)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(err, store))
+	}
+	if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
+		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, redactURL(store), opts.Addr, err)
+	}
+	return opts, nil
+}
+
+func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err error) {
+	b := &redisBackend{cfg: cfg, ctx: context.WithoutCancel(ctx)}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	var opts *redis.Options
+	if cfg.Store == StoreRedisServer {
+		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
+			return nil, err
+		}
+		b.url = "redis://" + b.server.addr
+	} else {
+		b.url = cfg.Store
+	}
+	if opts, err = baseOptions(b.url); err != nil {
+		return nil, err
+	}
+
+	direct := *opts
+	direct.MaxRetries = -1
+	direct.DialTimeout, direct.ReadTimeout, direct.WriteTimeout = time.Second, time.Second, time.Second
+	b.direct = redis.NewClient(&direct)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.direct.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("%w: cannot reach Redis at %s: %v", ErrSetup, opts.Addr, err)
+	}
+
+	if b.proxy, err = faultproxy.Start(opts.Addr); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	b.opts = replicaOptions(opts, b.proxy.Addr(), cfg)
+
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	b.prefix = "leasehold-drill:" + hex.EncodeToString(rnd[:]) + ":"
+	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return b, nil
+}
+
+// baseOptions parses the store URL and sets what every client of the drill
+// shares.
+func baseOptions(url string) (*redis.Options, error) {
+	opts, err := redisOptions(url)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Protocol == 0 {
+		opts.Protocol = 2 // no HELLO round trip on every new connection
+	}
+	opts.DisableIdentity = true
+	return opts, nil
+}
+
+// replicaOptions are one replica process's client options: through the
+// proxy, short timeouts, no retries.
+func replicaOptions(base *redis.Options, proxy string, cfg Config) *redis.Options {
+	replica := *base
+	replica.Addr = proxy
+	t := cfg.clientTimeout()
+	replica.DialTimeout, replica.ReadTimeout, replica.WriteTimeout = t, t, t
+	replica.ContextTimeoutEnabled = true
+	replica.MaxRetries = -1 // no retries: a fault shows up as an error
+	replica.DialerRetries = 1
+	replica.PoolSize = 8
+	return &replica
+}
+
+// storeOptions: a prefix unique to this run, and fence counters that do not
+// outlive it by much.
+func (b *redisBackend) storeOptions() redisstore.Options { return runStoreOptions(b.prefix) }
+
+func runStoreOptions(prefix string) redisstore.Options {
+	return redisstore.Options{Prefix: prefix, FenceRetention: time.Minute}
+}
+
+// clientTimeout is the replicas' dial, read and write timeout: short, and
+// never above the renew timeout.
+func (c Config) clientTimeout() time.Duration {
+	return min(200*time.Millisecond, c.renewTimeout())
+}
+
+func (b *redisBackend) open() (leasehold.Store, func(), error) {
+	c := redis.NewClient(b.opts)
+	s, err := redisstore.New(c, b.storeOptions())
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return s, func() {
+		_ = s.Close()
+		_ = c.Close()
+	}, nil
+}
+
+func (b *redisBackend) observer() inspectStore        { return b.obs }
+func (b *redisBackend) observeTimeout() time.Duration { return 100 * time.Millisecond }
+
+// maybeApplied: a failed call whose reply is not an answer from Redis
+// (timeout, cut connection) may have been applied.
+func (b *redisBackend) maybeApplied(err error) bool { return redisMaybeApplied(err) }
+
+func redisMaybeApplied(err error) bool {
+	return !errors.Is(err, leasehold.ErrNotOwned) && !errors.Is(err, leasehold.ErrNotAcquired) &&
+		!errors.Is(err, errProcessDead)
+}
+
+// lateness: a request the proxy was holding (latency) when the client gave
+// up is still forwarded, so it may be applied up to the latency after the
+// call returned; plus a little for the scheduler.
+func (b *redisBackend) lateness() time.Duration {
+	late := 25 * time.Millisecond
+	for _, f := range b.cfg.Faults {
+		if f == FaultLatency {
+			late += b.cfg.Latency
+		}
+	}
+	return late
+}
+
+func (b *redisBackend) expiryBound() time.Duration { return b.cfg.TTL }
+
+func (b *redisBackend) setDown(down bool)          { _ = b.proxy.SetDown(down) }
+func (b *redisBackend) setLatency(d time.Duration) { _ = b.proxy.SetLatency(d) }
+func (b *redisBackend) dropReplies(rate float64)   { _ = b.proxy.DropReplies(rate) }
+
+func (b *redisBackend) restart(mark func()) error {
+	if b.server == nil {
+		return fmt.Errorf("%w: the drill did not start this Redis, so it does not restart it (use --store %s)", errRestartSkipped, StoreRedisServer)
+	}
+	return b.server.restart(b.ctx, mark)
+}
+
+func (b *redisBackend) heal() {
+	if b.proxy != nil {
+		_ = b.proxy.SetDown(false)
+		_ = b.proxy.SetLatency(0)
+		_ = b.proxy.DropReplies(0)
+		_ = b.proxy.Blackhole(false)
+	}
+}
+
+// close deletes the run's keys (best effort), then closes the clients, the
+// proxy and the drill's own server.
+func (b *redisBackend) close() {
+	if b.direct != nil && b.prefix != "" && b.server == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			_ = b.direct.Del(ctx, keys...).Err()
+		}
+		cancel()
+	}
+	if b.obs != nil {
+		_ = b.obs.Close()
+	}
+	if b.direct != nil {
+		_ = b.direct.Close()
+	}
+	if b.proxy != nil {
+		_ = b.proxy.Close()
+	}
+	if b.server != nil {
+		b.server.stop()
+	}
+}

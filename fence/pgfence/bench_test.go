@@ -1,0 +1,21 @@
+package pgfence_test
+
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/fence/internal/resourcetest"
+	"github.com/leasehold/leasehold/fence/pgfence"
+	"github.com/leasehold/leasehold/internal/testpg"
+)
+
+func BenchmarkPostgresWrite(b *testing.B) {
+	pool := testpg.Start(b).Pool(b)
+	if _, err := pool.Exec(b.Context(), `CREATE TABLE jobs (id text PRIMARY KEY, data jsonb, fence bigint NOT NULL DEFAULT 0)`); err != nil {
+		b.Fatal(err)
+	}
+	t, err := pgfence.NewTable(pool, pgfence.TableOptions{Table: "jobs"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resourcetest.BenchWrites(b, t)
+}
