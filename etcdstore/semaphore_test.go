@@ -6,7 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
-	"github.com/leasehold/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
 )
 
