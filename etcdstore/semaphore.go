@@ -101,11 +101,12 @@ func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
 	return st, nil
 }
 
-// AcquirePermit implements leasehold.Semaphorer: a lease for the permit, then
-// read the semaphore and commit the grant in a transaction that requires the
-// guard unchanged since the read (retried when another grant or a new waiter
-// got in between). The fence is the holder key's create revision. Expiry
-// only ever lowers the count, so a stale read never admits too many.
+// AcquirePermit implements leasehold.Semaphorer: read the semaphore, then
+// commit the grant in a transaction that requires the guard unchanged since
+// the read (retried with jitter when another grant or a new waiter got in
+// between). A permit's etcd lease is granted only once a read shows a
+// permit for the token. The fence is the holder key's create revision.
+// Expiry only ever lowers the count, so a stale read never admits too many.
 func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
 	if req.Limit < 1 {
 		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
@@ -119,24 +120,14 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
-	lg, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
+	pa := &permitAttempt{s: s, req: req, secs: secs}
 	for attempt := range maxPermitRetries {
-		g, done, err := s.tryPermit(ctx, req, lg.ID)
+		g, done, err := pa.try(ctx)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			// The retries outlasted the permit's lease: start over with a
-			// new one.
-			if lg, err = s.cli.Grant(ctx, secs); err != nil {
-				return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
-			}
+			pa.id = clientv3.NoLease // the retries outlasted the lease: a new one
 			continue
 		}
 		if err != nil || done {
-			if err != nil || g.Fence == 0 {
-				s.revokeLater(lg.ID)
-			}
 			return g, err
 		}
 		// Another acquirer got in between: back off a random while (up to
@@ -146,26 +137,55 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			s.revokeLater(lg.ID)
 			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 	}
-	s.revokeLater(lg.ID)
 	return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, errPermitContended)
 }
 
-// tryPermit makes one attempt; done is false when the semaphore changed
-// between the read and the transaction.
-func (s *Store) tryPermit(ctx context.Context, req leasehold.PermitRequest, id clientv3.LeaseID) (leasehold.Grant, bool, error) {
+// permitAttempt is one AcquirePermit: its request and the etcd lease granted
+// for it (NoLease until a read showed a permit for it).
+type permitAttempt struct {
+	s    *Store
+	req  leasehold.PermitRequest
+	secs int64
+	id   clientv3.LeaseID
+}
+
+// lease returns the attempt's lease, granting it the first time.
+func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
+	if pa.id == clientv3.NoLease {
+		lg, err := pa.s.cli.Grant(ctx, pa.secs)
+		if err != nil {
+			return 0, err
+		}
+		pa.id = lg.ID
+	}
+	return pa.id, nil
+}
+
+// try makes one attempt; done is false when the semaphore changed between
+// the read and the transaction.
+func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
 	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
 	st, err := s.readSem(ctx, req.Key)
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	if mine := st.holder(req.Token, p+"h/"); mine != nil {
+	mine := st.holder(req.Token, p+"h/")
+	pos, ahead := st.position(req.Token, p+"q/")
+	if mine == nil && ahead >= req.Limit-len(st.holders) {
+		return pa.refused(ctx, st, pos, ahead)
+	}
+	id, err := pa.lease(ctx)
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	if mine != nil {
 		// Our own retry after a lost reply: move the key to the new lease
-		// (its create revision, the fence, stays).
+		// (its create revision, the fence, stays); the old lease expires.
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
 			Then(clientv3.OpPut(hk, string(mine.Value), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
@@ -173,30 +193,24 @@ func (s *Store) tryPermit(ctx context.Context, req leasehold.PermitRequest, id c
 		if err != nil {
 			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
-		if resp.Succeeded {
-			s.revokeLater(clientv3.LeaseID(mine.Lease))
-		}
 		return leasehold.Grant{Fence: uint64(mine.CreateRevision)}, resp.Succeeded, nil
 	}
-	pos, ahead := st.position(req.Token, p+"q/")
-	limit := strconv.Itoa(req.Limit)
-	guard := clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev)
-	if ahead < req.Limit-len(st.holders) {
-		resp, err := s.cli.Txn(ctx).
-			If(guard, clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
-			Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, limit, clientv3.WithLease(id)), clientv3.OpDelete(qk, clientv3.WithPrevKV())).
-			Commit()
-		if err != nil {
-			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
-		}
-		if !resp.Succeeded {
-			return leasehold.Grant{}, false, nil
-		}
-		if prev := resp.Responses[2].GetResponseDeleteRange().GetPrevKvs(); len(prev) == 1 {
-			s.revokeLater(clientv3.LeaseID(prev[0].Lease))
-		}
-		return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
+		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Commit()
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
+	if !resp.Succeeded {
+		return leasehold.Grant{}, false, nil
+	}
+	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// refused queues a waiting token and describes the contention.
+func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
 		ok, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
@@ -212,13 +226,24 @@ func (s *Store) tryPermit(ctx context.Context, req leasehold.PermitRequest, id c
 	return g, true, leasehold.ErrNotAcquired
 }
 
-// queue appends req.Token to the queue (a new waiter rewrites the guard, so
-// a grant read before it cannot overtake it) or refreshes its entry on a new
-// lease of the queue TTL (the create revision, its place, stays). ok is
-// false when the semaphore changed since st was read.
+// queue appends req.Token to the queue on a lease of the queue TTL (a new
+// waiter rewrites the guard, so a grant read before it cannot overtake it),
+// or refreshes its entry with a keep-alive of that lease (the entry keeps
+// its create revision, its place). ok is false when the semaphore changed
+// since st was read.
 func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (bool, error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
+	if pos >= 0 {
+		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return false, nil // the entry just expired: join again
+		case err != nil:
+			return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		}
+		return true, nil
+	}
 	secs, err := ttlSeconds(req.QueueTTL)
 	if err != nil {
 		return true, err
@@ -227,24 +252,12 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	if err != nil {
 		return true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	var txn clientv3.Txn
-	if pos < 0 {
-		txn = s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
-			Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID)))
-	} else {
-		old := st.queue[pos]
-		txn = s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(qk), "=", old.ModRevision)).
-			Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)))
-		defer s.revokeLater(clientv3.LeaseID(old.Lease))
-	}
-	resp, err := txn.Commit()
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
+		Commit()
 	if err != nil {
 		return true, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
-	if !resp.Succeeded {
-		s.revokeLater(lg.ID)
 	}
 	return resp.Succeeded, nil
 }
@@ -293,16 +306,15 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	case err != nil:
 		return s.wrap(ctx, "renew permit", key, err)
 	case !resp.Succeeded:
-		s.revokeLater(lg.ID)
 		return leasehold.ErrNotOwned
 	}
-	s.revokeLater(old)
-	return nil
+	return nil // the old lease, kept alive above, expires on its own
 }
 
 // ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
-// holder key and the token's queue entry; the leases are revoked in the
-// background. Waiters watching the semaphore (WaitPermit) see the deletes.
+// holder key and the token's queue entry (their leases expire on their own:
+// no extra round trip). Waiters watching the semaphore (WaitPermit) see the
+// deletes.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
@@ -310,21 +322,11 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	}
 	defer end()
 	p := s.SemaphorePrefix(key)
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpDelete(p+"h/"+token, clientv3.WithPrevKV()),
-		clientv3.OpDelete(p+"q/"+token, clientv3.WithPrevKV()),
-	).Commit()
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(p+"h/"+token), clientv3.OpDelete(p+"q/"+token)).Commit()
 	if err != nil {
 		return s.wrap(ctx, "release permit", key, err)
 	}
-	held := false
-	for i, r := range resp.Responses {
-		for _, kv := range r.GetResponseDeleteRange().GetPrevKvs() {
-			s.revokeLater(clientv3.LeaseID(kv.Lease))
-			held = held || i == 0
-		}
-	}
-	if !held {
+	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
 	return nil
@@ -365,7 +367,7 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 // returns once etcd confirmed the watch; the channel also gets a value when
 // the watch breaks. stop cancels the watch and waits for its goroutine.
 func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
-	if s.closed() {
+	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
 	startTimeout := s.timeout
@@ -385,12 +387,12 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 			if err == nil {
 				err = context.Cause(wctx)
 			}
-			return nil, nil, wrap("watch permits", key, err)
+			return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 		}
 	case <-t.C:
 		cancel()
 		drain(wch)
-		return nil, nil, wrap("watch permits", key, fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, startTimeout))
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w: etcd did not confirm the watch within %v", key, ErrUnavailable, startTimeout)
 	}
 	ch := make(chan struct{}, 1)
 	wake := func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,30 +40,62 @@ var (
 )
 
 // SemaphoreKeys returns the Redis keys of key's semaphore, all in key's hash
-// slot: holders (ZSET token -> expiry in ms of server time), info (HASH token
-// -> "fence|identity"), meta (HASH: fence, the last fence minted; limit, the
-// last limit seen), queue (LIST of waiting tokens) and waiters (HASH token ->
-// "queue deadline ms|identity").
+// slot (PREFIX{TAG}:sem:..., TAG as in LockKey): holders (ZSET token ->
+// expiry in ms of server time), info (HASH token -> "fence|identity"), meta
+// (HASH: fence, the last fence minted; limit, the last limit seen), queue
+// (LIST of waiting tokens) and waiters (HASH token -> "queue deadline
+// ms|identity").
 func (s *Store) SemaphoreKeys(key string) []string {
-	p := s.prefix + "{" + key + "}:sem:"
+	p := s.base(key) + ":sem:"
 	return []string{p + "holders", p + "info", p + "meta", p + "queue", p + "waiters"}
 }
 
-// PermitChannel returns the pub/sub channel on which permit releases publish:
-// the store's release channel (Channel), with the payload "\x00permit:KEY"
-// (no lock key has a control character, so it never wakes a lock's waiter).
-func (s *Store) PermitChannel() string { return s.channel }
+// PermitChannel returns key's permit notification channel,
+// PREFIX{TAG}:sem:wake (sharded pub/sub on a Cluster): a permit release, or a
+// waiter leaving, publishes "" on it, which wakes every permit waiter of key.
+func (s *Store) PermitChannel(key string) string { return s.base(key) + ":sem:wake" }
 
-func permitWakeKey(key string) string { return "\x00permit:" + key }
+// permitWaiterKey names key's permit waiters in the notifier's waiter set;
+// no lock key has a control character, so it never names a lock's waiters.
+func permitWaiterKey(key string) string { return "\x00permit:" + key }
 
-// WaitPermit implements leasehold.PermitNotifier over the store's one
-// subscription (see WaitRelease): every waiter of key wakes on every permit
-// release and when a waiter leaves. Expiry sends no notification.
+// WaitPermit implements leasehold.PermitNotifier on the store's notifier (see
+// WaitRelease): it subscribes PermitChannel(key) and returns once Redis
+// confirmed it, bounded by ctx. Expiry sends nothing: a waiter wakes at the
+// Remaining its AcquirePermit reported.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.WaitRelease(ctx, permitWakeKey(key), token)
+	ch := s.PermitChannel(key)
+	g, err := s.notify.group(ctx, ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	wk := permitWaiterKey(key)
+	wake, unwake := s.notify.waiters.AddToken(wk, token)
+	sub := s.notify.join(g, ch, wk)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			unwake()
+			s.notify.leave(g, ch)
+		})
+	}
+	select {
+	case <-sub.ready:
+		if sub.err != nil {
+			stop()
+			return nil, nil, s.fail("subscribe permits", key, sub.err)
+		}
+		return wake, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, s.fail("subscribe permits", key, ctx.Err())
+	case <-s.notify.done:
+		stop()
+		return nil, nil, ErrClosed
+	}
 }
 
 // AcquirePermit implements leasehold.Semaphorer: one EVALSHA prunes expired
@@ -86,19 +119,19 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	res, err := semAcquireScript.Run(ctx, s.c, s.SemaphoreKeys(req.Key),
 		req.Token, ms, req.Limit, qms, req.Holder, s.retention.Milliseconds()).Slice()
 	if err != nil {
-		return leasehold.Grant{}, storeErr("acquire permit", req.Key, err)
+		return leasehold.Grant{}, s.fail("acquire permit", req.Key, err)
 	}
 	if len(res) == 2 {
 		if ok, _ := res[0].(int64); ok == 1 {
 			fence, err := parseFence(res[1])
 			if err != nil {
-				return leasehold.Grant{}, storeErr("acquire permit", req.Key, err)
+				return leasehold.Grant{}, s.fail("acquire permit", req.Key, err)
 			}
 			return leasehold.Grant{Fence: fence}, nil
 		}
 	}
 	if len(res) != 4 {
-		return leasehold.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("unexpected reply %v", res))
+		return leasehold.Grant{}, s.fail("acquire permit", req.Key, fmt.Errorf("unexpected reply %v", res))
 	}
 	rem, _ := res[1].(int64)
 	ahead, _ := res[2].(int64)
@@ -120,7 +153,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	n, err := semRenewScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, ms, s.retention.Milliseconds()).Int64()
 	switch {
 	case err != nil:
-		return storeErr("renew permit", key, err)
+		return s.fail("renew permit", key, err)
 	case n != 1:
 		return leasehold.ErrNotOwned
 	}
@@ -133,10 +166,10 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := semReleaseScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, s.PermitChannel(), permitWakeKey(key)).Int64()
+	n, err := semReleaseScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, s.PermitChannel(key), s.sharded).Int64()
 	switch {
 	case err != nil:
-		return storeErr("release permit", key, err)
+		return s.fail("release permit", key, err)
 	case n != 1:
 		return leasehold.ErrNotHeld
 	}
@@ -150,11 +183,11 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 	}
 	res, err := semPermitsScript.Run(ctx, s.c, s.SemaphoreKeys(key)).Slice()
 	if err != nil {
-		return leasehold.PermitInfo{}, storeErr("permits", key, err)
+		return leasehold.PermitInfo{}, s.fail("permits", key, err)
 	}
 	info, err := s.permitInfo(key, res)
 	if err != nil {
-		return leasehold.PermitInfo{}, storeErr("permits", key, err)
+		return leasehold.PermitInfo{}, s.fail("permits", key, err)
 	}
 	return info, nil
 }
@@ -180,7 +213,7 @@ func (s *Store) permitInfo(key string, res []any) (leasehold.PermitInfo, error) 
 		}
 		info.Holders = append(info.Holders, leasehold.LockInfo{
 			Key: key, Token: tok, Holder: who, Fence: f, Remaining: max(time.Duration(rem)*time.Millisecond, 0),
-			Facts: map[string]string{"store": "redis", "holders_key": keys[0], "info_key": keys[1], "channel": s.PermitChannel()},
+			Facts: map[string]string{"store": "redis", "holders_key": keys[0], "info_key": keys[1], "channel": s.PermitChannel(key)},
 		})
 	}
 	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Fence < info.Holders[j].Fence })

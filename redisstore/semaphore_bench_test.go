@@ -92,13 +92,13 @@ func BenchmarkPermitVsLock(b *testing.B) {
 				}
 			}
 			phase := func(k int, f func(string), wall, cpu *time.Duration, sent *int64) {
-				c0, n0, t0 := serverCPU(b, admin), cmds.Load(), time.Now()
+				c0, n0, t0 := permitServerCPU(b, admin), cmds.Load(), time.Now()
 				for range k {
 					f(leasehold.NewToken())
 				}
 				*wall += time.Since(t0)
 				*sent += cmds.Load() - n0
-				*cpu += serverCPU(b, admin) - c0
+				*cpu += permitServerCPU(b, admin) - c0
 			}
 			b.ResetTimer()
 			for done := 0; done < b.N; {
@@ -131,8 +131,8 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
 
-// serverCPU returns Redis's used_cpu_user + used_cpu_sys.
-func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+// permitServerCPU returns Redis's used_cpu_user + used_cpu_sys.
+func permitServerCPU(b *testing.B, c *redis.Client) time.Duration {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)

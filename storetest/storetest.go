@@ -36,6 +36,14 @@ type Harness struct {
 	Break func(t *testing.T, s leasehold.Store)
 	Heal  func(t *testing.T, s leasehold.Store)
 
+	// Leftovers lists the server-side state left behind by the stores of
+	// the harness (lock keys, queue entries, leases, rows), except the
+	// documented fence state, one description per item. The suite calls it
+	// after every store it created in a subtest was closed (New's
+	// t.Cleanup), and expects nothing. Optional: without it the
+	// "NothingLeftAfterClose" subtest is skipped.
+	Leftovers func(t *testing.T) []string
+
 	// Slack is added to every timing bound, for slow stores or machines.
 	// Default 0; the bounds are already generous.
 	Slack time.Duration
@@ -78,7 +86,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RenewBatch", r.renewBatch)
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
+	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
+	t.Run("Election", r.election)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,3 +152,19 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 
 // URL returns redis://ADDR.
 func (s *Server) URL() string { return fmt.Sprintf("redis://%s", s.Addr) }
+
+// Freeze stops the server process (SIGSTOP) without closing anything: open
+// connections stay open and the kernel still accepts new ones, but nothing
+// is answered, as with a hung server or a black-holed network. thaw resumes
+// it (SIGCONT); Stop kills a frozen server as well.
+func (s *Server) Freeze() (thaw func()) {
+	s.tb.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		s.tb.Fatalf("Freeze: redis-server on %s is not running", s.Addr)
+	}
+	p := s.cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		s.tb.Fatalf("Freeze: SIGSTOP redis-server: %v", err)
+	}
+	return func() { _ = p.Signal(syscall.SIGCONT) }
+}

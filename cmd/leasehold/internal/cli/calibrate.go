@@ -55,9 +55,12 @@ func (a *App) calibrateCmd() *cobra.Command {
 
   TTL             = p99 critical section + jitter + guard
   renew interval  = TTL / 3
-  failure budget  = max failures × renew interval + renew timeout; it must be
-                    shorter than the TTL so the holder abandons the lease (and
-                    stops its work) before the lock expires for everyone else
+  failure budget  = renew interval + max failures × renew timeout + the
+                    gaps between retries (10ms each at least); it must end
+                    before the local expiry guard (TTL − drift margin, TTL/20
+                    + 5ms) so the holder abandons the lease (and stops its
+                    work) before the lock expires for everyone else. This is
+                    the formula the library warns with (leasehold.Budget)
   worst takeover  ≈ TTL + detection jitter (a crashed holder's lock is taken
                     over when it expires, plus how late a waiter notices)
 
@@ -134,7 +137,7 @@ Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 	f.DurationVar(&in.Guard, "guard", 0, "extra margin")
 	f.DurationVar(&in.DetectionJitter, "detection-jitter", 0, "how late after expiry a waiter takes over (default: --jitter)")
 	f.DurationVar(&in.SLO, "slo", 0, "takeover SLO: longest acceptable time from a holder's crash to the next owner; 0 = none")
-	f.DurationVar(&in.RenewTimeout, "renew-timeout", calibrate.DefaultRenewTimeout, "bound on each renewal attempt")
+	f.DurationVar(&in.RenewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's default for the TTL, at most 2s)")
 	f.IntVar(&in.MaxFailures, "max-failures", calibrate.DefaultMaxFailures, "consecutive failed renewals before the lease is abandoned")
 	return cmd
 }
@@ -175,12 +178,12 @@ func printCalibration(a *App, r calibrate.Result, sum *calibrate.Summary) {
 	}
 	fmt.Fprintf(w, "ttl\t%s\t= p99 %s + jitter %s + guard %s\n", human(r.TTL), human(in.P99), human(in.Jitter), human(in.Guard))
 	fmt.Fprintf(w, "renew every\t%s\t= TTL/3\n", human(r.RenewInterval))
-	status := fmt.Sprintf("ok: abandoned %s before expiry", human(r.BudgetHeadroom))
+	status := fmt.Sprintf("ok: abandoned %s before the local guard (TTL − %s)", human(r.BudgetHeadroom), human(r.DriftMargin))
 	if !r.BudgetOK {
 		status = "TOO LARGE: the lease expires first"
 	}
-	fmt.Fprintf(w, "failure budget\t%s\t= %d × %s + renew timeout %s; %s\n",
-		human(r.BudgetTime), in.MaxFailures, human(r.RenewInterval), human(in.RenewTimeout), status)
+	fmt.Fprintf(w, "failure budget\t%s\t= renew every %s + %d × renew timeout %s + gaps; %s\n",
+		human(r.BudgetTime), human(r.RenewInterval), in.MaxFailures, human(in.RenewTimeout), status)
 	fmt.Fprintf(w, "worst takeover\t%s\t= TTL + detection jitter %s\n", human(r.WorstTakeover), human(in.DetectionJitter))
 	switch r.Verdict {
 	case calibrate.Meets:

@@ -102,7 +102,7 @@ Exit status:
 	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; > 0")
 	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 = one attempt")
 	f.DurationVar(&o.renewEvery, "renew-every", 0, "renewal interval (default TTL/3); < --ttl")
-	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default min(2s, TTL/2)); < --ttl")
+	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
 	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1)")
