@@ -3,8 +3,10 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,4 +148,144 @@ func permitServerCPU(b *testing.B, c *redis.Client) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// BenchmarkLockerPermitContended runs 16 separate Lockers (as 16 processes,
+// each with its own client) that each loop: wait for the key (a lease, or a
+// permit of a semaphore with limit N), hold it 1 ms, release. One b.N is one
+// acquisition; it reports the wait p50/p99 and acquisitions per second.
+func BenchmarkLockerPermitContended(b *testing.B) {
+	srv := testredis.Start(b)
+	const replicas = 16
+	lks := make([]*leasehold.Locker, replicas)
+	for i := range lks {
+		s, err := redisstore.New(srv.Client(b), redisstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		lk, err := leasehold.New(s, leasehold.Options{Name: "bench", TTL: 10 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = lk.Close() })
+		lks[i] = lk
+	}
+	run := func(b *testing.B, acquire func(i int) (*leasehold.Lease, error)) {
+		var (
+			next  atomic.Int64
+			mu    sync.Mutex
+			waits []time.Duration
+			wg    sync.WaitGroup
+		)
+		b.ResetTimer()
+		start := time.Now()
+		for i := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(b.N) {
+					t0 := time.Now()
+					ls, err := acquire(i)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					w := time.Since(t0)
+					time.Sleep(time.Millisecond)
+					_ = ls.Release(context.Background())
+					mu.Lock()
+					waits = append(waits, w)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		el := time.Since(start)
+		b.StopTimer()
+		slices.Sort(waits)
+		if len(waits) > 0 {
+			b.ReportMetric(float64(waits[len(waits)/2].Microseconds()), "wait-p50-µs")
+			b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds()), "wait-p99-µs")
+		}
+		b.ReportMetric(float64(len(waits))/el.Seconds(), "acq/s")
+	}
+	ctx := context.Background()
+	b.Run("lease", func(b *testing.B) {
+		key := "bench:contended:" + b.Name()
+		run(b, func(i int) (*leasehold.Lease, error) { return lks[i].Acquire(ctx, key) })
+	})
+	for _, n := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("permit/N=%d", n), func(b *testing.B) {
+			sems := make([]*leasehold.Semaphore, replicas)
+			for i, lk := range lks {
+				sem, err := lk.Semaphore("bench:contended:"+b.Name(), n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sems[i] = sem
+			}
+			run(b, func(i int) (*leasehold.Lease, error) { return sems[i].Acquire(ctx) })
+		})
+	}
+}
+
+// BenchmarkLockerPermitCycle interleaves, in chunks of 200, Locker lease
+// cycles (TryAcquire + Release) and permit cycles of a semaphore with limit
+// N on one Locker, and reports both times per cycle, their ratio and the
+// commands each cycle sent. One b.N is one lease cycle plus one permit cycle.
+func BenchmarkLockerPermitCycle(b *testing.B) {
+	srv := testredis.Start(b)
+	c := srv.Client(b)
+	var cmds atomic.Int64
+	c.AddHook(countHook{&cmds})
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	lk, err := leasehold.New(s, leasehold.Options{Name: "bench", TTL: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lk.Close() })
+	ctx := context.Background()
+	for _, n := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			sem, err := lk.Semaphore("bench:sem:"+b.Name(), n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			key := "bench:lock:" + b.Name()
+			lease := func() (*leasehold.Lease, error) { return lk.TryAcquire(ctx, key) }
+			var t [2]time.Duration
+			var sent [2]int64
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				k := min(200, b.N-done)
+				for j, acquire := range []func() (*leasehold.Lease, error){lease, func() (*leasehold.Lease, error) { return sem.TryAcquire(ctx) }} {
+					n0, t0 := cmds.Load(), time.Now()
+					for range k {
+						ls, err := acquire()
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := ls.Release(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					t[j] += time.Since(t0)
+					sent[j] += cmds.Load() - n0
+				}
+				done += k
+			}
+			b.StopTimer()
+			N := float64(b.N)
+			b.ReportMetric(float64(t[0].Nanoseconds())/N, "lease-ns/cycle")
+			b.ReportMetric(float64(t[1].Nanoseconds())/N, "permit-ns/cycle")
+			b.ReportMetric(float64(t[1])/float64(t[0]), "permit/lease-time")
+			b.ReportMetric(float64(sent[0])/N, "lease-cmds/cycle")
+			b.ReportMetric(float64(sent[1])/N, "permit-cmds/cycle")
+		})
+	}
 }

@@ -183,7 +183,9 @@ func (r *semRunner) atMostN(t *testing.T) {
 						t.Errorf("replica %d: AcquirePermit: %v", i, err)
 						return
 					}
-					time.Sleep(time.Duration(rng.IntN(5)+1) * time.Millisecond)
+					// Back off a random while, longer for stores with coarse
+					// TTLs (slower round trips, optimistic retries on etcd).
+					time.Sleep(time.Millisecond + time.Duration(rng.Int64N(int64(5*time.Millisecond+ttl/50))))
 					continue
 				}
 				got := time.Now()
