@@ -188,28 +188,7 @@ func (r *semRunner) atMostN(t *testing.T) {
 					time.Sleep(time.Millisecond + time.Duration(rng.Int64N(int64(5*time.Millisecond+ttl/50))))
 					continue
 				}
-				got := time.Now()
-				guard := sent.Add(ttl)
-				x := trusted{from: got, fence: g.Fence, token: tok}
-				switch p := rng.IntN(10); {
-				case p == 0: // crash: never release, trust ends at the guard
-					x.to = guard
-				case p == 1: // pause past the TTL, then a late release
-					time.Sleep(ttl + ttl/3)
-					x.to = guard
-					if err := s.ReleasePermit(ctxFor(t, 5*time.Second), key, tok); err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
-						t.Errorf("replica %d: late ReleasePermit: %v", i, err)
-					}
-				default: // work briefly and release
-					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-					x.to = time.Now()
-					if x.to.After(guard) {
-						x.to = guard
-					}
-					if err := s.ReleasePermit(ctxFor(t, 5*time.Second), key, tok); err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
-						t.Errorf("replica %d: ReleasePermit: %v", i, err)
-					}
-				}
+				x := holdPermit(t, s, rng, i, key, tok, g.Fence, sent, ttl)
 				mu.Lock()
 				history = append(history, x)
 				mu.Unlock()
@@ -233,6 +212,32 @@ func (r *semRunner) atMostN(t *testing.T) {
 		t.Fatalf("at most %d holder at once in %d grants: the semaphore never admitted concurrent holders", n, len(history))
 	}
 	t.Logf("%d grants, at most %d of %d permits trusted at once", len(history), limit, limit)
+}
+
+// holdPermit plays one granted permit: a crash (never released), a pause
+// past the TTL then a late release, or brief work and a release. It returns
+// the interval the holder trusted the permit: from the reply until the
+// release was sent, at most until its local guard (acquire sent + TTL).
+func holdPermit(t *testing.T, s leasehold.Semaphorer, rng *rand.Rand, i int, key, tok string, fence uint64, sent time.Time, ttl time.Duration) trusted {
+	guard := sent.Add(ttl)
+	x := trusted{from: time.Now(), fence: fence, token: tok}
+	switch p := rng.IntN(10); {
+	case p == 0: // crash: never release, trust ends at the guard
+		return trusted{from: x.from, to: guard, fence: fence, token: tok}
+	case p == 1: // pause past the TTL, then a late release
+		time.Sleep(ttl + ttl/3)
+		x.to = guard
+	default: // work briefly and release
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		x.to = time.Now()
+		if x.to.After(guard) {
+			x.to = guard
+		}
+	}
+	if err := s.ReleasePermit(ctxFor(t, 5*time.Second), key, tok); err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("replica %d: ReleasePermit: %v", i, err)
+	}
+	return x
 }
 
 // fences checks that fences are unique and increase across every permit of a
@@ -318,13 +323,7 @@ func (r *semRunner) tokenChecked(t *testing.T) {
 		t.Fatalf("same-token retry: expected fence %d again, got %d", f, f2)
 	}
 	mustPermit(t, s, permitReq(key, "b", time.Minute, 2))
-	g := mustNotPermit(t, s, permitReq(key, "c", time.Minute, 2))
-	if g.Remaining <= 0 || g.Remaining > time.Minute+10*time.Millisecond {
-		t.Fatalf("full semaphore: expected Remaining in (0, 1m], got %v", g.Remaining)
-	}
-	if g.Holder != "holder-a" && g.Holder != "holder-b" {
-		t.Fatalf("full semaphore: expected a holder's identity, got %q", g.Holder)
-	}
+	checkFull(t, mustNotPermit(t, s, permitReq(key, "c", time.Minute, 2)))
 	if err := s.RenewPermit(ctx, key, "c", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("RenewPermit with a token that holds nothing: expected ErrNotOwned, got %v", err)
 	}
@@ -334,16 +333,7 @@ func (r *semRunner) tokenChecked(t *testing.T) {
 	if err := s.ReleasePermit(ctx, key, "c"); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("ReleasePermit with a token that holds nothing: expected ErrNotHeld, got %v", err)
 	}
-	info, err := s.Permits(ctx, key)
-	if err != nil {
-		t.Fatalf("Permits: %v", err)
-	}
-	if len(info.Holders) != 2 || info.Holders[0].Token != "a" || info.Holders[1].Token != "b" || info.Limit != 2 {
-		t.Fatalf("Permits: expected holders a, b (by fence) and limit 2, got %+v", info)
-	}
-	if info.Holders[0].Fence != f || info.Holders[0].Holder != "holder-a" || info.Holders[0].Remaining <= 0 {
-		t.Fatalf("Permits: holder a: expected fence %d, identity holder-a, remaining > 0, got %+v", f, info.Holders[0])
-	}
+	checkTwoHolders(t, s, key, f)
 	mustReleasePermit(t, s, key, "a")
 	if err := s.ReleasePermit(ctx, key, "a"); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("second ReleasePermit: expected ErrNotHeld, got %v", err)
@@ -352,12 +342,38 @@ func (r *semRunner) tokenChecked(t *testing.T) {
 		t.Fatalf("RenewPermit after release: expected ErrNotOwned, got %v", err)
 	}
 	mustReleasePermit(t, s, key, "b")
-	info, err = s.Permits(ctx, key)
+	info, err := s.Permits(ctx, key)
 	if err != nil || len(info.Holders) != 0 || info.Waiting != 0 {
 		t.Fatalf("Permits after every release: expected none, got %+v, %v", info, err)
 	}
 	if _, err := s.AcquirePermit(ctx, permitReq(key, "z", time.Minute, 0)); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("limit 0: expected a configuration error, got %v", err)
+	}
+}
+
+// checkFull checks the refusal of a full semaphore held by a and b.
+func checkFull(t *testing.T, g leasehold.Grant) {
+	t.Helper()
+	if g.Remaining <= 0 || g.Remaining > time.Minute+10*time.Millisecond {
+		t.Fatalf("full semaphore: expected Remaining in (0, 1m], got %v", g.Remaining)
+	}
+	if g.Holder != "holder-a" && g.Holder != "holder-b" {
+		t.Fatalf("full semaphore: expected a holder's identity, got %q", g.Holder)
+	}
+}
+
+// checkTwoHolders checks Permits with holders a (fence f) and b, limit 2.
+func checkTwoHolders(t *testing.T, s leasehold.Semaphorer, key string, f uint64) {
+	t.Helper()
+	info, err := s.Permits(ctxFor(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatalf("Permits: %v", err)
+	}
+	if len(info.Holders) != 2 || info.Holders[0].Token != "a" || info.Holders[1].Token != "b" || info.Limit != 2 {
+		t.Fatalf("Permits: expected holders a, b (by fence) and limit 2, got %+v", info)
+	}
+	if info.Holders[0].Fence != f || info.Holders[0].Holder != "holder-a" || info.Holders[0].Remaining <= 0 {
+		t.Fatalf("Permits: holder a: expected fence %d, identity holder-a, remaining > 0, got %+v", f, info.Holders[0])
 	}
 }
 
