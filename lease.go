@@ -255,6 +255,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	ls.l.observe(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired)})
+	ls.log().DebugContext(ls.ctx, "leasehold: lease released", slog.Duration("held", time.Since(ls.acquired)))
 	ls.finishEnd(ErrLeaseReleased)
 	if ls.degraded {
 		return nil

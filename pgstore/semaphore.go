@@ -69,12 +69,17 @@ func SemaphoreMigrationSQL(schema, table string) string {
 
 // semDDL: every time is the database clock, read once after the key's limits
 // row is locked, so one acquire of a key runs at a time and its count of
-// holders is exact. The fence is minted under that lock from the lock
-// table's sequence: max(nextval, clock in µs), as Acquire does.
+// holders is exact. The fence is minted under that lock from the row's
+// last_fence: max(last + 1, clock in µs). The row is deleted when the
+// semaphore is empty and the clock alone is above its last fence, so fences
+// never go backward unless the database clock steps back while the row is
+// gone. Queue order is a per-key sequence that also never goes backward.
 const semDDL = `CREATE TABLE IF NOT EXISTS $L (
 	key text COLLATE "C" PRIMARY KEY,
-	lim integer NOT NULL
+	lim integer NOT NULL,
+	last_fence bigint NOT NULL DEFAULT 0
 );
+ALTER TABLE $L ADD COLUMN IF NOT EXISTS last_fence bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS $P (
 	key         text COLLATE "C" NOT NULL,
 	token       text        NOT NULL,
@@ -93,7 +98,7 @@ CREATE TABLE IF NOT EXISTS $Q (
 	PRIMARY KEY (key, token)
 );
 CREATE OR REPLACE FUNCTION $ACQ(p_key text, p_token text, p_ttl_us bigint, p_limit integer,
-	p_qttl_us bigint, p_holder text, p_seq regclass)
+	p_qttl_us bigint, p_holder text)
 RETURNS TABLE (ok boolean, fence bigint, remaining_us bigint, ahead integer, holder text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -119,7 +124,8 @@ BEGIN
 	SELECT q.seq INTO myseq FROM $Q q WHERE q.key = p_key AND q.token = p_token;
 	SELECT count(*) INTO pos FROM $Q q WHERE q.key = p_key AND (myseq IS NULL OR q.seq < myseq);
 	IF pos < p_limit - n THEN
-		f := setval(p_seq, GREATEST(nextval(p_seq), (extract(epoch FROM ts) * 1000000)::bigint));
+		UPDATE $L m SET last_fence = GREATEST(m.last_fence + 1, (extract(epoch FROM ts) * 1000000)::bigint)
+			WHERE m.key = p_key RETURNING m.last_fence INTO f;
 		INSERT INTO $P (key, token, holder, fence, acquired_at, expires_at)
 			VALUES (p_key, p_token, p_holder, f, ts, ts + p_ttl_us * interval '1 microsecond');
 		DELETE FROM $Q q WHERE q.key = p_key AND q.token = p_token;
@@ -128,7 +134,9 @@ BEGIN
 	END IF;
 	IF p_qttl_us > 0 THEN
 		INSERT INTO $Q AS q (key, token, holder, seq, deadline)
-			VALUES (p_key, p_token, p_holder, nextval(p_seq), ts + p_qttl_us * interval '1 microsecond')
+			VALUES (p_key, p_token, p_holder,
+				(SELECT GREATEST(COALESCE(max(q2.seq), 0) + 1, (extract(epoch FROM ts) * 1000000)::bigint) FROM $Q q2 WHERE q2.key = p_key),
+				ts + p_qttl_us * interval '1 microsecond')
 			ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline;
 	END IF;
 	IF n >= p_limit THEN
@@ -155,22 +163,26 @@ BEGIN
 	DELETE FROM $Q q WHERE q.key = p_key AND q.token = p_token;
 	left_queue := FOUND;
 	DELETE FROM $P p WHERE p.key = p_key AND p.expires_at <= ts;
+	-- The row keeps the last fence: it goes only when the clock floor alone
+	-- keeps the next fence above it.
 	DELETE FROM $L m WHERE m.key = p_key
+		AND m.last_fence < (extract(epoch FROM ts) * 1000000)::bigint
 		AND NOT EXISTS (SELECT 1 FROM $P p WHERE p.key = p_key)
 		AND NOT EXISTS (SELECT 1 FROM $Q q WHERE q.key = p_key AND q.deadline > ts);
 	IF held OR left_queue THEN
-		PERFORM pg_notify(p_channel, chr(1) || 'permit:' || p_key);
+		PERFORM pg_notify(p_channel, '*:' || chr(1) || 'permit:' || p_key); -- every permit waiter of the key
 	END IF;
 	RETURN held;
 END
 $fn$;
 `
 
-func (s *Store) semNames() semNames { return newSemNames(s.names[0], s.names[1]) }
+func (s *Store) semNames() semNames { return newSemNames(s.opts.Schema, s.opts.Table) }
 
 // AcquirePermit implements leasehold.Semaphorer: one call of the
 // T_acquire_permit function, which locks the key's limits row, prunes
-// expired holders and waiters, applies the queue rule and mints the fence.
+// expired holders and waiters, applies the queue rule and mints the fence
+// from the row (see SemaphoreMigrationSQL).
 func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
 	if err := checkKey(req.Key); err != nil {
 		return leasehold.Grant{}, err
@@ -190,8 +202,8 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		ahead  int32
 		holder string
 	)
-	q := `SELECT * FROM ` + s.semNames().acquire + `($1, $2, $3, $4, $5, $6, $7)`
-	err = s.db.QueryRow(ctx, q, req.Key, req.Token, us, req.Limit, qus, req.Holder, s.seq).
+	q := `SELECT * FROM ` + s.semNames().acquire + `($1, $2, $3, $4, $5, $6)`
+	err = s.db.QueryRow(ctx, q, req.Key, req.Token, us, req.Limit, qus, req.Holder).
 		Scan(&ok, &fence, &rem, &ahead, &holder)
 	switch {
 	case err != nil:
@@ -199,7 +211,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	case !ok:
 		return leasehold.Grant{Remaining: remaining(rem), Ahead: int(ahead), Holder: holder}, leasehold.ErrNotAcquired
 	case fence <= 0:
-		return leasehold.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("sequence %s returned fence %d", s.seq, fence))
+		return leasehold.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("minted fence %d", fence))
 	}
 	return leasehold.Grant{Fence: uint64(fence)}, nil
 }

@@ -32,7 +32,7 @@ func TestSemaphoreNotMigrated(t *testing.T) {
 	conn := testpg.Connect(t, dsn)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(ctx, pgstore.MigrationSQL("", "", "")); err != nil {
+	if _, err := conn.Exec(ctx, pgstore.MigrationSQL(pgstore.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, dsn, pgstore.Options{Migrate: pgstore.MigrateNever})

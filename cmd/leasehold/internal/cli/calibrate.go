@@ -27,18 +27,19 @@ type calibrateJSON struct {
 		P99MS float64 `json:"p99_ms"`
 		MaxMS float64 `json:"max_ms"`
 	} `json:"samples,omitempty"`
-	TTLMS               float64  `json:"ttl_ms"`
-	RenewIntervalMS     float64  `json:"renew_interval_ms"`
-	BudgetMS            float64  `json:"budget_ms"`
-	BudgetHeadroomMS    float64  `json:"budget_headroom_ms"`
-	BudgetOK            bool     `json:"budget_ok"`
-	SafeRenewIntervalMS float64  `json:"safe_renew_interval_ms"`
-	SafeMaxFailures     int      `json:"safe_max_failures"`
-	WorstTakeoverMS     float64  `json:"worst_takeover_ms"`
-	Verdict             string   `json:"verdict"`
-	SlackMS             float64  `json:"slack_ms"`
-	Warnings            []string `json:"warnings"`
-	Advice              []string `json:"advice"`
+	TTLMS               float64          `json:"ttl_ms"`
+	RenewIntervalMS     float64          `json:"renew_interval_ms"`
+	BudgetMS            float64          `json:"budget_ms"`
+	BudgetHeadroomMS    float64          `json:"budget_headroom_ms"`
+	BudgetOK            bool             `json:"budget_ok"`
+	SafeRenewIntervalMS float64          `json:"safe_renew_interval_ms"`
+	SafeMaxFailures     int              `json:"safe_max_failures"`
+	WorstTakeoverMS     float64          `json:"worst_takeover_ms"`
+	Verdict             string           `json:"verdict"`
+	SlackMS             float64          `json:"slack_ms"`
+	Warnings            []string         `json:"warnings"`
+	Advice              []string         `json:"advice"`
+	Prometheus          *promCalibration `json:"prometheus,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -47,6 +48,8 @@ func (a *App) calibrateCmd() *cobra.Command {
 	var (
 		in      calibrate.Input
 		samples string
+		prom    promSource
+		fromP   *promCalibration
 	)
 	cmd := &cobra.Command{
 		Use:   "calibrate (--p99 D | --samples FILE) --jitter D --guard D [--slo D]",
@@ -70,7 +73,11 @@ be met, says which input to change and by how much.
 The p99 comes from --p99 or is computed from --samples FILE: one held duration
 per line, a Go duration (1.5s, 250ms) or a plain number of milliseconds;
 blank lines and lines starting with # are skipped. Bad lines are reported
-with their line numbers.
+with their line numbers. Or it comes from live data: --prometheus URL --locker
+NAME [--window 7d] reads histogram_quantile(0.99, ...) of the released leases'
+leasehold_held_seconds over the window through Prometheus's HTTP API, and,
+unless --jitter is given, takes the jitter from the renewals' round trips
+(leasehold_renew_seconds p99).
 
 --json output fields: inputs{p99_ms, jitter_ms, guard_ms, detection_jitter_ms,
 slo_ms, renew_timeout_ms, max_failures}, samples{count, p50_ms, p99_ms,
@@ -81,12 +88,22 @@ warnings, advice.
 
 Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 		Example: `  leasehold calibrate --p99 18s --jitter 4s --guard 2s --slo 30s
+  leasehold calibrate --prometheus http://prometheus:9090 --locker approval --window 7d --guard 1s --slo 30s
   leasehold calibrate --samples held.txt --jitter 500ms --guard 1s --slo 10s --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			var sum *calibrate.Summary
 			switch {
+			case prom.url != "" && (samples != "" || f.Changed("p99")):
+				return usage("give one of --p99, --samples and --prometheus")
+			case prom.url != "" && !f.Changed("guard"):
+				return usage("missing --guard D: the extra margin on top, e.g. --guard 1s")
+			case prom.url != "":
+				var err error
+				if fromP, err = prom.read(cmd.Context(), &in, f.Changed("jitter")); err != nil {
+					return err
+				}
 			case samples != "" && f.Changed("p99"):
 				return usage("give either --p99 or --samples, not both")
 			case samples == "" && !f.Changed("p99"):
@@ -118,10 +135,15 @@ Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 				return usage("%v", err)
 			}
 			if a.json {
-				if err := writeJSON(a.Stdout, calibrationJSON(r, sum)); err != nil {
+				j := calibrationJSON(r, sum)
+				j.Prometheus = fromP
+				if err := writeJSON(a.Stdout, j); err != nil {
 					return err
 				}
 			} else {
+				if fromP != nil {
+					printPromSource(a, fromP)
+				}
 				printCalibration(a, r, sum)
 			}
 			if r.Verdict == calibrate.Impossible {
@@ -139,6 +161,7 @@ Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 	f.DurationVar(&in.SLO, "slo", 0, "takeover SLO: longest acceptable time from a holder's crash to the next owner; 0 = none")
 	f.DurationVar(&in.RenewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's default for the TTL, at most 2s)")
 	f.IntVar(&in.MaxFailures, "max-failures", calibrate.DefaultMaxFailures, "consecutive failed renewals before the lease is abandoned")
+	prom.register(f)
 	return cmd
 }
 

@@ -31,7 +31,11 @@ type runOpts struct {
 	grace        time.Duration
 	metricsAddr  string
 	name         string
+<<<<<<< HEAD
 	limit        int
+=======
+	report       runReport
+>>>>>>> main
 }
 
 // Environment variables run gives the child.
@@ -95,7 +99,7 @@ Exit status:
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(cmd, &o, args)
+			return o.report.finish(a, a.run(cmd, &o, args))
 		},
 	}
 	f := cmd.Flags()
@@ -110,7 +114,11 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
+<<<<<<< HEAD
 	f.IntVar(&o.limit, "limit", 0, "run as one of at most N holders of the key (a semaphore of N permits, like consul lock -n; every run of the key must pass the same N); 0 = a plain lock")
+=======
+	addReportFlags(f, &o.report)
+>>>>>>> main
 	return cmd
 }
 
@@ -176,6 +184,12 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		return err
 	}
 	defer stopMetrics()
+	initSeriesOf(obs, o.name)
+	report, err := o.report.start(o.name)
+	if err != nil {
+		return err
+	}
+	obs = teeObservers(obs, report)
 
 	st, err := a.openStore(ctx, "run", true)
 	if errors.Is(err, storeurl.ErrUnavailable) {

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/etcdstore"
 )
 
@@ -61,7 +62,7 @@ func etcdEndpoints(store string) (clientv3.Config, string, error) {
 	cfg, prefix, err := etcdstore.ParseURL(store)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), etcdstore.ErrInvalidOptions.Error()+": ")
-		return cfg, "", fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(errors.New(msg), store))
+		return cfg, "", fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, storeurl.Describe(store), storeurl.RedactError(errors.New(msg), store))
 	}
 	return cfg, prefix, nil
 }

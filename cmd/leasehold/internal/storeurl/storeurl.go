@@ -251,6 +251,14 @@ func scrub(msg string, secrets []string) string {
 	return msg
 }
 
+// RedactError returns err's message without the secrets of the store URL
+// raw (its password, secret query parameters). A url.Error is reduced to its
+// cause first: it quotes the whole URL, escaped, where a plain search would
+// miss the password.
+func RedactError(err error, raw string) string {
+	return scrub(parseErr(err), secretsOf(raw))
+}
+
 // parseErr describes a url.Parse failure without repeating the URL.
 func parseErr(err error) string {
 	var ue *url.Error
