@@ -31,11 +31,8 @@ type runOpts struct {
 	grace        time.Duration
 	metricsAddr  string
 	name         string
-<<<<<<< HEAD
-	limit        int
-=======
 	report       runReport
->>>>>>> main
+	limit        int
 }
 
 // Environment variables run gives the child.
@@ -114,11 +111,8 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
-<<<<<<< HEAD
-	f.IntVar(&o.limit, "limit", 0, "run as one of at most N holders of the key (a semaphore of N permits, like consul lock -n; every run of the key must pass the same N); 0 = a plain lock")
-=======
 	addReportFlags(f, &o.report)
->>>>>>> main
+	f.IntVar(&o.limit, "limit", 0, "run as one of at most N holders of the key (a semaphore of N permits, like consul lock -n; every run of the key must pass the same N); 0 = a plain lock")
 	return cmd
 }
 
