@@ -2,8 +2,10 @@ package storeurl
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +18,10 @@ var errClientClosed = redis.ErrClosed
 // openRedis parses a redis://, rediss:// or unix:// URL with go-redis, after
 // taking out our own prefix parameter, and builds a single-node client, or a
 // Cluster client when addr= parameters name more nodes.
-func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
-	u, err := url.Parse(raw)
+func openRedis(_ context.Context, raw, desc string, c common) (*Opened, error) {
+	u, err := parseURL(raw, desc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %s", ErrBadURL, desc, parseErr(err))
+		return nil, err
 	}
 	q := u.Query()
 	prefix := q.Get("prefix")
@@ -28,6 +30,9 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 	}
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
+	if c.wantsTLS() && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("%w: %q: ca_file, cert_file, key_file and skip_verify need rediss:// (TLS)", ErrBadURL, desc)
+	}
 
 	var client redis.UniversalClient
 	if q.Has("addr") {
@@ -39,6 +44,9 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 		}
 		opts.ContextTimeoutEnabled = honourDeadlines(q, opts.ContextTimeoutEnabled)
+		if opts.TLSConfig, err = redisTLS(opts.TLSConfig, "", c); err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+		}
 		client = redis.NewClusterClient(opts)
 	} else {
 		opts, err := redis.ParseURL(u.String())
@@ -46,6 +54,9 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 		}
 		opts.ContextTimeoutEnabled = honourDeadlines(q, opts.ContextTimeoutEnabled)
+		if opts.TLSConfig, err = redisTLS(opts.TLSConfig, opts.Addr, c); err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+		}
 		client = redis.NewClient(opts)
 	}
 	st, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
@@ -54,7 +65,22 @@ func openRedis(_ context.Context, raw, desc string) (*Opened, error) {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	}
 	// The store before the client: the store's subscription uses the client.
-	return &Opened{Store: st, Kind: Redis, Shared: true, closers: []io.Closer{st, client}}, nil
+	return &Opened{Store: st, Kind: Redis, Shared: true, closers: []io.Closer{st, client}, Warnings: c.warnings()}, nil
+}
+
+// redisTLS replaces go-redis's TLS configuration of a rediss:// URL (nil for
+// redis://) with one built from the URL's TLS parameters. addr is the
+// server's host:port, "" for a Cluster (each node's name is checked
+// against its own address).
+func redisTLS(parsed *tls.Config, addr string, c common) (*tls.Config, error) {
+	if parsed == nil {
+		return nil, nil
+	}
+	host := ""
+	if addr != "" {
+		host, _, _ = net.SplitHostPort(addr)
+	}
+	return c.tlsConfig(host)
 }
 
 // honourDeadlines turns on go-redis's ContextTimeoutEnabled unless the URL

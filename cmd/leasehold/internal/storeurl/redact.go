@@ -1,0 +1,263 @@
+package storeurl
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// mask replaces a secret in descriptions and errors.
+const mask = "xxxxx"
+
+// minFragment is the shortest piece of a password that is scrubbed from
+// messages: a parser may quote any part of a malformed URL, so a password
+// is removed piece by piece, not only whole.
+const minFragment = 3
+
+// Describe returns raw with every password replaced by "xxxxx", for logs and
+// output. It works on malformed URLs and on libpq key=value strings too: when
+// raw does not parse cleanly as a URL, everything before the last '@' (user
+// information) is masked, whatever the characters in it.
+func Describe(raw string) string {
+	raw = strings.TrimSpace(raw)
+	if clean, ok := parseClean(raw); ok {
+		return describeURL(clean)
+	}
+	return maskKeyValues(describeRaw(raw))
+}
+
+// parseClean parses raw as a URL, and reports whether the parse can be
+// trusted to have found the user information: a scheme, and either no '@'
+// at all or exactly one '@' that ended up in the user information. A
+// password with an unescaped '#', '?' or '/' fails this test (url.Parse
+// takes the rest for a fragment, query or path).
+func parseClean(raw string) (*url.URL, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return nil, false
+	}
+	switch n := strings.Count(raw, "@"); {
+	case n == 0:
+		return u, u.User == nil
+	case n == 1:
+		return u, u.User != nil
+	}
+	return nil, false
+}
+
+func describeURL(u *url.URL) string {
+	q := u.Query()
+	changed := false
+	for k := range q {
+		if isSecretParam(k) {
+			q.Set(k, mask)
+			changed = true
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// describeRaw masks the user information of a string url.Parse would
+// misread: the scheme is kept when it looks like one, the user name when it
+// is plain, and everything else up to the last '@' becomes "xxxxx".
+func describeRaw(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return raw
+	}
+	prefix, user := "", ""
+	if scheme, rest, ok := strings.Cut(raw[:at], "://"); ok && validScheme(scheme) {
+		prefix = scheme + "://"
+		if name, _, ok := strings.Cut(rest, ":"); ok && plainUser(name) {
+			user = name + ":"
+		}
+	} else if scheme, _, ok := strings.Cut(raw[:at], ":"); ok && validScheme(scheme) {
+		prefix = scheme + ":"
+	}
+	return prefix + user + mask + raw[at:]
+}
+
+func validScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// plainUser reports whether a user name can be shown: letters, digits and
+// "._-" only.
+func plainUser(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyValueSecret matches a secret in a libpq key=value string or a query
+// string: password=…, sslpassword='…', token=… .
+var keyValueSecret = regexp.MustCompile(`(?i)([a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)`)
+
+func maskKeyValues(s string) string {
+	return keyValueSecret.ReplaceAllString(s, "${1}"+mask)
+}
+
+func isSecretParam(k string) bool {
+	k = strings.ToLower(k)
+	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token")
+}
+
+// secretsOf returns the password(s) in raw, as written and unescaped. It
+// looks at the user information (up to the last '@', however malformed the
+// URL), at secret-named query parameters and at libpq key=value secrets.
+func secretsOf(raw string) []string {
+	var out []string
+	add := func(s string) {
+		s = strings.Trim(s, "'")
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if u, err := url.PathUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+		if u, err := url.QueryUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		info := raw[:at]
+		if _, rest, ok := strings.Cut(info, "://"); ok {
+			info = rest
+		} else if _, rest, ok := strings.Cut(info, ":"); ok {
+			info = strings.TrimLeft(rest, "/")
+		}
+		if _, pass, ok := strings.Cut(info, ":"); ok {
+			add(pass)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+		for k, vs := range u.Query() {
+			if isSecretParam(k) {
+				for _, v := range vs {
+					add(v)
+				}
+			}
+		}
+	}
+	for _, m := range keyValueSecret.FindAllStringSubmatch(raw, -1) {
+		add(m[2])
+	}
+	return out
+}
+
+// scrub replaces in msg every piece of a secret of minFragment characters or
+// more, longest first, and a whole secret of any length.
+func scrub(msg string, secrets []string) string {
+	var pieces []string
+	seen := map[string]bool{}
+	for _, s := range secrets {
+		if !seen[s] {
+			seen[s] = true
+			pieces = append(pieces, s)
+		}
+		for n := len(s) - 1; n >= minFragment; n-- {
+			for i := 0; i+n <= len(s); i++ {
+				if p := s[i : i+n]; !seen[p] {
+					seen[p] = true
+					pieces = append(pieces, p)
+				}
+			}
+		}
+	}
+	sort.SliceStable(pieces, func(i, j int) bool { return len(pieces[i]) > len(pieces[j]) })
+	for _, p := range pieces {
+		if strings.Contains(msg, p) {
+			msg = strings.ReplaceAll(msg, p, mask)
+		}
+	}
+	return msg
+}
+
+// RedactError returns err with every password of the store URL raw, and
+// every piece of one, replaced by "xxxxx". It keeps err's chain for
+// errors.Is and errors.As. Use it on any error that came from code given
+// raw (a client's URL parser, a dial) before it reaches output.
+func RedactError(err error, raw string) error {
+	return redact(err, secretsOf(strings.TrimSpace(raw)))
+}
+
+func redact(err error, secrets []string) error {
+	if err == nil {
+		return nil
+	}
+	msg := scrub(err.Error(), secrets)
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// redactedError keeps the error chain for errors.Is but prints the scrubbed
+// message.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// parseErr describes a url.Parse failure without repeating the URL or any
+// part of its user information: a parser quotes the part it choked on, and
+// with an unescaped special character in a password that part is a piece of
+// the password. For a URL with user information the detail comes from
+// parsing the URL again with the user information masked; when that parses,
+// the fault was in the user information and no detail is given.
+func parseErr(err error, raw string) string {
+	if strings.Contains(raw, "@") {
+		if _, err2 := url.Parse(describeRaw(raw)); err2 != nil {
+			err = err2
+		} else {
+			return errUserInfo
+		}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// errUserInfo explains a URL whose user information cannot be read.
+const errUserInfo = "the user name or password is not valid in a URL: percent-encode its special characters (/ ? # @ : % and spaces), or put the password in a file named by password_file="
+
+// parseURL parses a URL whose user information must be read exactly as
+// written (redis://, postgres://); a misplaced '@', or an unescaped '#',
+// '?' or '/' in a password, is an error, never a different host.
+func parseURL(raw, desc string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %s", ErrBadURL, desc, parseErr(err, raw))
+	}
+	if _, ok := parseClean(raw); !ok {
+		return nil, fmt.Errorf("%w: %q: %s", ErrBadURL, desc, errUserInfo)
+	}
+	return u, nil
+}
