@@ -235,13 +235,3 @@ type redisLogger struct{ l *slog.Logger }
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
-
-// redactURL hides a password in a store URL.
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.LastIndex(s, "@"); at > i {
-			return s[:i+3] + "xxxxx@" + s[at+1:]
-		}
-	}
-	return s
-}

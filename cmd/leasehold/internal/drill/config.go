@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	"github.com/leasehold/leasehold"
 )
 
@@ -235,7 +237,7 @@ func (c Config) WithDefaults() (Config, error) {
 			return c, err
 		}
 	default:
-		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q", StoreRedisServer, StoreEtcdServer, redactURL(c.Store))
+		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q", StoreRedisServer, StoreEtcdServer, storeurl.Describe(c.Store))
 	}
 	if c.isEtcd() && c.TTL < etcdMinTTL {
 		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
@@ -244,12 +246,12 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, err
 	}
 	if c.NoFencing && c.Register != "" && c.Register != "memory" {
-		return bad("--fencing off uses the drill's own unfenced register; drop --register %s", redactURL(c.Register))
+		return bad("--fencing off uses the drill's own unfenced register; drop --register %s", storeurl.Describe(c.Register))
 	}
 	if c.Processes {
 		switch {
 		case c.isEtcd():
-			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", redactURL(c.Store))
+			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
 		case !c.isRedis():
 			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
 		case !processesSupported:

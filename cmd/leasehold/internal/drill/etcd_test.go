@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
@@ -103,7 +105,7 @@ func TestEtcdConfigErrors(t *testing.T) {
 	} {
 		_, err := Config{Store: s}.WithDefaults()
 		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), "hunter2") {
-			t.Errorf("%s: expected ErrInvalidConfig without the password, got %v", redactURL(s), err)
+			t.Errorf("%s: expected ErrInvalidConfig without the password, got %v", storeurl.Describe(s), err)
 		}
 	}
 	for _, c := range []Config{

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -61,7 +63,7 @@ func etcdEndpoints(store string) (clientv3.Config, string, error) {
 	cfg, prefix, err := etcdstore.ParseURL(store)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), etcdstore.ErrInvalidOptions.Error()+": ")
-		return cfg, "", fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(errors.New(msg), store))
+		return cfg, "", fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, storeurl.Describe(store), storeurl.RedactError(errors.New(msg), store))
 	}
 	return cfg, prefix, nil
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	neturl "net/url"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,36 +62,16 @@ func checkRegister(url string) error {
 		return nil
 	case strings.HasPrefix(url, "redis://") || strings.HasPrefix(url, "rediss://"):
 		if _, err := redis.ParseURL(url); err != nil {
-			return fmt.Errorf("%w: --register: %s", ErrInvalidConfig, redactErr(err, url))
+			return fmt.Errorf("%w: --register: %s", ErrInvalidConfig, storeurl.RedactError(err, url))
 		}
 		return nil
 	case strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://"):
 		if _, err := pgxpool.ParseConfig(url); err != nil {
-			return fmt.Errorf("%w: --register: %s", ErrInvalidConfig, redactErr(err, url))
+			return fmt.Errorf("%w: --register: %s", ErrInvalidConfig, storeurl.RedactError(err, url))
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: --register must be memory, redis://HOST:PORT[/DB] or postgres://…, got %q", ErrInvalidConfig, redactURL(url))
-}
-
-// redactErr is err's text without the password of url: a url.Error is
-// reduced to its cause (it quotes the whole URL, escaped, so a plain search
-// would miss the password), and any remaining copy of the password is
-// replaced.
-func redactErr(err error, url string) string {
-	var ue *neturl.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	msg := err.Error()
-	if i := strings.Index(url, "://"); i >= 0 {
-		if at := strings.LastIndex(url, "@"); at > i {
-			if _, pass, ok := strings.Cut(url[i+3:at], ":"); ok && pass != "" {
-				msg = strings.ReplaceAll(msg, pass, "xxxxx")
-			}
-		}
-	}
-	return msg
+	return fmt.Errorf("%w: --register must be memory, redis://HOST:PORT[/DB] or postgres://…, got %q", ErrInvalidConfig, storeurl.Describe(url))
 }
 
 // openRegister connects the register named by url, with keys (Redis) or a
@@ -105,12 +85,12 @@ func openRegister(ctx context.Context, url string, obs leasehold.Observer) (*ext
 	if strings.HasPrefix(url, "redis") {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --register: %s", ErrInvalidConfig, redactErr(err, url))
+			return nil, fmt.Errorf("%w: --register: %s", ErrInvalidConfig, storeurl.RedactError(err, url))
 		}
 		c := redis.NewClient(opts)
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
-			return nil, fmt.Errorf("%w: register at %s: %s", ErrSetup, redactURL(url), redactErr(err, url))
+			return nil, fmt.Errorf("%w: register at %s: %s", ErrSetup, storeurl.Describe(url), storeurl.RedactError(err, url))
 		}
 		res, err := redisfence.NewRedis(c, redisfence.RedisOptions{Name: "drill", Resource: "register", Observer: obs})
 		if err != nil {
@@ -130,13 +110,13 @@ func openRegister(ctx context.Context, url string, obs leasehold.Observer) (*ext
 	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --register: %s", ErrInvalidConfig, redactErr(err, url))
+		return nil, fmt.Errorf("%w: --register: %s", ErrInvalidConfig, storeurl.RedactError(err, url))
 	}
 	table := "leasehold_drill_register_" + run
 	ident := pgx.Identifier{table}.Sanitize()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+ident+" (id text PRIMARY KEY, data bytea, fence bigint NOT NULL DEFAULT 0)"); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w: register at %s: %s", ErrSetup, redactURL(url), redactErr(err, url))
+		return nil, fmt.Errorf("%w: register at %s: %s", ErrSetup, storeurl.Describe(url), storeurl.RedactError(err, url))
 	}
 	drop := func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), externalTimeout)

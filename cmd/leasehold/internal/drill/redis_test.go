@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
@@ -104,7 +106,7 @@ func TestRedisSetupErrors(t *testing.T) {
 	for _, s := range []string{"redis://:hunter2@127.0.0.1:6379/x", "memcached://127.0.0.1:11211", "redis://:hunter2@[::1"} {
 		_, err := Config{Store: s}.WithDefaults()
 		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), "hunter2") {
-			t.Errorf("%s: expected ErrInvalidConfig without the password, got %v", redactURL(s), err)
+			t.Errorf("%s: expected ErrInvalidConfig without the password, got %v", storeurl.Describe(s), err)
 		}
 	}
 	_, err = Run(t.Context(), Config{Store: StoreRedisServer, RedisServer: "/nonexistent/redis-server", Jobs: 3})

@@ -9,6 +9,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
@@ -45,10 +47,10 @@ type redisBackend struct {
 func redisOptions(store string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(store)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, redactURL(store), redactErr(err, store))
+		return nil, fmt.Errorf("%w: --store %s: %s", ErrInvalidConfig, storeurl.Describe(store), storeurl.RedactError(err, store))
 	}
 	if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
-		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, redactURL(store), opts.Addr, err)
+		return nil, fmt.Errorf("%w: --store %s: address %q: %v", ErrInvalidConfig, storeurl.Describe(store), opts.Addr, err)
 	}
 	return opts, nil
 }

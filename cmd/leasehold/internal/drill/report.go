@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 )
 
 // Report is a drill's outcome: a verdict per invariant, the numbers behind
@@ -54,7 +56,7 @@ func registerLabel(url string) string {
 	if url == "" {
 		return "memory"
 	}
-	return redactURL(url)
+	return storeurl.Describe(url)
 }
 
 func summarize(c Config) ConfigSummary {

@@ -23,6 +23,9 @@ const minFragment = 3
 // information) is masked, whatever the characters in it.
 func Describe(raw string) string {
 	raw = strings.TrimSpace(raw)
+	if conninfo.MatchString(raw) {
+		return maskKeyValues(raw)
+	}
 	if clean, ok := parseClean(raw); ok {
 		return describeURL(clean)
 	}
@@ -107,16 +110,79 @@ func plainUser(s string) bool {
 	return true
 }
 
-// keyValueSecret matches a secret in a libpq key=value string or a query
-// string: password=…, sslpassword='…', token=… .
-var keyValueSecret = regexp.MustCompile(`(?i)([a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)`)
+// secretKey matches the key of a secret in a libpq key=value string or a
+// query string: password=, sslpassword=, token=, … (not password_file=,
+// whose value is a path).
+var secretKey = regexp.MustCompile(`(?i)[a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*`)
+
+// nextKey matches the start of the next libpq setting.
+var nextKey = regexp.MustCompile(`\s+[A-Za-z_]+\s*=`)
+
+// conninfo matches a libpq key=value connection string.
+var conninfo = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+
+// secretSpans returns the [start, end) byte ranges of secret values in s.
+// In a libpq string a value ends where the next key= begins (or at its
+// closing quote), so a password with spaces is covered whole; in a URL it
+// ends at '&'.
+func secretSpans(s string) [][2]int {
+	libpq := conninfo.MatchString(s)
+	var spans [][2]int
+	for _, m := range secretKey.FindAllStringIndex(s, -1) {
+		if strings.HasSuffix(strings.ToLower(strings.TrimRight(s[m[0]:m[1]], " =")), "_file") {
+			continue
+		}
+		start, end := m[1], len(s)
+		rest := s[start:]
+		switch {
+		case strings.HasPrefix(rest, "'"):
+			if i := closingQuote(rest); i > 0 {
+				end = start + i + 1
+			}
+		case libpq:
+			if loc := nextKey.FindStringIndex(rest); loc != nil {
+				end = start + loc[0]
+			}
+		default:
+			if i := strings.IndexAny(rest, "& \t"); i >= 0 {
+				end = start + i
+			}
+		}
+		if len(spans) > 0 && start < spans[len(spans)-1][1] {
+			continue // inside the previous value
+		}
+		spans = append(spans, [2]int{start, end})
+	}
+	return spans
+}
+
+// closingQuote returns the index of the quote that closes the libpq value
+// opening s, or -1.
+func closingQuote(s string) int {
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '\'':
+			return i
+		}
+	}
+	return -1
+}
 
 func maskKeyValues(s string) string {
-	return keyValueSecret.ReplaceAllString(s, "${1}"+mask)
+	spans := secretSpans(s)
+	for i := len(spans) - 1; i >= 0; i-- {
+		s = s[:spans[i][0]] + mask + s[spans[i][1]:]
+	}
+	return s
 }
 
 func isSecretParam(k string) bool {
 	k = strings.ToLower(k)
+	if strings.HasSuffix(k, "_file") {
+		return false
+	}
 	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token")
 }
 
@@ -138,7 +204,7 @@ func secretsOf(raw string) []string {
 			out = append(out, u)
 		}
 	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 {
+	if at := strings.LastIndex(raw, "@"); at >= 0 && !conninfo.MatchString(raw) {
 		info := raw[:at]
 		if _, rest, ok := strings.Cut(info, "://"); ok {
 			info = rest
@@ -161,8 +227,8 @@ func secretsOf(raw string) []string {
 			}
 		}
 	}
-	for _, m := range keyValueSecret.FindAllStringSubmatch(raw, -1) {
-		add(m[2])
+	for _, sp := range secretSpans(raw) {
+		add(raw[sp[0]:sp[1]])
 	}
 	return out
 }
@@ -199,8 +265,16 @@ func scrub(msg string, secrets []string) string {
 // every piece of one, replaced by "xxxxx". It keeps err's chain for
 // errors.Is and errors.As. Use it on any error that came from code given
 // raw (a client's URL parser, a dial) before it reaches output.
+// A *url.Error in err is reduced to what parseErr says (it quotes the whole
+// URL, escaped, where a search for the password could miss it).
 func RedactError(err error, raw string) error {
-	return redact(err, secretsOf(strings.TrimSpace(raw)))
+	raw = strings.TrimSpace(raw)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg := strings.Replace(err.Error(), ue.Error(), ue.Op+": "+parseErr(ue, raw), 1)
+		err = &redactedError{msg: msg, err: err}
+	}
+	return redact(err, secretsOf(raw))
 }
 
 func redact(err error, secrets []string) error {
