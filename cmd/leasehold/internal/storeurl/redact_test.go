@@ -188,3 +188,25 @@ func TestPasswordFile(t *testing.T) {
 		t.Errorf("a missing password file: expected ErrBadURL, got %v", err)
 	}
 }
+
+func TestPasswordFileFromEnvironment(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("QZJ:VK@x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string {
+		if k == storeurl.EnvPasswordFile {
+			return file
+		}
+		return ""
+	}
+	// The file's password reaches the URL: etcd's parser sees the user
+	// information and, without a user name, refuses it.
+	_, err := storeurl.OpenEnv(t.Context(), "etcd://127.0.0.1:1", getenv)
+	if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "user name") {
+		t.Errorf("expected the password from the environment's file to need a user name, got %v", err)
+	}
+	if strings.Contains(err.Error(), "QZJ") {
+		t.Errorf("error shows the password: %v", err)
+	}
+}

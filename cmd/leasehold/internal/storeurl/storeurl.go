@@ -102,10 +102,16 @@ func (o *Opened) Redact(err error) error {
 // URL returns an error wrapping ErrBadURL (ErrUnknownScheme for an unknown
 // scheme) that names the problem. No error contains the password.
 func Open(ctx context.Context, raw string) (*Opened, error) {
+	return OpenEnv(ctx, raw, os.Getenv)
+}
+
+// OpenEnv is Open with the environment read through getenv (for
+// $LEASEHOLD_STORE_PASSWORD_FILE).
+func OpenEnv(ctx context.Context, raw string, getenv func(string) string) (*Opened, error) {
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)
 	desc := Describe(raw)
-	o, err := open(ctx, raw, desc, &secrets)
+	o, err := open(ctx, raw, desc, &secrets, getenv)
 	if err != nil {
 		return nil, redact(err, secrets)
 	}
@@ -113,7 +119,7 @@ func Open(ctx context.Context, raw string) (*Opened, error) {
 	return o, nil
 }
 
-func open(ctx context.Context, raw, desc string, secrets *[]string) (*Opened, error) {
+func open(ctx context.Context, raw, desc string, secrets *[]string, getenv func(string) string) (*Opened, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: empty; want one of: %s", ErrBadURL, Supported)
 	}
@@ -131,7 +137,7 @@ func open(ctx context.Context, raw, desc string, secrets *[]string) (*Opened, er
 		}
 		return nil, fmt.Errorf("%w %s in %q; want one of: %s", ErrUnknownScheme, quoteScheme(scheme), desc, Supported)
 	}
-	raw, c, err := prepare(raw, desc, secrets)
+	raw, c, err := prepare(raw, desc, secrets, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -173,14 +179,14 @@ func quoteDesc(desc string) string {
 // prepare takes out the parameters common to every scheme and puts the
 // password of a password file (the URL's password_file= or
 // $LEASEHOLD_STORE_PASSWORD_FILE) into the URL, adding it to secrets.
-func prepare(raw, desc string, secrets *[]string) (string, common, error) {
+func prepare(raw, desc string, secrets *[]string, getenv func(string) string) (string, common, error) {
 	raw, c, err := takeCommon(raw, desc)
 	if err != nil {
 		return "", c, err
 	}
 	file := c.passwordFile
 	if file == "" && !hasPassword(raw) {
-		file = os.Getenv(EnvPasswordFile)
+		file = getenv(EnvPasswordFile)
 	}
 	if file == "" {
 		return raw, c, nil
