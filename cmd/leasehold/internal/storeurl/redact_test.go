@@ -128,7 +128,7 @@ func checkNoLeak(t *testing.T, pw string) {
 		if p, ok := leaks(storeurl.Describe(raw), pw); ok {
 			t.Errorf("Describe(%q) shows %q: %s", raw, p, storeurl.Describe(raw))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		o, err := storeurl.Open(ctx, raw)
 		cancel()
 		if err == nil {
