@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 # Every module of the repository (see README, "Modules"): the library at the
 # root, then the modules that carry heavier dependencies.
-MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics cmd/leasehold
+MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/leasehold
 
 .PHONY: test deps gotest lint modgraph rules drill build
 

@@ -97,3 +97,130 @@ func ExampleOptions_failOpen() {
 	// Output:
 	// <nil> true 0
 }
+
+// A waiting Acquire takes its place in the key's queue (kept in the store,
+// so it is fair across processes) and gets the key as soon as the holder
+// releases it.
+func ExampleLocker_Acquire() {
+	ctx := context.Background()
+	store := memstore.New()
+	replicaA, _ := leasehold.New(store, leasehold.Options{Identity: "replica-a"})
+	replicaB, _ := leasehold.New(store, leasehold.Options{Identity: "replica-b"})
+	defer replicaA.Close()
+	defer replicaB.Close()
+
+	held, _ := replicaA.TryAcquire(ctx, "report")
+	got := make(chan *leasehold.Lease)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lease, err := replicaB.Acquire(ctx, "report") // waits in the queue
+		if err != nil {
+			fmt.Println(err)
+		}
+		got <- lease
+	}()
+	for {
+		if info, _ := store.Inspect(ctx, "report"); info.Waiting == 1 {
+			fmt.Println("held by", info.Holder, "next:", info.NextHolder)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = held.Release(ctx) // hands the key to the head of the queue
+	lease := <-got
+	info, _ := store.Inspect(ctx, "report")
+	fmt.Println("now held by", info.Holder, "with a higher fence:", lease.Fence() > held.Fence())
+	_ = lease.Release(ctx)
+	// Output:
+	// held by replica-a next: replica-b
+	// now held by replica-b with a higher fence: true
+}
+
+// TryOnce makes Do skip work that another replica is already doing.
+func ExampleTryOnce() {
+	ctx := context.Background()
+	store := memstore.New()
+	other, _ := leasehold.New(store, leasehold.Options{})
+	locker, _ := leasehold.New(store, leasehold.Options{})
+	defer other.Close()
+	defer locker.Close()
+
+	busy, _ := other.TryAcquire(ctx, "cleanup")
+	defer busy.Release(ctx)
+	err := locker.Do(ctx, "cleanup", func(ctx context.Context, lease *leasehold.Lease) error {
+		fmt.Println("cleaning up")
+		return nil
+	}, leasehold.TryOnce())
+	fmt.Println("skipped:", errors.Is(err, leasehold.ErrNotAcquired))
+	// Output:
+	// skipped: true
+}
+
+// WaitTimeout bounds how long Do waits for the key, not how long the work
+// may take.
+func ExampleWaitTimeout() {
+	ctx := context.Background()
+	store := memstore.New()
+	other, _ := leasehold.New(store, leasehold.Options{})
+	locker, _ := leasehold.New(store, leasehold.Options{})
+	defer other.Close()
+	defer locker.Close()
+
+	busy, _ := other.TryAcquire(ctx, "nightly")
+	defer busy.Release(ctx)
+	err := locker.Do(ctx, "nightly", func(ctx context.Context, lease *leasehold.Lease) error {
+		return nil
+	}, leasehold.WaitTimeout(50*time.Millisecond))
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, leasehold.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// leasehold: not acquired: "nightly": gave up waiting: context deadline exceeded
+	// true true
+}
+
+// Budget is the arithmetic behind the renewal failure budget: with the
+// defaults, the attempts fit before the local expiry guard, so a lease whose
+// renewals keep failing is abandoned (ErrLeaseAbandoned) rather than expired.
+func ExampleOptions_Budget() {
+	b, _ := leasehold.Options{TTL: 30 * time.Second}.Budget()
+	fmt.Println("renew every", b.RenewInterval, "with a", b.RenewTimeout, "timeout")
+	fmt.Println("3 failed attempts end by", b.Need(), "- the guard fires at", b.Have())
+	fmt.Println("fits:", b.Fits())
+	// Output:
+	// renew every 10s with a 2s timeout
+	// 3 failed attempts end by 16.02s - the guard fires at 28.495s
+	// fits: true
+}
+
+// An election on the embedded store: the first candidate leads, and its
+// leadership is a lease with a fence for the writes it makes.
+func ExampleElection() {
+	ctx := context.Background()
+	locker, err := leasehold.New(memstore.New(), leasehold.Options{Name: "reconciler", Identity: "replica-a"})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	el, err := leasehold.NewElection(locker, "reconciler:leader", leasehold.Callbacks{})
+	if err != nil {
+		panic(err)
+	}
+	lease, err := el.Campaign(ctx)
+	if err != nil {
+		panic(err)
+	}
+	leader, err := el.Leader(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leader:", leader.Holder, "fenced:", leader.Fence == lease.Fence())
+	if err := el.Resign(ctx); err != nil {
+		panic(err)
+	}
+	leader, _ = el.Leader(ctx)
+	fmt.Println("vacant after resigning:", leader.Vacant())
+	// Output:
+	// leader: replica-a fenced: true
+	// vacant after resigning: true
+}

@@ -7,80 +7,104 @@ import (
 
 // gate is the local keyed mutex: goroutines of one process contend here
 // first, so a locker has at most one store request in flight and one lease
-// per key.
+// per key. Waiters get the key in the order they arrived (FIFO): unlock hands
+// it to the oldest waiter directly, so a newcomer cannot overtake it.
 type gate struct {
-	mu   sync.Mutex
-	m    map[string]*gateEntry
-	pool sync.Pool // of *gateEntry with an empty sem
+	mu sync.Mutex
+	m  map[string]*gateEntry
 }
 
+// gateEntry is one key's gate: taken, and the queue of waiters.
 type gateEntry struct {
-	key  string
-	sem  chan struct{} // capacity 1: a token in it means taken
-	refs int           // holders plus waiters; the entry goes away at zero
+	key   string
+	taken bool
+	queue []*gateWaiter
 }
 
-func (g *gate) ref(key string) *gateEntry {
+// gateWaiter is one goroutine waiting in lock. granted is set (and ch
+// closed) when unlock handed it the key.
+type gateWaiter struct {
+	ch      chan struct{}
+	granted bool
+}
+
+// tryLock takes key's gate without waiting.
+func (g *gate) tryLock(key string) (*gateEntry, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	e := g.entry(key)
+	if e.taken {
+		return nil, false
+	}
+	e.taken = true
+	return e, true
+}
+
+// entry returns key's entry, creating it. g.mu held.
+func (g *gate) entry(key string) *gateEntry {
 	if g.m == nil {
 		g.m = make(map[string]*gateEntry)
 	}
 	e := g.m[key]
 	if e == nil {
-		if pe, ok := g.pool.Get().(*gateEntry); ok {
-			e = pe
-		} else {
-			e = &gateEntry{sem: make(chan struct{}, 1)}
-		}
-		e.key = key
+		e = &gateEntry{key: key}
 		g.m[key] = e
 	}
-	e.refs++
 	return e
 }
 
-func (g *gate) unref(e *gateEntry) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e.refs--
-	if e.refs == 0 {
-		delete(g.m, e.key)
-		e.key = ""
-		g.pool.Put(e) // nobody else can reach it: its sem is empty
-	}
-}
-
-// tryLock takes key's gate without waiting.
-func (g *gate) tryLock(key string) (*gateEntry, bool) {
-	e := g.ref(key)
-	select {
-	case e.sem <- struct{}{}:
-		return e, true
-	default:
-		g.unref(e)
-		return nil, false
-	}
-}
-
-// lock takes key's gate, waiting until ctx ends (its error) or closing is
-// closed (ErrLockerClosed).
+// lock takes key's gate, waiting in FIFO order until ctx ends (its error) or
+// closing is closed (ErrLockerClosed).
 func (g *gate) lock(ctx context.Context, key string, closing <-chan struct{}) (*gateEntry, error) {
-	e := g.ref(key)
+	g.mu.Lock()
+	e := g.entry(key)
+	if !e.taken {
+		e.taken = true
+		g.mu.Unlock()
+		return e, nil
+	}
+	w := &gateWaiter{ch: make(chan struct{})}
+	e.queue = append(e.queue, w)
+	g.mu.Unlock()
+
+	var err error
 	select {
-	case e.sem <- struct{}{}:
+	case <-w.ch:
 		return e, nil
 	case <-ctx.Done():
-		g.unref(e)
-		return nil, ctx.Err()
+		err = ctx.Err()
 	case <-closing:
-		g.unref(e)
-		return nil, ErrLockerClosed
+		err = ErrLockerClosed
 	}
+	g.mu.Lock()
+	if w.granted { // handed over while we gave up: pass it on
+		g.mu.Unlock()
+		g.unlock(e)
+		return nil, err
+	}
+	for i, q := range e.queue {
+		if q == w {
+			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			break
+		}
+	}
+	g.mu.Unlock()
+	return nil, err
 }
 
-// unlock frees a gate taken by tryLock or lock. Call it exactly once.
+// unlock frees a gate taken by tryLock or lock, handing it to the oldest
+// waiter if there is one. Call it exactly once per lock.
 func (g *gate) unlock(e *gateEntry) {
-	<-e.sem
-	g.unref(e)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(e.queue) > 0 {
+		w := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		w.granted = true
+		close(w.ch)
+		return
+	}
+	e.taken = false
+	delete(g.m, e.key)
 }

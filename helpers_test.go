@@ -3,6 +3,8 @@ package leasehold_test
 import (
 	"bytes"
 	"log/slog"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -154,3 +156,27 @@ func waitDone(t *testing.T, ctx interface{ Done() <-chan struct{} }, limit time.
 func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// countGoroutines returns the number of goroutines running code of package
+// leasehold (a scheduler, a renewal, a clean-up), whatever else the process
+// runs.
+func countGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "github.com/leasehold/leasehold.(*") {
+			count++
+		}
+	}
+	return count
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

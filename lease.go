@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -13,10 +12,11 @@ import (
 // concurrent use. A Lease from TryAcquire, Acquire or Do is renewed
 // automatically until Release; a Lease from Hold is not.
 //
-// A lease starts no goroutine of its own: one timer drives automatic
-// renewal, the local expiry guard and the maximum hold time, and its callback
-// runs one at a time. Release and Locker.Close stop the timer and wait for a
-// callback in progress, so nothing the lease started outlives it.
+// A lease is identity (key, token, fence, TTL), a context with a cause, and
+// deadlines. It starts no goroutine of its own: its Locker's scheduler (see
+// scheduler.go) renews it, runs its local expiry guard and its maximum hold
+// time. Release and Locker.Close wait until nothing about the lease is still
+// being reported, so nothing the lease started outlives it.
 type Lease struct {
 	l        *Locker
 	key      string
@@ -25,55 +25,78 @@ type Lease struct {
 	ttl      time.Duration
 	drift    time.Duration
 	acquired time.Time
-	hold     bool // per-loop TTL hold: no automatic renewal
+	kind     leaseKind
 	degraded bool // fail-open, local-only
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	gate   *gateEntry // the local gate, freed exactly once by whoever sets over
+	gate   *gateEntry // the local gate, freed by whoever ends the lease
 
-	mu          sync.Mutex
-	timer       *time.Timer
-	validUntil  time.Time // local expiry guard deadline (monotonic)
-	nextRenew   time.Time // zero: no automatic renewal
-	maxHoldAt   time.Time // zero: no cap
-	failures    int       // consecutive failed automatic renewals
-	guardOff    bool      // RenewalContinue past local expiry
-	maxHeld     bool
-	over        bool // ownership ended: released, lost, abandoned, expired or closed
-	stopped     bool // Release or Close took over: the timer must not act
-	inTick      bool
-	idle        chan struct{}      // closed when the running tick returns, for a waiter
-	renewCancel context.CancelFunc // aborts the automatic renewal in flight
+	// Guarded by l.sched.mu.
+	validUntil time.Time // local expiry guard (monotonic); zero: no guard
+	renewAt    time.Time // next automatic renewal; zero: none
+	maxHoldAt  time.Time // zero: no cap
+	failures   int       // consecutive failed automatic renewals
+	renewing   bool      // an automatic renewal is in flight
+	guardOff   bool      // RenewalContinue went past local expiry
+	capped     bool      // MaxHold reached
+	over       bool      // ownership ended, for cause
+	cause      error
+	released   bool      // ended by Release or Close: no renewal undo needed
+	acting     int       // reports in progress outside the mutex
+	at         time.Time // heap key: the next deadline
+	idx        int       // heap index, -1 when not in the heap
 }
 
-func (l *Locker) newLease(ctx context.Context, key, token string, fence uint64, ttl time.Duration, sent time.Time, hold, degraded bool, entry *gateEntry) (*Lease, error) {
+// leaseKind says whether a lease is renewed automatically.
+type leaseKind int
+
+const (
+	renewed leaseKind = iota // TryAcquire, Acquire, Do: renewed until Release
+	held                     // Hold: never renewed automatically
+)
+
+// leaseSpec is what an acquisition is for.
+type leaseSpec struct {
+	key  string
+	ttl  time.Duration
+	kind leaseKind
+	wait bool // wait in the key's queue (Acquire, Do) rather than try once
+}
+
+// grant is a successful store acquisition (or a fail-open stand-in).
+type grant struct {
+	token    string
+	fence    uint64
+	sent     time.Time
+	degraded bool
+	gate     *gateEntry
+}
+
+func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease, error) {
 	lctx, cancel := context.WithCancelCause(detach(ctx))
+	o := &l.opts
 	ls := &Lease{
-		l: l, key: key, token: token, fence: fence, ttl: ttl, drift: l.opts.drift(ttl), acquired: sent,
-		hold: hold, degraded: degraded,
-		ctx: lctx, cancel: cancel, gate: entry,
+		l: l, key: spec.key, token: g.token, fence: g.fence, ttl: spec.ttl, drift: o.drift(spec.ttl),
+		acquired: g.sent, kind: spec.kind, degraded: g.degraded,
+		ctx: lctx, cancel: cancel, gate: g.gate,
 	}
-	ls.validUntil = sent.Add(ttl - ls.drift)
-	if !hold && !degraded {
-		ls.nextRenew = sent.Add(l.opts.RenewInterval)
+	if !g.degraded || spec.kind == held {
+		ls.validUntil = g.sent.Add(spec.ttl - ls.drift)
 	}
-	if !hold && l.opts.MaxHold > 0 {
-		ls.maxHoldAt = sent.Add(l.opts.MaxHold)
+	if spec.kind == renewed && !g.degraded {
+		ls.renewAt = g.sent.Add(o.RenewInterval)
 	}
-	if !l.track(ls) {
+	if spec.kind == renewed && o.MaxHold > 0 {
+		ls.maxHoldAt = g.sent.Add(o.MaxHold)
+	}
+	if !l.sched.add(ls) {
 		cancel(ErrLockerClosed)
-		if !degraded {
-			rctx, rcancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
-			_ = l.store.Release(rctx, key, token)
-			rcancel()
+		if !g.degraded {
+			l.release(ctx, spec.key, g.token)
 		}
-		l.gate.unlock(entry)
-		return nil, ErrLockerClosed
+		return nil, ErrLockerClosed // the caller frees the gate
 	}
-	ls.mu.Lock()
-	ls.schedule()
-	ls.mu.Unlock()
 	return ls, nil
 }
 
@@ -118,8 +141,9 @@ func (ls *Lease) Err() error {
 // the holder may trust its ownership, measured from before the last successful
 // renewal was sent, minus the drift margin.
 func (ls *Lease) ValidUntil() time.Time {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	s := ls.l.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return ls.validUntil
 }
 
@@ -127,35 +151,54 @@ func (ls *Lease) ValidUntil() time.Time {
 // returns an error wrapping ErrNotOwned (and ends the lease with
 // ErrLeaseLost) when another owner has the key, a *StoreError when the store
 // fails (the lease stays until its local expiry), the lease's cause when it
-// already ended, and ErrMaxHoldReached after the maximum hold time. A degraded
-// lease has nothing to renew in the store; Renew extends its local deadline.
+// already ended or ended while the renewal was in flight (a renewal the store
+// applied after that is undone), and ErrMaxHoldReached after the maximum hold
+// time. A successful Renew resets the count of failed automatic renewals. A
+// degraded lease has nothing to renew in the store; Renew extends its local
+// deadline.
 func (ls *Lease) Renew(ctx context.Context) error {
-	ls.mu.Lock()
-	over, maxHeld := ls.over || ls.stopped, ls.maxHeld
-	ls.mu.Unlock()
+	s := ls.l.sched
+	s.mu.Lock()
+	over, capped := ls.over, ls.capped
+	s.mu.Unlock()
 	switch {
 	case over:
-		if err := ls.Err(); err != nil {
-			return err
-		}
-		return ErrLeaseReleased
-	case maxHeld:
+		return ls.endCause()
+	case capped:
 		return ErrMaxHoldReached
 	}
 	sent := time.Now()
-	if ls.degraded {
-		ls.extend(sent)
-		return nil
+	var err error
+	if !ls.degraded {
+		err = ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)
 	}
-	err := ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)
+	s.mu.Lock()
+	if ls.over {
+		undo := err == nil && !ls.released && !ls.degraded
+		s.mu.Unlock()
+		if undo {
+			ls.undo()
+		}
+		return ls.endCause()
+	}
+	out := ls.manualOutcome(sent, err)
+	if out.cause != nil {
+		s.finish(ls, out.cause)
+	} else {
+		s.fix(ls)
+	}
+	ls.acting++
+	s.mu.Unlock()
+	defer s.done(ls)
 	switch {
 	case err == nil:
-		ls.extend(sent)
-		ls.l.observe(Event{Kind: EventRenewed, Key: ls.key, Fence: ls.fence, Duration: time.Since(sent)})
+		if !ls.degraded {
+			ls.l.observe(Event{Kind: EventRenewed, Key: ls.key, Fence: ls.fence, Duration: time.Since(sent)})
+		}
 		return nil
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
-		ls.end(ErrLeaseLost, EventLost)
+		ls.endReport(ErrLeaseLost, EventLost)
 		return fmt.Errorf("renew %q: %w", ls.key, ErrNotOwned)
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
@@ -164,66 +207,78 @@ func (ls *Lease) Renew(ctx context.Context) error {
 	}
 }
 
+// endCause returns the cause of an ended lease. It may be called between
+// the lease going over and its context being cancelled.
+func (ls *Lease) endCause() error {
+	if err := ls.Err(); err != nil {
+		return err
+	}
+	s := ls.l.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls.cause != nil {
+		return ls.cause
+	}
+	return ErrLeaseReleased
+}
+
+// manualOutcome applies a manual renewal's result to the deadlines.
+// l.sched.mu held.
+func (ls *Lease) manualOutcome(sent time.Time, err error) renewOutcome {
+	switch {
+	case err == nil:
+		ls.extend(sent, &ls.l.opts)
+		ls.failures = 0
+		return renewOutcome{}
+	case errors.Is(err, ErrNotOwned):
+		return renewOutcome{cause: ErrLeaseLost}
+	}
+	return renewOutcome{}
+}
+
 // Release ends the lease: it stops renewal, cancels Context with
 // ErrLeaseReleased and deletes the lock in the store if and only if this
 // lease's token still owns it. It returns an error wrapping ErrNotOwned when
 // another owner has the key (that lock is left alone) and a *StoreError when
-// the store fails (the lock then expires by its TTL).
+// the store fails (the lock then expires by its TTL). A lock that was already
+// gone (expired, or deleted by a retry of this very release) is not an error.
 //
 // Release is a no-op that returns nil after the lease was lost, abandoned,
 // expired locally or released: ask Err or context.Cause why. It runs on ctx's
 // values but not its cancellation, bounded by Options.ReleaseTimeout, so it
-// works with the lease's already-cancelled context. A renewal in flight is
-// cancelled first, and Release waits for it to return.
+// works with the lease's already-cancelled context. When it returns, nothing
+// about the lease (observer calls, log records) is still running.
 func (ls *Lease) Release(ctx context.Context) error {
-	if !ls.stop() {
+	if !ls.l.sched.end(ls, ErrLeaseReleased) {
 		return nil
 	}
-	defer ls.l.untrack(ls)
-	ls.mu.Lock()
-	over := ls.over
-	ls.over = true
-	ls.mu.Unlock()
-	if over {
-		return nil
-	}
-	defer ls.unlock()
 	ls.l.observe(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired)})
-	ls.observeHeld(ErrLeaseReleased)
-	ls.cancel(ErrLeaseReleased)
+	ls.log().DebugContext(ls.ctx, "leasehold: lease released", slog.Duration("held", time.Since(ls.acquired)))
+	ls.finishEnd(ErrLeaseReleased)
 	if ls.degraded {
 		return nil
 	}
 	return ls.storeRelease(ctx)
 }
 
-// stop keeps the timer from acting again and waits for a callback in
-// progress. It reports false when the lease was already stopped.
-func (ls *Lease) stop() bool {
-	ls.mu.Lock()
-	if ls.stopped {
-		ls.mu.Unlock()
-		return false
+// closeByLocker ends the lease because its Locker is closing, releasing it in
+// the store unless ownership is already untrusted.
+func (ls *Lease) closeByLocker() {
+	if !ls.l.sched.end(ls, ErrLockerClosed) {
+		return
 	}
-	ls.stopped = true
-	if ls.timer != nil {
-		ls.timer.Stop()
+	ls.finishEnd(ErrLockerClosed)
+	if !ls.degraded {
+		_ = ls.storeRelease(context.Background())
 	}
-	if ls.renewCancel != nil {
-		ls.renewCancel()
-	}
-	var wait chan struct{}
-	if ls.inTick {
-		if ls.idle == nil {
-			ls.idle = make(chan struct{})
-		}
-		wait = ls.idle
-	}
-	ls.mu.Unlock()
-	if wait != nil {
-		<-wait
-	}
-	return true
+}
+
+// finishEnd reports the end of a lease ended by its holder, cancels its
+// context and frees the local gate.
+func (ls *Lease) finishEnd(cause error) {
+	ls.observeHeld(cause)
+	ls.cancel(cause)
+	ls.l.gate.unlock(ls.gate)
 }
 
 func (ls *Lease) storeRelease(ctx context.Context) error {
@@ -231,7 +286,10 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	defer cancel()
 	err := ls.l.store.Release(rctx, ls.key, ls.token)
 	switch {
-	case err == nil, errors.Is(err, ErrNotHeld): // already gone: expired, or our retried release applied
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		ls.log().DebugContext(ls.ctx, "leasehold: lock already gone at release")
 		return nil
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("release")
@@ -242,29 +300,11 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	}
 }
 
-// closeByLocker ends the lease because its Locker is closing, releasing it in
-// the store unless ownership is already untrusted.
-func (ls *Lease) closeByLocker() {
-	if !ls.stop() {
-		return
-	}
-	ls.mu.Lock()
-	over := ls.over
-	ls.over = true
-	ls.mu.Unlock()
-	if over {
-		return
-	}
-	defer ls.unlock()
-	ls.observeHeld(ErrLockerClosed)
-	ls.cancel(ErrLockerClosed)
-	if !ls.degraded {
-		_ = ls.storeRelease(context.Background())
-	}
+// undo deletes (token-checked) a lock that a renewal extended after the lease
+// had already ended without releasing it, so no lock outlives its lease.
+func (ls *Lease) undo() {
+	ls.l.release(ls.ctx, ls.key, ls.token)
 }
-
-// unlock frees the local gate. Call it once, from whoever set ls.over.
-func (ls *Lease) unlock() { ls.l.gate.unlock(ls.gate) }
 
 // detach returns ctx's values without its cancellation.
 func detach(ctx context.Context) context.Context {
@@ -287,6 +327,7 @@ func (ls *Lease) bind(parent context.Context) (context.Context, func()) {
 // the lease was acquired with: a handler can add a request or run id from it.
 func (ls *Lease) log() *slog.Logger {
 	return ls.l.opts.Logger.With(slog.String("locker", ls.l.opts.Name), slog.String("key", ls.key),
+		slog.String("holder", ls.l.opts.Identity),
 		slog.String("token", tokenPrefix(ls.token)), slog.Uint64("fence", ls.fence))
 }
 
@@ -295,42 +336,15 @@ func (ls *Lease) notOwned(op string) {
 	ls.log().WarnContext(ls.ctx, "leasehold: lock not owned", slog.String("op", op))
 }
 
-// extend moves the local expiry guard to sent+TTL-drift, never backward.
-func (ls *Lease) extend(sent time.Time) {
-	until := sent.Add(ls.ttl - ls.drift)
-	ls.mu.Lock()
-	if until.After(ls.validUntil) {
-		ls.validUntil = until
-		ls.guardOff = false
-	}
-	if !ls.inTick {
-		ls.schedule()
-	}
-	ls.mu.Unlock()
-}
-
-// end marks ownership as over for cause, reports kind (0: nothing) and the
-// held duration once, then cancels the context and frees the local gate.
-// Events are reported before the cancellation, so an observer has seen them
-// by the time Done is closed.
-func (ls *Lease) end(cause error, kind EventKind) {
-	ls.mu.Lock()
-	if ls.over {
-		ls.mu.Unlock()
-		return
-	}
-	ls.over = true
-	if ls.timer != nil && !ls.inTick {
-		ls.timer.Stop()
-	}
-	ls.mu.Unlock()
+// endReport reports the end of a lease that the scheduler or a renewal
+// ended (kind 0: no event of its own), cancels its context and frees the
+// local gate. Events come before the cancellation, so an observer has seen
+// them by the time Done is closed.
+func (ls *Lease) endReport(cause error, kind EventKind) {
 	if kind != 0 {
 		ls.l.observe(Event{Kind: kind, Key: ls.key, Fence: ls.fence, Err: cause})
 	}
-	ls.observeHeld(cause)
-	ls.cancel(cause)
-	ls.unlock()
-	ls.l.untrack(ls)
+	ls.finishEnd(cause)
 }
 
 // observeHeld reports the end of the lease with the context's cause: the
@@ -340,255 +354,4 @@ func (ls *Lease) observeHeld(cause error) {
 		cause = context.Cause(ls.ctx)
 	}
 	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause})
-}
-
-// guardActive reports whether the local expiry guard applies. ls.mu held.
-func (ls *Lease) guardActive() bool {
-	return !ls.guardOff && (!ls.degraded || ls.hold)
-}
-
-// schedule arms the timer for the earliest deadline still pending. ls.mu held.
-func (ls *Lease) schedule() {
-	if ls.over || ls.stopped {
-		return
-	}
-	var next time.Time
-	consider := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
-	consider(ls.nextRenew)
-	if ls.guardActive() {
-		consider(ls.validUntil)
-	}
-	if !ls.maxHeld {
-		consider(ls.maxHoldAt)
-	}
-	if next.IsZero() {
-		return
-	}
-	d := time.Until(next)
-	if ls.timer == nil {
-		ls.timer = time.AfterFunc(d, ls.tick)
-	} else {
-		ls.timer.Reset(d)
-	}
-}
-
-// tick is the timer callback: maximum hold time, local expiry guard and
-// automatic renewal, in that order. Only one tick runs at a time: the timer
-// is re-armed when it returns.
-func (ls *Lease) tick() {
-	ls.mu.Lock()
-	if ls.stopped || ls.over || ls.inTick {
-		// inTick: a Reset from a manual Renew fired while a tick ran; that
-		// tick re-arms the timer when it returns.
-		ls.mu.Unlock()
-		return
-	}
-	ls.inTick = true
-	ls.mu.Unlock()
-	defer ls.leaveTick()
-	o := &ls.l.opts
-	now := time.Now()
-
-	ls.mu.Lock()
-	maxDue := !ls.maxHoldAt.IsZero() && !ls.maxHeld && !now.Before(ls.maxHoldAt)
-	if maxDue {
-		ls.maxHeld, ls.nextRenew, ls.guardOff = true, time.Time{}, false
-	}
-	ls.mu.Unlock()
-	if maxDue {
-		ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
-		ls.log().WarnContext(ls.ctx, "leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
-		ls.cancel(ErrMaxHoldReached)
-	}
-
-	ls.mu.Lock()
-	guardDue := ls.guardActive() && !now.Before(ls.validUntil)
-	continuing := guardDue && !ls.hold && !ls.maxHeld && o.OnRenewFailure == RenewalContinue
-	if continuing {
-		ls.guardOff = true
-	}
-	failures, maxHeld := ls.failures, ls.maxHeld
-	renewDue := !ls.nextRenew.IsZero() && !now.Before(ls.nextRenew)
-	ls.mu.Unlock()
-	switch {
-	case continuing:
-		ls.l.observe(Event{Kind: EventExpired, Key: ls.key, Fence: ls.fence})
-		ls.log().WarnContext(ls.ctx, "leasehold: lease expired locally; continuing by policy", slog.Int("attempt", failures))
-	case guardDue && (ls.hold || maxHeld):
-		ls.end(ErrLeaseExpired, 0) // the natural end of a hold, or of a capped lease
-		return
-	case guardDue:
-		ls.log().ErrorContext(ls.ctx, "leasehold: lease expired locally", slog.Int("attempt", failures))
-		ls.end(ErrLeaseExpired, EventExpired)
-		return
-	}
-	if renewDue {
-		ls.renewAuto()
-	}
-}
-
-// renewAuto makes one automatic renewal attempt: alone, or in one batch with
-// the locker's other leases that are due soon when the store can batch.
-func (ls *Lease) renewAuto() {
-	o := &ls.l.opts
-	sent := time.Now()
-	var peers []*Lease
-	br, batching := ls.l.store.(BatchRenewer)
-	if batching {
-		// A peer joins only if its own guard leaves it the whole renew
-		// timeout, so no peer shortens the batch's deadline.
-		peers = ls.l.claimPeers(ls, sent, sent.Add(o.RenewTimeout))
-	}
-	ls.mu.Lock()
-	if ls.stopped { // Release or Close began before the request went out
-		ls.mu.Unlock()
-		for _, p := range peers {
-			p.renewed(sent, context.Canceled, true)
-			p.leaveTick()
-		}
-		return
-	}
-	deadline := sent.Add(o.RenewTimeout)
-	if o.OnRenewFailure == RenewalFence && ls.validUntil.Before(deadline) {
-		deadline = ls.validUntil // never wait past local expiry
-	}
-	ctx, cancel := context.WithDeadline(ls.l.ctx, deadline)
-	ls.renewCancel = cancel
-	ls.mu.Unlock()
-
-	// The local guard must not depend on the store honouring ctx's deadline
-	// (go-redis ignores it unless ContextTimeoutEnabled is set): each lease
-	// in flight gets a timer at its own guard deadline.
-	stopGuards := []func() bool{ls.guardDuringRenewal()}
-	for _, p := range peers {
-		stopGuards = append(stopGuards, p.guardDuringRenewal())
-	}
-	var errs []error
-	if len(peers) == 0 {
-		errs = []error{ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)}
-	} else {
-		reqs := make([]RenewRequest, 0, len(peers)+1)
-		reqs = append(reqs, RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl})
-		for _, p := range peers {
-			reqs = append(reqs, RenewRequest{Key: p.key, Token: p.token, TTL: p.ttl})
-		}
-		errs = br.RenewBatch(ctx, reqs)
-		if len(errs) != len(reqs) { // a broken store; never index past it
-			errs = make([]error, len(reqs))
-			for i := range errs {
-				errs[i] = fmt.Errorf("leasehold: RenewBatch returned a wrong number of results")
-			}
-		}
-	}
-	// Cancelled (not timed out): Release or Close stopped the attempt. That
-	// is nobody's renewal failure, least of all a peer's.
-	aborted := errors.Is(ctx.Err(), context.Canceled)
-	cancel()
-	for _, stop := range stopGuards {
-		stop()
-	}
-	ls.mu.Lock()
-	ls.renewCancel = nil
-	ls.mu.Unlock()
-	ls.renewed(sent, errs[0], aborted)
-	for i, p := range peers {
-		p.renewed(sent, errs[i+1], aborted)
-		p.leaveTick()
-	}
-}
-
-// guardDuringRenewal arms a timer that ends the lease with ErrLeaseExpired
-// at its guard deadline (RenewalFence only), for as long as a renewal is in
-// flight and the lease's own timer is held back. It returns the timer's Stop.
-func (ls *Lease) guardDuringRenewal() func() bool {
-	if ls.l.opts.OnRenewFailure != RenewalFence {
-		return func() bool { return true }
-	}
-	t := time.AfterFunc(time.Until(ls.ValidUntil()), func() {
-		if time.Now().Before(ls.ValidUntil()) {
-			return // a renewal that just succeeded moved the deadline
-		}
-		ls.log().ErrorContext(ls.ctx, "leasehold: lease expired locally", slog.String("during", "renewal"))
-		ls.end(ErrLeaseExpired, EventExpired)
-	})
-	return t.Stop
-}
-
-// renewed applies the outcome of an automatic renewal sent at sent. aborted
-// means Release or Close cancelled the request: a failure then is not
-// counted, and the lease (if it goes on) renews again soon.
-func (ls *Lease) renewed(sent time.Time, err error, aborted bool) {
-	o := &ls.l.opts
-	ls.mu.Lock()
-	if ls.over {
-		ls.mu.Unlock()
-		return // the guard fired while the renewal was in flight
-	}
-	stopped := ls.stopped
-	ls.nextRenew = time.Now().Add(o.RenewInterval)
-	switch {
-	case err == nil:
-		ls.failures = 0
-	case errors.Is(err, ErrNotOwned) || stopped:
-	case aborted:
-		ls.nextRenew = time.Now()
-	default:
-		ls.failures++
-	}
-	failures := ls.failures
-	ls.mu.Unlock()
-	switch {
-	case err == nil:
-		ls.extend(sent)
-		ls.l.observe(Event{Kind: EventRenewed, Key: ls.key, Fence: ls.fence, Duration: time.Since(sent)})
-		return
-	case errors.Is(err, ErrNotOwned):
-		ls.notOwned("renew")
-		ls.log().ErrorContext(ls.ctx, "leasehold: lease lost")
-		ls.end(ErrLeaseLost, EventLost)
-		return
-	case stopped || aborted:
-		return
-	}
-	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
-	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
-	ls.log().WarnContext(ls.ctx, "leasehold: lease renewal failed", slog.Int("attempt", failures), slog.Any("error", err))
-	if o.OnRenewFailure == RenewalFence && failures >= o.MaxRenewFailures {
-		ls.log().ErrorContext(ls.ctx, "leasehold: lease abandoned", slog.Int("attempt", failures), slog.Any("error", err))
-		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: failures, Err: err})
-		ls.end(ErrLeaseAbandoned, 0)
-	}
-}
-
-// claim marks the lease as in a tick, for a batch renewal run by another
-// lease's tick, if it is due for renewal by before and (under RenewalFence)
-// its guard deadline is not before validTo. ls.mu must not be held.
-func (ls *Lease) claim(before, validTo time.Time) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.stopped || ls.over || ls.inTick || ls.nextRenew.IsZero() || ls.nextRenew.After(before) {
-		return false
-	}
-	if ls.l.opts.OnRenewFailure == RenewalFence && ls.validUntil.Before(validTo) {
-		return false
-	}
-	ls.inTick = true
-	return true
-}
-
-// leaveTick ends a tick (or a claim): it wakes a Release waiting for it and
-// re-arms the timer.
-func (ls *Lease) leaveTick() {
-	ls.mu.Lock()
-	ls.inTick = false
-	if ls.idle != nil {
-		close(ls.idle)
-		ls.idle = nil
-	}
-	ls.schedule()
-	ls.mu.Unlock()
 }

@@ -93,7 +93,9 @@ type Event struct {
 // Observer receives events. Events that end a lease are reported before its
 // context is cancelled. Observe is called synchronously on the hot path
 // and from renewal goroutines, concurrently: it must be fast and safe for
-// concurrent use. The Prometheus adapter is in package prommetrics.
+// concurrent use. It must not call Lease.Release or Locker.Close: they wait
+// until every report about the lease, this call included, has returned. The
+// Prometheus adapter is in package prommetrics.
 type Observer interface {
 	Observe(Event)
 }

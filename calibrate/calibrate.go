@@ -6,8 +6,11 @@
 //
 //	TTL            = p99 critical section + jitter budget + guard
 //	renew interval = TTL / 3 to start
-//	failure budget: MaxFailures × renew interval + renew timeout < TTL,
-//	                so the holder abandons the lease before it expires
+//	failure budget: renew interval + MaxFailures × renew timeout + the gaps
+//	                between retries must end before the local guard
+//	                (TTL − drift margin), so the holder abandons the lease
+//	                before it expires: leasehold.Budget, the formula the
+//	                Locker itself warns with
 //	worst takeover ≈ TTL + detection jitter
 //
 // A TTL shorter than the critical section loses the lock mid-work; a TTL
@@ -19,15 +22,19 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold"
 )
 
 // ErrInput is wrapped by every error about unusable input.
 var ErrInput = errors.New("calibrate: invalid input")
 
-// Defaults for zero Input fields, the same as the leasehold core's.
+// Defaults for zero Input fields, the same as the leasehold core's. A zero
+// RenewTimeout means the core's default for the computed TTL
+// (leasehold.DefaultRenewTimeoutFor), at most DefaultRenewTimeout.
 const (
-	DefaultRenewTimeout = 2 * time.Second
-	DefaultMaxFailures  = 3
+	DefaultRenewTimeout = leasehold.DefaultRenewTimeout
+	DefaultMaxFailures  = leasehold.DefaultMaxRenewFailures
 )
 
 // Input is what the operator measured or decided.
@@ -46,7 +53,8 @@ type Input struct {
 	// SLO is the takeover SLO: the longest acceptable time from a holder's
 	// crash to the next owner's first action. Zero means none (no verdict).
 	SLO time.Duration
-	// RenewTimeout bounds one renewal attempt. Default 2 s.
+	// RenewTimeout bounds one renewal attempt. Default: the core's default
+	// for the computed TTL (leasehold.DefaultRenewTimeoutFor).
 	RenewTimeout time.Duration
 	// MaxFailures is the number of consecutive failed renewals after which a
 	// lease is abandoned. Default 3.
@@ -74,18 +82,22 @@ type Result struct {
 	TTL time.Duration
 	// RenewInterval = TTL / 3.
 	RenewInterval time.Duration
-	// BudgetTime = MaxFailures × RenewInterval + RenewTimeout: when the last
-	// allowed renewal attempt has failed, measured from the last success.
+	// DriftMargin is the core's default drift margin for the TTL: the local
+	// expiry guard fires at TTL − DriftMargin.
+	DriftMargin time.Duration
+	// BudgetTime = leasehold.Budget.Need(): RenewInterval + MaxFailures ×
+	// RenewTimeout + the minimum gaps between retries, when the last allowed
+	// renewal attempt has failed, measured from the last success.
 	BudgetTime time.Duration
-	// BudgetHeadroom = TTL − BudgetTime: time left before expiry when the
-	// lease is abandoned. Negative or zero means the failure budget is not
-	// usable (the local expiry guard fires first).
+	// BudgetHeadroom = TTL − DriftMargin − BudgetTime: time left before the
+	// local guard when the lease is abandoned. Negative means the failure
+	// budget is not usable (the local expiry guard fires first).
 	BudgetHeadroom time.Duration
-	// BudgetOK reports BudgetHeadroom > 0.
+	// BudgetOK reports BudgetHeadroom >= 0 (leasehold.Budget.Fits).
 	BudgetOK bool
-	// SafeRenewInterval is a renew interval that keeps MaxFailures usable
-	// with one interval of headroom: (TTL − RenewTimeout) / (MaxFailures+1).
-	// Zero when RenewTimeout >= TTL.
+	// SafeRenewInterval is the longest renew interval (at least
+	// leasehold.MinRenewInterval) with which MaxFailures fits; zero when
+	// none does.
 	SafeRenewInterval time.Duration
 	// SafeMaxFailures is the largest failure budget that fits at
 	// RenewInterval (0 when none does).
@@ -105,45 +117,29 @@ type Result struct {
 // Compute applies the rules to in. It returns an error wrapping ErrInput
 // naming the field to fix.
 func Compute(in Input) (Result, error) {
-	switch {
-	case in.P99 <= 0:
-		return Result{}, fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)
-	case in.Jitter < 0:
-		return Result{}, fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInput, in.Jitter)
-	case in.Guard < 0:
-		return Result{}, fmt.Errorf("%w: guard must be >= 0, got %v", ErrInput, in.Guard)
-	case in.DetectionJitter < 0:
-		return Result{}, fmt.Errorf("%w: detection jitter must be >= 0, got %v", ErrInput, in.DetectionJitter)
-	case in.SLO < 0:
-		return Result{}, fmt.Errorf("%w: SLO must be >= 0, got %v", ErrInput, in.SLO)
-	case in.RenewTimeout < 0:
-		return Result{}, fmt.Errorf("%w: renew timeout must be > 0, got %v", ErrInput, in.RenewTimeout)
-	case in.MaxFailures < 0:
-		return Result{}, fmt.Errorf("%w: max failures must be >= 1, got %d", ErrInput, in.MaxFailures)
+	if err := validate(in); err != nil {
+		return Result{}, err
 	}
 	jitterTwice := in.DetectionJitter == 0 // jitter counts in the TTL and in detection
 	if jitterTwice {
 		in.DetectionJitter = in.Jitter
 	}
-	if in.RenewTimeout == 0 {
-		in.RenewTimeout = DefaultRenewTimeout
-	}
 	if in.MaxFailures == 0 {
 		in.MaxFailures = DefaultMaxFailures
 	}
-
-	r := Result{Input: in}
-	r.TTL = in.P99 + in.Jitter + in.Guard
-	r.RenewInterval = r.TTL / 3
-	r.BudgetTime = time.Duration(in.MaxFailures)*r.RenewInterval + in.RenewTimeout
-	r.BudgetHeadroom = r.TTL - r.BudgetTime
-	r.BudgetOK = r.BudgetHeadroom > 0
-	if in.RenewTimeout < r.TTL {
-		r.SafeRenewInterval = (r.TTL - in.RenewTimeout) / time.Duration(in.MaxFailures+1)
-		if r.RenewInterval > 0 {
-			r.SafeMaxFailures = int((r.TTL - in.RenewTimeout - 1) / r.RenewInterval)
-		}
+	ttl := in.P99 + in.Jitter + in.Guard
+	b := leasehold.Budget{TTL: ttl, RenewInterval: ttl / 3, DriftMargin: leasehold.DefaultDriftMargin(ttl),
+		RenewTimeout: in.RenewTimeout, MaxRenewFailures: in.MaxFailures}
+	if b.RenewTimeout == 0 {
+		b.RenewTimeout = leasehold.DefaultRenewTimeoutFor(ttl, b.RenewInterval, b.DriftMargin, in.MaxFailures)
+		in.RenewTimeout = b.RenewTimeout
 	}
+
+	r := Result{Input: in, TTL: ttl, RenewInterval: b.RenewInterval, DriftMargin: b.DriftMargin}
+	r.BudgetTime = b.Need()
+	r.BudgetHeadroom = b.Have() - b.Need()
+	r.BudgetOK = b.Fits()
+	r.SafeRenewInterval, r.SafeMaxFailures = safeBudget(b)
 	r.WorstTakeover = r.TTL + in.DetectionJitter
 
 	if in.RenewTimeout >= r.RenewInterval {
@@ -152,8 +148,8 @@ func Compute(in Input) (Result, error) {
 			rd(in.RenewTimeout), rd(r.RenewInterval)))
 	}
 	if !r.BudgetOK {
-		w := fmt.Sprintf("failure budget leaves no time before expiry: %d × %v + %v renew timeout = %v ≥ TTL %v; the local expiry guard fires before the budget is used up",
-			in.MaxFailures, rd(r.RenewInterval), rd(in.RenewTimeout), rd(r.BudgetTime), rd(r.TTL))
+		w := fmt.Sprintf("failure budget leaves no time before expiry: renew interval %v + %d × %v renew timeout + gaps = %v > %v (TTL − drift margin %v); the local expiry guard fires before the budget is used up",
+			rd(r.RenewInterval), in.MaxFailures, rd(in.RenewTimeout), rd(r.BudgetTime), rd(b.Have()), rd(r.DriftMargin))
 		var fixes []string
 		if r.SafeMaxFailures >= 1 {
 			fixes = append(fixes, fmt.Sprintf("lower --max-failures to %d", r.SafeMaxFailures))
@@ -179,6 +175,43 @@ func Compute(in Input) (Result, error) {
 	r.Verdict = Impossible
 	r.Advice = advise(in, r, jitterTwice)
 	return r, nil
+}
+
+// validate returns an error wrapping ErrInput naming the field to fix.
+func validate(in Input) error {
+	switch {
+	case in.P99 <= 0:
+		return fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)
+	case in.Jitter < 0:
+		return fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInput, in.Jitter)
+	case in.Guard < 0:
+		return fmt.Errorf("%w: guard must be >= 0, got %v", ErrInput, in.Guard)
+	case in.DetectionJitter < 0:
+		return fmt.Errorf("%w: detection jitter must be >= 0, got %v", ErrInput, in.DetectionJitter)
+	case in.SLO < 0:
+		return fmt.Errorf("%w: SLO must be >= 0, got %v", ErrInput, in.SLO)
+	case in.RenewTimeout < 0:
+		return fmt.Errorf("%w: renew timeout must be > 0, got %v", ErrInput, in.RenewTimeout)
+	case in.MaxFailures < 0:
+		return fmt.Errorf("%w: max failures must be >= 1, got %d", ErrInput, in.MaxFailures)
+	}
+	return nil
+}
+
+// safeBudget returns the longest renew interval with which b's failure
+// budget fits, and the largest failure budget that fits at b's interval
+// (zero when none does).
+func safeBudget(b leasehold.Budget) (time.Duration, int) {
+	var interval time.Duration
+	if fit := b.RenewInterval + b.Have() - b.Need(); fit >= leasehold.MinRenewInterval {
+		interval = fit
+	}
+	gap := leasehold.MinRenewInterval
+	failures := 0
+	if span := b.Have() - b.RenewInterval + gap; span > 0 {
+		failures = int(span / (b.RenewTimeout + gap))
+	}
+	return interval, failures
 }
 
 // advise names the inputs that close the gap between the worst takeover and

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold"
 )
 
 const s = time.Second
@@ -27,23 +29,24 @@ func TestCompute(t *testing.T) {
 			name: "seed example meets 30s SLO",
 			in:   Input{P99: 18 * s, Jitter: 4 * s, Guard: 2 * s, SLO: 30 * s},
 			ttl:  24 * s, renew: 8 * s, takeover: 28 * s,
-			// 3 × 8 s + 2 s = 26 s ≥ 24 s: the default budget does not fit.
-			budgetOK: false, safeRenew: 5500 * time.Millisecond, safeMax: 2,
+			// 8 s + 3 × 2 s + 2 × 10 ms = 14.02 s before the guard at
+			// 24 s − 1.205 s: the library's defaults fit (the old formula,
+			// 3 × 8 s + 2 s, flagged them as too large).
+			budgetOK: true, safeRenew: 16775 * time.Millisecond, safeMax: 7,
 			verdict: Meets, slack: 2 * s,
-			warnHas: []string{"lower --max-failures to 2", "renew every 5.5s"},
 		},
 		{
 			name: "budget fits with two failures",
 			in:   Input{P99: 18 * s, Jitter: 4 * s, Guard: 2 * s, MaxFailures: 2, RenewTimeout: s},
 			ttl:  24 * s, renew: 8 * s, takeover: 28 * s,
-			budgetOK: true, safeRenew: 23 * s / 3, safeMax: 2,
+			budgetOK: true, safeRenew: 20785 * time.Millisecond, safeMax: 14,
 			verdict: NoSLO,
 		},
 		{
 			name: "SLO impossible, p99 alone can fix it",
 			in:   Input{P99: 50 * s, Jitter: 4 * s, Guard: 2 * s, SLO: 30 * s},
 			ttl:  56 * s, renew: 56 * s / 3, takeover: 60 * s,
-			budgetOK: false, safeRenew: 54 * s / 4, safeMax: 2,
+			budgetOK: true, safeRenew: 47175 * time.Millisecond, safeMax: 17,
 			verdict: Impossible, slack: -30 * s,
 			adviceHas: []string{"lower --p99 from 50s to at most 20s", "raise --slo to at least 1m0s", "p99 50s"},
 		},
@@ -51,7 +54,7 @@ func TestCompute(t *testing.T) {
 			name: "SLO impossible, guard alone fixes a small gap",
 			in:   Input{P99: 10 * s, Jitter: 2 * s, Guard: 5 * s, SLO: 18 * s},
 			ttl:  17 * s, renew: 17 * s / 3, takeover: 19 * s,
-			budgetOK: false, safeRenew: 15 * s / 4, safeMax: 2,
+			budgetOK: true, safeRenew: 10125 * time.Millisecond, safeMax: 5,
 			verdict: Impossible, slack: -1 * s,
 			adviceHas: []string{"lower --p99 from 10s to at most 9s", "lower --guard from 5s to at most 4s", "lower --jitter from 2s to at most 1.5s"},
 		},
@@ -59,7 +62,8 @@ func TestCompute(t *testing.T) {
 			name: "no single input closes the gap",
 			in:   Input{P99: 3 * s, Jitter: 3 * s, Guard: 3 * s, SLO: 5 * s},
 			ttl:  9 * s, renew: 3 * s, takeover: 12 * s,
-			budgetOK: false, safeRenew: 7 * s / 4, safeMax: 2,
+			// TTL 9 s: renew timeout (9 − 0.455 − 3 − 0.02) / 4 = 1.38125 s.
+			budgetOK: true, safeRenew: 4381250 * time.Microsecond, safeMax: 3,
 			verdict: Impossible, slack: -7 * s,
 			adviceHas: []string{"no single input closes the 7s gap", "--jitter (3s) can give back at most 6s"},
 		},
@@ -67,20 +71,20 @@ func TestCompute(t *testing.T) {
 			name: "explicit detection jitter",
 			in:   Input{P99: 600 * time.Millisecond, Jitter: 100 * time.Millisecond, Guard: 300 * time.Millisecond, DetectionJitter: 50 * time.Millisecond, RenewTimeout: 100 * time.Millisecond, MaxFailures: 2, SLO: 2 * s},
 			ttl:  s, renew: 333333333, takeover: 1050 * time.Millisecond,
-			budgetOK: true, safeRenew: 300 * time.Millisecond, safeMax: 2,
+			budgetOK: true, safeRenew: 735 * time.Millisecond, safeMax: 5,
 			verdict: Meets, slack: 950 * time.Millisecond,
 		},
 		{
 			name: "detection jitter is its own knob when given",
 			in:   Input{P99: 10 * s, Jitter: 2 * s, Guard: 0, DetectionJitter: 3 * s, SLO: 14 * s},
 			ttl:  12 * s, renew: 4 * s, takeover: 15 * s,
-			budgetOK: false, safeRenew: 10 * s / 4, safeMax: 2,
+			budgetOK: true, safeRenew: 5843750 * time.Microsecond, safeMax: 3,
 			verdict: Impossible, slack: -1 * s,
 			adviceHas: []string{"lower --jitter from 2s to at most 1s", "lower --detection-jitter from 3s to at most 2s"},
 		},
 		{
 			name: "renew timeout longer than TTL",
-			in:   Input{P99: 500 * time.Millisecond, Jitter: 0, Guard: 0},
+			in:   Input{P99: 500 * time.Millisecond, Jitter: 0, Guard: 0, RenewTimeout: 2 * s},
 			ttl:  500 * time.Millisecond, renew: 166666666, takeover: 500 * time.Millisecond,
 			budgetOK: false, safeRenew: 0, safeMax: 0,
 			verdict: NoSLO,
@@ -107,8 +111,8 @@ func TestCompute(t *testing.T) {
 			if r.BudgetOK != tt.budgetOK {
 				t.Errorf("BudgetOK: expected %v, got %v (budget %v, headroom %v)", tt.budgetOK, r.BudgetOK, r.BudgetTime, r.BudgetHeadroom)
 			}
-			if r.BudgetHeadroom != r.TTL-r.BudgetTime {
-				t.Errorf("headroom %v != TTL %v - budget %v", r.BudgetHeadroom, r.TTL, r.BudgetTime)
+			if r.BudgetHeadroom != r.TTL-r.DriftMargin-r.BudgetTime {
+				t.Errorf("headroom %v != TTL %v - drift %v - budget %v", r.BudgetHeadroom, r.TTL, r.DriftMargin, r.BudgetTime)
 			}
 			if r.SafeMaxFailures != tt.safeMax {
 				t.Errorf("SafeMaxFailures: expected %d, got %d", tt.safeMax, r.SafeMaxFailures)
@@ -116,50 +120,84 @@ func TestCompute(t *testing.T) {
 			if r.Verdict != tt.verdict {
 				t.Errorf("Verdict: expected %s, got %s", tt.verdict, r.Verdict)
 			}
-			if tt.verdict == Impossible && len(r.Advice) == 0 {
-				t.Errorf("impossible verdict without advice")
-			}
-			if tt.verdict != Impossible && len(r.Advice) != 0 {
-				t.Errorf("unexpected advice: %q", r.Advice)
-			}
-			all := strings.Join(r.Advice, "\n")
-			for _, want := range tt.adviceHas {
-				if !strings.Contains(all, want) {
-					t.Errorf("advice lacks %q:\n%s", want, all)
-				}
-			}
-			warns := strings.Join(r.Warnings, "\n")
-			for _, want := range tt.warnHas {
-				if !strings.Contains(warns, want) {
-					t.Errorf("warnings lack %q:\n%s", want, warns)
-				}
-			}
+			checkAdvice(t, r, tt.verdict, tt.adviceHas, tt.warnHas)
 		})
 	}
 }
 
-// The safe values it recommends must themselves pass the budget rule.
+func checkAdvice(t *testing.T, r Result, verdict Verdict, adviceHas, warnHas []string) {
+	t.Helper()
+	if verdict == Impossible && len(r.Advice) == 0 {
+		t.Errorf("impossible verdict without advice")
+	}
+	if verdict != Impossible && len(r.Advice) != 0 {
+		t.Errorf("unexpected advice: %q", r.Advice)
+	}
+	all := strings.Join(r.Advice, "\n")
+	for _, want := range adviceHas {
+		if !strings.Contains(all, want) {
+			t.Errorf("advice lacks %q:\n%s", want, all)
+		}
+	}
+	warns := strings.Join(r.Warnings, "\n")
+	for _, want := range warnHas {
+		if !strings.Contains(warns, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warns)
+		}
+	}
+}
+
+// The safe values it recommends must themselves pass the budget rule, and
+// be the largest that do.
 func TestComputeRecommendationsFit(t *testing.T) {
 	for _, p99 := range []time.Duration{200 * time.Millisecond, 3 * s, 18 * s, 55 * s} {
-		for _, mf := range []int{1, 2, 3, 5} {
-			in := Input{P99: p99, Jitter: s, Guard: s, MaxFailures: mf}
-			r, err := Compute(in)
+		for _, mf := range []int{1, 2, 3, 5, 20} {
+			r, err := Compute(Input{P99: p99, Jitter: s, Guard: s, MaxFailures: mf, RenewTimeout: 2 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
+			b := leasehold.Budget{TTL: r.TTL, RenewInterval: r.RenewInterval, RenewTimeout: r.Input.RenewTimeout,
+				DriftMargin: r.DriftMargin, MaxRenewFailures: mf}
 			if r.SafeRenewInterval > 0 {
-				if budget := time.Duration(mf)*r.SafeRenewInterval + r.Input.RenewTimeout; budget >= r.TTL {
-					t.Errorf("p99 %v mf %d: safe interval %v gives budget %v >= TTL %v", p99, mf, r.SafeRenewInterval, budget, r.TTL)
+				at := b
+				if at.RenewInterval = r.SafeRenewInterval; !at.Fits() {
+					t.Errorf("p99 %v mf %d: safe interval %v does not fit", p99, mf, r.SafeRenewInterval)
+				}
+				if at.RenewInterval++; at.Fits() {
+					t.Errorf("p99 %v mf %d: safe interval %v is not the longest", p99, mf, r.SafeRenewInterval)
 				}
 			}
 			if r.SafeMaxFailures > 0 {
-				if budget := time.Duration(r.SafeMaxFailures)*r.RenewInterval + r.Input.RenewTimeout; budget >= r.TTL {
-					t.Errorf("p99 %v: safe max failures %d gives budget %v >= TTL %v", p99, r.SafeMaxFailures, budget, r.TTL)
+				at := b
+				if at.MaxRenewFailures = r.SafeMaxFailures; !at.Fits() {
+					t.Errorf("p99 %v: safe max failures %d does not fit", p99, r.SafeMaxFailures)
 				}
-				if budget := time.Duration(r.SafeMaxFailures+1)*r.RenewInterval + r.Input.RenewTimeout; budget < r.TTL {
+				if at.MaxRenewFailures++; at.Fits() {
 					t.Errorf("p99 %v: safe max failures %d is not the largest", p99, r.SafeMaxFailures)
 				}
 			}
+		}
+	}
+}
+
+// calibrate and the Locker use one formula: for the library's defaults they
+// agree on the renew timeout, the budget and whether it fits.
+func TestComputeAgreesWithTheLocker(t *testing.T) {
+	for _, ttl := range []time.Duration{100 * time.Millisecond, time.Second, 3 * s, 30 * s, 24 * s, time.Hour} {
+		r, err := Compute(Input{P99: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := leasehold.Options{TTL: ttl}.Budget()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Input.RenewTimeout != b.RenewTimeout || r.BudgetTime != b.Need() || r.BudgetOK != b.Fits() || r.DriftMargin != b.DriftMargin {
+			t.Errorf("TTL %v: calibrate says timeout %v, budget %v, fits %v; the Locker %v, %v, %v",
+				ttl, r.Input.RenewTimeout, r.BudgetTime, r.BudgetOK, b.RenewTimeout, b.Need(), b.Fits())
+		}
+		if !r.BudgetOK {
+			t.Errorf("TTL %v: expected the library's defaults to fit, need %v of %v", ttl, r.BudgetTime, b.Have())
 		}
 	}
 }

@@ -25,7 +25,7 @@ func ExampleCompute() {
 	// Output:
 	// ttl: 24s
 	// renew every: 8s
-	// abandoned after: 18s headroom: 6s
+	// abandoned after: 12.01s headroom: 10.785s
 	// worst takeover: 28s
 	// verdict: meets_slo slack: 2s
 }

@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,7 +9,16 @@ import (
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
+
+// testOptions are the options of the tests' stores. The request timeout is
+// longer than the default, so that 100 concurrent acquires under -race (the
+// embedded member is instrumented too) on a loaded machine do not time out,
+// and shorter than the suite's 2 s deadlines, so that a broken store is
+// reported by the store (ErrUnavailable), not by the caller's deadline.
+var testOptions = etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 1500 * time.Millisecond}
 
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
 func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
@@ -21,7 +31,7 @@ func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
 }
 
 func newStoreTB(tb testing.TB, c *testetcd.Cluster) (*etcdstore.Store, error) {
-	s, err := etcdstore.New(c.Client(tb), etcdstore.Options{Prefix: "lh-test/"})
+	s, err := etcdstore.New(c.Client(tb), testOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -29,13 +39,52 @@ func newStoreTB(tb testing.TB, c *testetcd.Cluster) (*etcdstore.Store, error) {
 	return s, nil
 }
 
+// leftovers lists the keys under the test prefix and every lease of c.
+func leftovers(c *testetcd.Cluster) func(t *testing.T) []string {
+	return func(t *testing.T) []string {
+		cli := c.Client(t)
+		ctx := ctxFor(t, 10*time.Second)
+		keys, err := cli.Get(ctx, "lh-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := cli.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, kv := range keys.Kvs {
+			out = append(out, fmt.Sprintf("key %q", kv.Key))
+		}
+		for _, l := range ls.Leases {
+			out = append(out, fmt.Sprintf("lease %x", l.ID))
+		}
+		return out
+	}
+}
+
 func TestConformanceSingle(t *testing.T) {
 	c := testetcd.Start(t)
+	// The stores reach the member through a proxy that can freeze it.
+	fz := startFreezer(t, c.Members[0].ClientURL)
 	storetest.Run(t, storetest.Harness{
-		New:   func(t *testing.T) leasehold.Store { return newStore(t, c) },
-		Break: func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
-		Heal:  func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
-		Slack: 2 * time.Second, // TTLs are whole seconds in etcd
+		New: func(t *testing.T) leasehold.Store {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fz.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := etcdstore.New(cli, testOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close(); _ = cli.Close() })
+			return s
+		},
+		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
+		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
+		Freeze:    func(t *testing.T, _ leasehold.Store) func() { return fz.freeze() },
+		Leftovers: leftovers(c),
+		Slack:     2 * time.Second, // TTLs are whole seconds in etcd
 	})
 }
 
@@ -44,8 +93,9 @@ func TestConformanceCluster(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) leasehold.Store { return newStore(t, c) },
 		// Losing two of three members loses the quorum: every call fails.
-		Break: func(t *testing.T, _ leasehold.Store) { c.Kill(1); c.Kill(2) },
-		Heal:  func(t *testing.T, _ leasehold.Store) { c.Restart(1); c.Restart(2) },
-		Slack: 2 * time.Second,
+		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(1); c.Kill(2) },
+		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(1); c.Restart(2) },
+		Leftovers: leftovers(c),
+		Slack:     2 * time.Second,
 	})
 }

@@ -2,50 +2,89 @@
 // correct through failures: every lock is a key written by a consensus
 // (raft) transaction and attached to an etcd lease that expires it.
 //
-// Layout: the lock on key K is the etcd key Options.Prefix+K (default
-// "leasehold/K"); its value is the owner token; it is attached to an etcd
-// lease granted for this one acquisition. `etcdctl get leasehold/K -w json`
-// shows the token, the create revision (the fence) and the lease ID, and
-// `etcdctl lease timetolive ID` the time left.
+// # Layout
 //
-// How each operation works:
+// With the prefix P (Options.Prefix, default "leasehold/"):
 //
-//   - Acquire grants a lease with the TTL, then commits one transaction:
-//     if the key does not exist, put it with the lease; else, if it holds our
-//     token (a retry after a lost reply), move it to the new lease (same
-//     fence); else read it. Two round trips (LeaseGrant + Txn): etcd cannot
-//     grant a lease inside a transaction. A lost race revokes the unused lease
-//     in the background and costs one more round trip (LeaseTimeToLive) to
-//     report the holder's remaining TTL.
-//   - The fence is the key's create revision: the cluster-wide revision of the
-//     transaction that created the key. Revisions only grow, so every
-//     acquisition of a key gets a fence greater than all earlier ones, and a
-//     retry with the same token reports the same fence.
-//   - Renew reads the key (a linearizable read), checks the token and sends
-//     one lease keep-alive: two round trips. The keep-alive goes to the leader
-//     and is not a raft write. When the lease was granted shorter than the
-//     requested TTL, Renew moves the key to a new lease in a token-checked
-//     transaction.
-//   - Release deletes the key in a transaction that compares the value with
-//     the token: one round trip. The lease is revoked in the background.
-//   - Waiters watch the key for delete events (release and expiry both
-//     delete it), see WaitRelease.
+//   - the lock on key K is the etcd key P+K. Its value is the owner token, a
+//     NUL byte, the lock's TTL in milliseconds, a NUL byte and the holder's
+//     identity; its create revision is the fence.
+//   - a waiter with token T queued for K is the etcd key P+K+"\x00"+T, its
+//     value the waiter's identity. The queue order is the entries' create
+//     revisions. Keys and tokens cannot contain NUL, so the range
+//     [P+K, P+K+"\x01") is exactly the lock of K and its queue.
 //
-// TTLs are whole seconds: etcd leases have a granularity of one second, so a
-// TTL is rounded up (1500 ms becomes 2 s), and etcd raises TTLs below its
-// minimum (1.5 × election timeout, rounded up; 2 s with default settings).
-// The server-side expiry is therefore never earlier than the TTL the holder
-// uses for its own expiry guard, only later. The leader checks for expired
-// leases every 500 ms, and a newly elected leader extends every lease by its
-// full TTL: takeover after a crashed holder can take up to TTL rounded up +
-// 0.5 s, or longer around an election.
+// `etcdctl get --prefix leasehold/K -w json` shows the lock and its queue,
+// and `etcdctl lease timetolive ID` the time left on a lease.
+//
+// # One lease per store and TTL
+//
+// Like an etcd concurrency.Session, a Store grants one etcd lease per lock
+// TTL (in whole seconds), for that TTL plus one second, and keeps it alive
+// every 300 ms from one background goroutine. Every lock and queue entry of
+// the store with that TTL is attached to it. So Acquire and Release are one
+// transaction each (two requests and two raft entries per uncontended
+// cycle), with no LeaseGrant or LeaseRevoke per lock; Renew is one
+// linearizable read (no raft entry): the lease is known to live beyond
+// now+TTL, or Renew sends a keep-alive first. Close revokes the store's
+// leases, which deletes whatever locks and queue entries are still attached;
+// a lease that no lock used for 10 s is revoked too.
+//
+// What bounds a lock whose holder stopped renewing it while other locks
+// keep the shared lease alive: the store remembers the deadline of every
+// lock it wrote (its TTL after the reply to its last Acquire or Renew,
+// always later than the holder's own expiry guard) and deletes the lock,
+// token-checked, when the deadline passes (within 50 ms). A Renew that
+// races with that deletion answers ErrNotOwned. Queue entries get the same
+// treatment with the queue TTL. When the store's process dies, hangs or
+// loses etcd, nobody keeps the lease alive, and etcd deletes everything on
+// it at most TTL+1 s after the last keep-alive (plus etcd's 500 ms expiry
+// check): a crashed holder's lock lives up to one second longer than with a
+// lease per lock.
+//
+// # Operations
+//
+//   - Acquire is one transaction: if the lock holds our token (a retry
+//     after a lost reply) it stays, with the same fence (moved to the lease
+//     of the new TTL); else, if the lock key does not exist and the queue is
+//     empty or our entry is its oldest, the lock is created and our entry
+//     deleted; else the lock and queue are read and, for a waiting acquire
+//     (QueueTTL > 0), our entry is created if absent. A TryAcquire that
+//     loses reads the holder's lease's time to live (one more request).
+//   - The fence is the lock key's create revision: revisions only grow, so
+//     every acquisition of a key gets a fence greater than all earlier ones,
+//     and a retry with the same token reports the same fence.
+//   - Renew reads the lock and checks the token and lease (see above).
+//   - Release deletes the lock if it holds the token, and the token's queue
+//     entry in any case, in one transaction; it answers ErrNotHeld when the
+//     lock is gone and ErrNotOwned when another token holds it.
+//   - WaitRelease watches the key's range from the revision of the waiter's
+//     last Acquire answer and wakes the waiter only when the lock is free
+//     and no older queue entry is left: the head of the queue, alone. A
+//     release and an expiry both delete the lock key, so a crashed holder's
+//     waiter wakes when etcd expires the lease.
+//
+// TTLs are whole seconds on the server: a lease's TTL is the lock's TTL
+// rounded up plus one second, and etcd raises TTLs below its minimum (1.5 ×
+// election timeout, rounded up; 2 s with default settings). While the store
+// runs, a lock nobody renews is deleted at its TTL by the store itself.
+// Etcd's leader checks for expired leases every 500 ms, and a newly elected
+// leader extends every lease by its full TTL.
+//
+// Errors: a request that gets no answer within Options.RequestTimeout fails
+// with ErrUnavailable (a store failure, never contention); etcd's auth and
+// permission errors wrap leasehold.ErrMisconfigured; List skips locks it
+// cannot decode and reports them with leasehold.ErrBadEntry.
 //
 // Not guaranteed: fences keep growing only while the cluster keeps its
 // revision history. Restoring an old snapshot, or rebuilding the cluster from
 // empty data directories, starts revisions lower; restore with
 // `etcdutl snapshot restore --bump-revision N --mark-compacted` to keep them
-// growing.
+// growing. Locks written by an earlier version of this package (value = the
+// token alone) are shown by Inspect and List but cannot be renewed or
+// released by this one: they end at their lease's TTL.
 //
-// A Store is safe for concurrent use. It runs one background goroutine that
-// revokes unused leases; Close stops it.
+// A Store is safe for concurrent use. It runs one background goroutine
+// (keep-alives, deadlines, idle leases) and one per WaitRelease subscription;
+// Close and stop end them.
 package etcdstore

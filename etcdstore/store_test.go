@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,19 +35,11 @@ func leaseOf(t *testing.T, cli *clientv3.Client, etcdKey string) clientv3.LeaseI
 	return clientv3.LeaseID(r.Kvs[0].Lease)
 }
 
-// waitRevoked waits until lease id is gone (revoked in the background).
-func waitRevoked(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
+func expectHolder(t *testing.T, s *etcdstore.Store, key, token, holder string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := cli.TimeToLive(ctxFor(t, 5*time.Second), id)
-		if err == nil && r.TTL == -1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease %x: expected it revoked within 5s, TimeToLive says %v, %v", id, r, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	info, err := s.Inspect(ctxFor(t, 5*time.Second), key)
+	if err != nil || info.Holder != holder || info.Token != token {
+		t.Fatalf("Inspect: expected holder %q and token %q, got %+v, %v", holder, token, info, err)
 	}
 }
 
@@ -58,23 +49,25 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 10*time.Second)
 	key := uniqueKey(t, "k")
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second})
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, Holder: "host-1 pid 7"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The runbook's `etcdctl get lh-test/KEY`: value = token, fence = create revision.
+	// The runbook's `etcdctl get lh-test/KEY`: value = token NUL ttl-ms NUL
+	// holder, fence = create revision.
 	r, err := cli.Get(ctx, "lh-test/"+key)
 	if err != nil || len(r.Kvs) != 1 {
 		t.Fatalf("raw get: expected the lock key, got %v, %v", r, err)
 	}
 	kv := r.Kvs[0]
-	if string(kv.Value) != "tok" || uint64(kv.CreateRevision) != g.Fence || kv.Lease == 0 {
-		t.Fatalf("raw key: expected value tok, create revision %d and a lease, got %q %d %x", g.Fence, kv.Value, kv.CreateRevision, kv.Lease)
+	if string(kv.Value) != "tok\x005000\x00host-1 pid 7" || uint64(kv.CreateRevision) != g.Fence || kv.Lease == 0 {
+		t.Fatalf("raw key: expected value tok NUL 5000 NUL holder, create revision %d and a lease, got %q %d %x", g.Fence, kv.Value, kv.CreateRevision, kv.Lease)
 	}
 	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-	if err != nil || ttl.GrantedTTL != 5 {
-		t.Fatalf("lease: expected granted TTL 5s, got %v, %v", ttl, err)
+	if err != nil || ttl.GrantedTTL != 6 {
+		t.Fatalf("lease: expected granted TTL 6s (5s + 1s slack), got %v, %v", ttl, err)
 	}
+	expectHolder(t, s, key, "tok", "host-1 pid 7")
 	// A write to an unrelated key moves the revision on; the next fence is above it.
 	if _, err := cli.Put(ctx, "unrelated", "x"); err != nil {
 		t.Fatal(err)
@@ -91,30 +84,44 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	}
 }
 
-func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
+// Locks whose TTLs round up to the same whole seconds share one etcd lease,
+// granted for those seconds plus one.
+func TestLocksShareOneLeasePerTTL(t *testing.T) {
 	c := testetcd.Start(t)
+	cli := c.Client(t)
 	s := newStore(t, c)
 	ctx := ctxFor(t, 20*time.Second)
+	leases := map[time.Duration]clientv3.LeaseID{}
 	for _, tc := range []struct {
-		ttl  time.Duration
-		want string
+		ttl     time.Duration
+		granted int64
 	}{
-		{time.Millisecond, "1s"}, // also etcd's minimum TTL with testetcd's timing
-		{time.Second, "1s"},
-		{1500 * time.Millisecond, "2s"},
-		{61 * time.Second, "61s"},
+		{999 * time.Millisecond, 2}, // long enough to read its lease before the store ends it
+		{time.Second, 2},
+		{1500 * time.Millisecond, 3},
+		{2 * time.Second, 3},
+		{61 * time.Second, 62},
 	} {
 		key := uniqueKey(t, tc.ttl.String())
 		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: tc.ttl}); err != nil {
 			t.Fatal(err)
 		}
-		info, err := s.Inspect(ctx, key)
-		if err != nil {
-			t.Fatal(err)
+		id := leaseOf(t, cli, "lh-test/"+key)
+		r, err := cli.TimeToLive(ctx, id)
+		if err != nil || r.GrantedTTL != tc.granted {
+			t.Errorf("TTL %v: expected a lease of %ds, got %v, %v", tc.ttl, tc.granted, r, err)
 		}
-		if got := info.Facts["lease_ttl"]; got != tc.want {
-			t.Errorf("TTL %v: expected a lease of %s, got %s", tc.ttl, tc.want, got)
-		}
+		leases[tc.ttl] = id
+	}
+	if leases[999*time.Millisecond] != leases[time.Second] || leases[1500*time.Millisecond] != leases[2*time.Second] {
+		t.Errorf("expected locks of the same whole seconds on one lease, got %v", leases)
+	}
+	if leases[time.Second] == leases[2*time.Second] {
+		t.Errorf("expected a lease per whole-second TTL, got %v", leases)
+	}
+	ls, err := cli.Leases(ctx)
+	if err != nil || len(ls.Leases) != 3 {
+		t.Fatalf("expected 3 leases for 5 locks, got %v, %v", ls, err)
 	}
 	for _, bad := range []time.Duration{0, -time.Second} {
 		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: uniqueKey(t, "bad"), Token: "t", TTL: bad}); !errors.Is(err, etcdstore.ErrInvalidTTL) {
@@ -192,9 +199,8 @@ func TestContentionReportsRemaining(t *testing.T) {
 	}
 }
 
-// A retry with the same token moves the key to the new lease and keeps the
-// fence; the old lease is revoked in the background. Renew with a longer TTL
-// than granted does the same.
+// A retry with the same token keeps the fence and moves the lock to the
+// lease of its TTL; Renew with a longer TTL does the same.
 func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	c := testetcd.Start(t)
 	cli := c.Client(t)
@@ -213,69 +219,31 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	}
 	l2 := leaseOf(t, cli, ek)
 	if l2 == l1 {
-		t.Fatal("retry: expected the key on a new lease")
+		t.Fatal("retry with another TTL: expected the key on another lease")
 	}
-	waitRevoked(t, cli, l1)
-
-	// Same TTL: a keep-alive, the lease stays.
+	// Same TTL: a read, the lease stays.
 	if err := s.Renew(ctx, key, "tok", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if l := leaseOf(t, cli, ek); l != l2 {
 		t.Fatalf("renew with the granted TTL: expected lease %x, got %x", l2, l)
 	}
-	// Longer TTL: a new lease, token-checked; the fence stays.
+	// Longer TTL: another lease, token-checked; the fence stays.
 	if err := s.Renew(ctx, key, "tok", 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	l3 := leaseOf(t, cli, ek)
-	if l3 == l2 {
-		t.Fatal("renew with a longer TTL: expected a new lease")
+	if leaseOf(t, cli, ek) == l2 {
+		t.Fatal("renew with a longer TTL: expected another lease")
 	}
-	waitRevoked(t, cli, l2)
 	info, err := s.Inspect(ctx, key)
-	if err != nil || info.Fence != g1.Fence || info.Facts["lease_ttl"] != "90s" || info.Remaining < 60*time.Second {
-		t.Fatalf("after the longer renew: expected fence %d on a 90s lease, got %+v, %v", g1.Fence, info, err)
+	if err != nil || info.Fence != g1.Fence || info.Remaining < 60*time.Second {
+		t.Fatalf("after the longer renew: expected fence %d with > 60s left, got %+v, %v", g1.Fence, info, err)
 	}
-	// Release deletes the key and revokes its lease.
 	if err := s.Release(ctx, key, "tok"); err != nil {
 		t.Fatal(err)
 	}
-	waitRevoked(t, cli, l3)
-}
-
-// Losers of a race leave no lease behind.
-func TestLosersRevokeTheirLease(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 20*time.Second)
-	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	before, err := cli.Leases(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 20 {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b" + strconv.Itoa(i), TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
-			t.Fatalf("expected ErrNotAcquired, got %v", err)
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after, err := cli.Leases(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(after.Leases) <= len(before.Leases) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("expected the 20 losing leases revoked: %d leases before, %d after 5s", len(before.Leases), len(after.Leases))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.Release(ctx, key, "tok"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("second Release: expected ErrNotHeld, got %v", err)
 	}
 }
 
@@ -291,6 +259,11 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	select { // the key is free: the waiter may take it now
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up for a free key")
+	}
 	sent := time.Now()
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
@@ -310,19 +283,26 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 func TestWaitReleaseEndsWithContext(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, stop, err := s.WaitRelease(ctx, uniqueKey(t, "k"), "w")
+	ch, stop, err := s.WaitRelease(ctx, key, "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	cancel()
-	// The watch ended with its context; the goroutine exits (goleak checks)
-	// and stop still returns.
+	if err := s.Release(ctxFor(t, 5*time.Second), key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription ended with its context (goleak checks the watch
+	// goroutine ends with the store) and stop still returns.
 	select {
 	case <-ch:
-		t.Fatal("a cancelled watch must not report a release")
-	case <-time.After(200 * time.Millisecond):
+		t.Fatal("a cancelled subscription must not report a release")
+	case <-time.After(300 * time.Millisecond):
 	}
 }
 

@@ -6,85 +6,330 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// watchStartTimeout bounds how long WaitRelease waits for etcd to confirm
-// the watch when RequestTimeout is negative.
-const watchStartTimeout = 5 * time.Second
+const (
+	// watchStartTimeout bounds how long a key's watch may take to start
+	// when RequestTimeout is negative.
+	watchStartTimeout = 5 * time.Second
+	// watchLinger is how long a key's watch outlives its last subscriber,
+	// so that a replica that waits again soon (a busy key) reuses it.
+	watchLinger = 2 * time.Second
+)
 
-// WaitRelease implements leasehold.Notifier with an etcd watch on the key
-// that passes delete events only. Both a release and an expiry (the lease
-// ran out) delete the key, so waiters wake on either; a put does not wake
-// them.
+// WaitRelease implements leasehold.Notifier. The store keeps one etcd watch
+// per key that has subscribers (shared by all of them, kept for two seconds
+// after the last one left) on the range of the key's lock and queue
+// entries, and a model of both: the lock is held or not, and the queue's
+// entries with their create revisions. The watch starts from the revision
+// of a waiter's last Acquire answer (or of one read), so no change after it
+// is missed.
 //
-// WaitRelease returns once etcd confirmed the watch (or fails after
-// RequestTimeout), so a release after it
-// returns is never missed. The channel (never closed) gets a value after each
-// delete, and once more if the watch breaks (its context ended or the watched
-// revision was compacted), so a waiter tries again rather than sleeping on a
-// dead watch. The client resumes the watch on another member when the one it
-// used fails. stop cancels the watch and waits for its goroutine; call it
-// exactly once (later calls do nothing).
-func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
-	if s.closed() {
+// The channel (never closed) gets a value when the subscription finds that
+// token may take the key, and again each time that becomes true: the lock is
+// free (released, or expired: both delete it) and the queue is empty or
+// token's entry is its oldest. So a release wakes only the head of the
+// queue, and a waiter behind it sleeps until its predecessors got the key
+// or left; a token that left the queue (or never joined it) is woken only
+// when nobody is queued. The channel also gets a value when the watch
+// breaks (its revision was compacted): every waiter re-checks while the
+// watch restarts. The client resumes a watch on another member when the one
+// it used fails, without losing events.
+//
+// WaitRelease returns once the key's watch is confirmed by etcd, bounded by
+// ctx and RequestTimeout (each subscriber's own). stop ends the
+// subscription, and so does the end of ctx; call stop exactly once (later
+// calls do nothing).
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := checkNames(key, token, ""); err != nil {
+		return nil, nil, err
+	}
+	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	startTimeout := s.timeout
-	if startTimeout <= 0 {
-		startTimeout = watchStartTimeout
+	sb := &subscriber{entry: s.entryKey(key, token), wake: make(chan struct{}, 1)}
+	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
+	start := s.timeout
+	if start <= 0 {
+		start = watchStartTimeout
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.prefix+key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	t := time.NewTimer(startTimeout)
+	t := time.NewTimer(start)
 	defer t.Stop()
+	var err error
 	select {
-	case wr, ok := <-wch:
-		if !ok || !wr.Created || wr.Err() != nil {
-			cancel()
-			drain(wch)
-			err := wr.Err()
-			if err == nil {
-				err = context.Cause(wctx)
-			}
-			return nil, nil, wrap("watch", key, err)
-		}
+	case <-kw.ready:
+		err = kw.err
+	case <-ctx.Done():
+		err = context.Cause(ctx)
 	case <-t.C:
-		cancel()
-		drain(wch)
-		return nil, nil, wrap("watch", key, fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, startTimeout))
+		err = fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start)
 	}
-	released := make(chan struct{}, 1)
-	wake := func() {
-		select {
-		case released <- struct{}{}:
-		default:
-		}
+	if err != nil {
+		s.watches.leave(kw, sb)
+		return nil, nil, fmt.Errorf("etcdstore: watch %q: %w", key, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wr := range wch {
-			if wr.Err() != nil || len(wr.Events) > 0 {
-				wake() // only deletes pass the filter
-			}
-		}
-		if wctx.Err() == nil {
-			wake() // the watch broke: let the waiter try again
-		}
-	}()
+	s.watches.mu.Lock()
+	sb.was = kw.can(sb)
+	if sb.was {
+		sb.signal() // it may take the key now
+	}
+	s.watches.mu.Unlock()
 	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
-	return released, stop, nil
+	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
+	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
+	return sb.wake, func() { unhook(); leave() }, nil
 }
 
-// drain empties a watch channel whose context was cancelled, until the
-// client closes it.
+// watches are the store's key watches.
+type watches struct {
+	mu   sync.Mutex
+	keys map[string]*keyWatch
+	wg   sync.WaitGroup // one per keyWatch goroutine
+}
+
+// keyWatch is the watch of one key and the model it maintains.
+type keyWatch struct {
+	s     *Store
+	key   string
+	ready chan struct{} // closed when the watch started or failed (err)
+	err   error
+	// Under watches.mu:
+	subs  map[*subscriber]struct{}
+	held  bool
+	queue map[string]int64 // entry key -> create revision
+	empty time.Time        // when subs became empty
+}
+
+// subscriber is one WaitRelease.
+type subscriber struct {
+	entry string // the token's queue entry key
+	wake  chan struct{}
+	was   bool // could take the key at the last check
+}
+
+func (sb *subscriber) signal() {
+	select {
+	case sb.wake <- struct{}{}:
+	default:
+	}
+}
+
+// join adds sb to key's watch, starting it (seeded with snap, when known).
+func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *keyWatch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys == nil {
+		w.keys = map[string]*keyWatch{}
+	}
+	kw := w.keys[key]
+	if kw == nil {
+		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+		w.keys[key] = kw
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			kw.run(snap)
+		}()
+	}
+	kw.subs[sb] = struct{}{}
+	return kw
+}
+
+func (w *watches) leave(kw *keyWatch, sb *subscriber) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(kw.subs, sb)
+	if len(kw.subs) == 0 {
+		kw.empty = time.Now()
+	}
+}
+
+// can reports whether sb may take the key in the model; watches.mu is held.
+func (kw *keyWatch) can(sb *subscriber) bool {
+	return !kw.held && headIs(kw.queue, sb.entry)
+}
+
+// headIs reports whether entry is the oldest of queue, or queue is empty.
+func headIs(queue map[string]int64, entry string) bool {
+	if len(queue) == 0 {
+		return true
+	}
+	rev, ok := queue[entry]
+	if !ok {
+		return false
+	}
+	for _, r := range queue {
+		if r < rev {
+			return false
+		}
+	}
+	return true
+}
+
+// run is the key watch's goroutine: it starts the watch from snap (or a
+// read), follows it, restarts it after a break, and ends when the store
+// closes or nobody subscribed for watchLinger.
+func (kw *keyWatch) run(snap *queueSnap) {
+	ctx := kw.s.sess.ctx
+	for first := true; ; first = false {
+		wch, cancel, err := kw.start(ctx, snap)
+		snap = nil
+		if first {
+			kw.err = err
+			close(kw.ready)
+		}
+		if err != nil {
+			if first || ctx.Err() != nil {
+				kw.remove()
+				return
+			}
+			kw.signalAll()
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		done := kw.follow(ctx, wch)
+		cancel()
+		drain(wch)
+		if done {
+			return
+		}
+		kw.signalAll() // the watch broke: every waiter re-checks
+	}
+}
+
+// remove takes kw out of the store's watches.
+func (kw *keyWatch) remove() {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys[kw.key] == kw {
+		delete(w.keys, kw.key)
+	}
+}
+
+func (kw *keyWatch) signalAll() {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for sb := range kw.subs {
+		sb.signal()
+	}
+}
+
+// start loads the model (from snap, or one read) and starts the watch after
+// its revision, waiting for etcd's confirmation.
+func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
+	timeout := kw.s.timeout
+	if timeout <= 0 {
+		timeout = watchStartTimeout
+	}
+	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	defer bcancel()
+	ks, ke := kw.s.keyRange(kw.key)
+	if snap == nil {
+		get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke))
+		if err != nil {
+			return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+		}
+		v := kw.s.view(kw.key, "", get.Kvs, get.Header.Revision)
+		snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	}
+	w := &kw.s.watches
+	w.mu.Lock()
+	kw.held, kw.queue = snap.held, snap.queue
+	w.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
+	select {
+	case wr, ok := <-wch:
+		if ok && wr.Created && wr.Err() == nil {
+			return wch, cancel, nil
+		}
+		cancel()
+		drain(wch)
+		err := wr.Err()
+		if err == nil {
+			err = context.Cause(wctx)
+		}
+		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+	case <-bctx.Done():
+		cancel()
+		drain(wch)
+		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
+	}
+}
+
+// follow applies watch events to the model and signals each subscriber that
+// became able to take the key. It returns true when the watch goroutine is
+// done (the store closed, or nobody subscribed for watchLinger; kw is then
+// removed), false when the watch broke.
+func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
+	lockKey := kw.s.lockKey(kw.key)
+	idle := time.NewTicker(watchLinger / 2)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			kw.remove()
+			return true
+		case <-idle.C:
+			if kw.idleOut() {
+				return true
+			}
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return false
+			}
+			kw.apply(lockKey, wr.Events)
+		}
+	}
+}
+
+// idleOut removes kw when nobody subscribed for watchLinger.
+func (kw *keyWatch) idleOut() bool {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(kw.subs) > 0 || time.Since(kw.empty) < watchLinger {
+		return false
+	}
+	if w.keys[kw.key] == kw {
+		delete(w.keys, kw.key)
+	}
+	return true
+}
+
+func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		switch {
+		case k == lockKey:
+			kw.held = ev.Type == mvccpb.PUT
+		case ev.Type == mvccpb.DELETE:
+			delete(kw.queue, k)
+		default:
+			kw.queue[k] = ev.Kv.CreateRevision
+		}
+	}
+	for sb := range kw.subs {
+		now := kw.can(sb)
+		if now && !sb.was {
+			sb.signal()
+		}
+		sb.was = now
+	}
+}
+
+// drain empties a watch channel whose context was cancelled or that
+// failed, until the client closes it.
 func drain(wch clientv3.WatchChan) {
 	for range wch {
 	}

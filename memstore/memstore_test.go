@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New:   func(t *testing.T) leasehold.Store { return memstore.New() },
+		New:   storetest.OnePerTest(func(*testing.T) leasehold.Store { return memstore.New() }),
 		Break: func(t *testing.T, s leasehold.Store) { s.(*memstore.Store).SetDown(true) },
 		Heal:  func(t *testing.T, s leasehold.Store) { s.(*memstore.Store).SetDown(false) },
 		// Replicas of an in-process store share it, as goroutines of one

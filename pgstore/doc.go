@@ -1,40 +1,53 @@
 // Package pgstore is the PostgreSQL lock store for leasehold, over pgx v5,
 // for teams that run PostgreSQL and not Redis.
 //
-// # Table layout
+// # Objects
 //
-// One row per held (or expired, not yet taken over) lock, in a table
-// (default public.leasehold_locks) and a sequence that mints fences (default
-// public.leasehold_locks_fence); see MigrationSQL:
+// Named after Options.Table (default public.leasehold_locks; see
+// MigrationSQL and README.md):
 //
-//	key         text COLLATE "C" PRIMARY KEY   the lock key
-//	token       text        NOT NULL           the owner token
-//	fence       bigint      NOT NULL           the holder's fence, from the sequence
-//	expires_at  timestamptz NOT NULL           by the database clock
-//	acquired_at timestamptz NOT NULL           by the database clock
-//
-// Releases NOTIFY the key on the channel Options.Channel (default
-// "public.leasehold_locks"). Runbook (psql):
-//
-//	-- owner, fence and remaining TTL of one lock
-//	SELECT token, fence, expires_at - clock_timestamp() AS remaining
-//	  FROM leasehold_locks WHERE key = 'scheduler:job:42' AND expires_at > clock_timestamp();
-//	-- every live lock under a prefix
-//	SELECT key, token, fence, expires_at - clock_timestamp() AS remaining
-//	  FROM leasehold_locks WHERE key LIKE 'scheduler:%' AND expires_at > clock_timestamp() ORDER BY key;
-//	LISTEN "public.leasehold_locks";   -- watch releases
+//	leasehold_locks          key, token, holder, fence, expires_at, acquired_at: one row per held
+//	                         (or expired, not yet taken over) lock; a release deletes it
+//	leasehold_locks_waiters  the per-key FIFO queue (queued rows) and WaitRelease subscriptions
+//	leasehold_locks_counter  one row: the durable fence floor
+//	leasehold_locks_acquire, _release, _force_release   PL/pgSQL functions, one call per operation
 //
 // # Round trips
 //
-// Every operation is one statement, one round trip. Acquire is an INSERT ...
-// ON CONFLICT DO UPDATE that takes a free or expired row, or refreshes the
-// caller's own row (a retry after a lost reply: same fence, TTL extended),
-// with a fallback SELECT in the same statement that reports the holder's
-// remaining TTL on contention. Renew is a token-checked UPDATE of
-// expires_at; Release a token-checked DELETE that calls pg_notify in the same
-// statement; ForceRelease deletes whatever token holds the key and notifies.
-// Expired rows are not swept: the next Acquire of the key takes them over,
-// and Inspect and List skip them.
+// Every operation is one statement, one round trip: Acquire and Release call
+// their function, Renew is a token-checked UPDATE, RenewBatch one UPDATE over
+// unnest'ed arrays, Inspect and List one SELECT. The acquire function takes
+// the key's advisory transaction lock and row, drops nothing it does not
+// own, applies the queue rule (the key goes to a free key's live queue head,
+// or to anyone when the queue is empty), and either grants or reports the
+// holder's remaining TTL, identity and the waiters ahead (joining the queue
+// when QueueTTL > 0). A retry with the same token returns the same fence.
+//
+// # Fences
+//
+// A fence is GREATEST(row fence + 1, database clock in µs, floor + 1),
+// computed only once the key's lock and row are held, so an acquirer that
+// was slow to win can never hand out an older fence. A release deletes the
+// row and, when the row's fence is not below the clock, first raises the
+// floor to it. Per key, fences strictly increase across releases, expiry,
+// takeovers and stores sharing the tables.
+//
+// # Durability
+//
+// By default the lock and waiter tables are UNLOGGED and acquire and release
+// commit with synchronous_commit off: an uncontended cycle writes no WAL for
+// its rows and waits for no flush. The price: a database crash (or the
+// promotion of a standby, which has no UNLOGGED rows) loses every lock and
+// queue entry. Holders learn it at their next renewal (ErrNotOwned, so their
+// lease is lost) and may overlap a new holder until then; the new holder's
+// fence is larger, so fenced writes stay ordered. Fences survive because
+// every fence is either below the database clock, which keeps rising, or
+// recorded, with a durable commit, in the logged floor counter when it was
+// granted. This holds as long as the database clock does not step back
+// across the crash (the Redis store's assumption after data loss too).
+// Options.Durable creates logged tables and commits durably instead: locks
+// survive a crash and reach streaming standbys, at the cost of WAL for
+// every acquire and release.
 //
 // # Clocks
 //
@@ -45,36 +58,35 @@
 // monotonic clock, measured from before the request was sent, so it fires no
 // later than the database expires the row as long as the database's clock
 // does not run faster than the holder's by more than the Locker's drift
-// margin. A database clock that steps forward expires locks early; run NTP in
-// slew mode on the database server.
+// margin. Run NTP in slew mode on the database server.
 //
-// # Fences
+// # Isolation
 //
-// A fence is max(nextval of the sequence, the database clock in µs), and the
-// sequence is moved up to it (setval): strictly increasing for every
-// acquisition of every key, also after the lock rows are lost (TRUNCATE, a
-// deleted row). The sequence keeps fences rising if the database clock steps
-// back; the clock floor keeps them rising if the sequence is lost or behind
-// (a restore from backup, a promoted standby that lagged) as long as the
-// clock does not step back at the same time: the same assumption as the
-// Redis store. Contended tries consume sequence values too; fences only need
-// to increase.
-// With synchronous replication, a promoted standby has every committed row.
+// The statements expect READ COMMITTED; Open pins it on its pool. Under a
+// REPEATABLE READ or SERIALIZABLE default (a pool passed to New), a
+// serialization failure (SQLSTATE 40001) is retried, so contention is still
+// ErrNotAcquired and never a store error.
 //
 // # Waiting
 //
 // LISTEN needs a connection of its own: a Store opens one (Options.Listen;
 // by default with the connection settings of the *pgxpool.Pool it was given)
 // on the first WaitRelease, shares it among all waiters, and closes it in
-// Close. When that connection is lost it is re-opened with backoff; releases
-// in between are missed and waiters fall back on the holder's TTL, and every
-// waiter is woken once when the connection is back. Behind PgBouncer in
-// transaction mode LISTEN does not work: point Listen at the server directly.
+// Close; each waiter's context bounds only its own wait for it. WaitRelease
+// records a subscription row; a release notifies only when the key has a
+// live queue head (a payload naming that head, so only its waiter wakes) or
+// live subscriptions, so uncontended releases send nothing and never queue
+// on the cluster-wide NOTIFY lock. When the LISTEN connection is lost, and
+// again when it is back, every waiter is woken to re-check. Behind PgBouncer
+// in transaction mode LISTEN does not work: point Listen at the server
+// directly.
 //
 // # Privileges
 //
-// Open (and New with MigrateCreate) creates the table and the sequence when
-// missing, which needs CREATE on the schema. With MigrateNever a role needs
-// only SELECT, INSERT, UPDATE, DELETE on the table and USAGE, UPDATE on the
-// sequence (setval needs UPDATE; pg_notify and LISTEN need no grant).
+// Open (and New with MigrateCreate) creates or upgrades the objects, which
+// needs CREATE on the schema. With MigrateNever a role needs only SELECT,
+// INSERT, UPDATE, DELETE on the lock and waiter tables, SELECT, UPDATE on
+// the counter, and EXECUTE on the functions (granted to PUBLIC by default).
+// Missing objects or privileges are errors wrapping
+// leasehold.ErrMisconfigured.
 package pgstore

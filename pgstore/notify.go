@@ -2,90 +2,195 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/leasehold/leasehold/internal/waiters"
 )
 
+// subscribeTTL is how long a WaitRelease subscription makes releases of its
+// key notify, when the subscriber does not join the queue (a queued waiter
+// keeps its entry alive by refreshing it).
+const subscribeTTL = 5 * time.Minute
+
 // listener is the store's one LISTEN connection, shared by every waiter: its
-// goroutine hands each released key to that key's waiters, and re-opens the
-// connection when it is lost.
+// goroutine hands each notification to the waiter it names (the new head of
+// a key's queue) or to every subscriber of the key, and re-opens the
+// connection when it is lost. It is started by the first WaitRelease and
+// runs until Close; no waiter's context bounds it, and each waiter's own
+// context bounds its wait for it.
 type listener struct {
-	s       *Store
-	startMu sync.Mutex // serialises opening the first connection
+	s *Store
 
 	mu      sync.Mutex
-	waiters waiters.Set
-	running bool
+	subs    map[string]map[chan struct{}]string // key -> wake channel -> token
+	started bool
 	closed  bool
+	up      chan struct{} // closed while the connection LISTENs; replaced when it is lost
+	gone    chan struct{} // closed by Close
+	lastErr error         // why the connection is down, for a waiter that gives up
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the goroutine has exited
 }
 
 func (l *listener) init(s *Store) {
 	l.s = s
+	l.up = make(chan struct{})
+	l.gone = make(chan struct{})
 }
 
-// WaitRelease implements leasehold.Notifier. The first call opens the
-// store's one LISTEN connection (see Options.Listen) and returns after the
-// server confirmed LISTEN, so a release after WaitRelease returns is seen;
-// later calls only register the waiter. While a lost connection is being
-// re-opened, notifications are missed (waiters then wake at the holder's
-// TTL); when it is back every waiter is woken once, to try again. Expiry
-// sends no notification.
-func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
+// WaitRelease implements leasehold.Notifier. It registers token's waiter,
+// waits (bounded by ctx) until the store's LISTEN connection is up, and
+// records a subscription for key in the waiter table, so that a release of
+// key notifies even when token has not joined the queue. A release that
+// leaves a queue head wakes only that head's waiter; without a queue it
+// wakes every subscriber of the key. When the LISTEN connection is lost,
+// and again when it is back, every waiter is woken to re-check. Expiry sends
+// no notification.
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
 	l := &s.lis
-	if err := l.start(ctx); err != nil {
+	up, err := l.start()
+	if err != nil {
 		return nil, nil, err
 	}
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	ch, stop := l.add(key, token)
+	select {
+	case <-up:
+	case <-l.gone:
+		stop()
 		return nil, nil, ErrClosed
+	case <-ctx.Done():
+		stop()
+		err := context.Cause(ctx)
+		if last := l.err(); last != nil {
+			err = fmt.Errorf("%w (LISTEN connection: %w)", err, last)
+		}
+		return nil, nil, storeErr("listen", s.channel, err)
 	}
-	ch, stop := l.waiters.Add(key)
+	us := subscribeTTL.Microseconds()
+	if _, err := s.db.Exec(ctx, s.subscribeSQL, key, token, us); err != nil {
+		stop()
+		return nil, nil, storeErr("subscribe", key, err)
+	}
 	return ch, stop, nil
 }
 
-// start opens the connection and starts the goroutine, once.
-func (l *listener) start(ctx context.Context) error {
-	l.startMu.Lock()
-	defer l.startMu.Unlock()
+// start starts the goroutine once and returns the channel that is closed
+// while the connection is up.
+func (l *listener) start() (<-chan struct{}, error) {
 	l.mu.Lock()
-	closed, running := l.closed, l.running
-	l.mu.Unlock()
+	defer l.mu.Unlock()
 	switch {
-	case closed:
-		return ErrClosed
-	case running:
-		return nil
+	case l.closed:
+		return nil, ErrClosed
 	case l.s.opts.Listen == nil:
-		return ErrNoListener
+		return nil, ErrNoListener
+	case !l.started:
+		ctx, cancel := context.WithCancel(context.Background())
+		l.started, l.cancel, l.done = true, cancel, make(chan struct{})
+		go l.run(ctx)
 	}
-	conn, err := l.connect(ctx)
-	if err != nil {
-		return storeErr("listen", l.s.channel, err)
-	}
-	lctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	return l.up, nil
+}
+
+func (l *listener) err() error {
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		cancel()
-		closeConn(conn)
-		return ErrClosed
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+// add registers a waiter for key and token; stop unregisters it and may be
+// called more than once.
+func (l *listener) add(key, token string) (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	l.mu.Lock()
+	if l.subs == nil {
+		l.subs = map[string]map[chan struct{}]string{}
 	}
-	l.running, l.cancel, l.done = true, cancel, done
+	if l.subs[key] == nil {
+		l.subs[key] = map[chan struct{}]string{}
+	}
+	l.subs[key][c] = token
 	l.mu.Unlock()
-	go l.run(lctx, conn, done)
-	return nil
+	var once sync.Once
+	return c, func() {
+		once.Do(func() {
+			l.mu.Lock()
+			delete(l.subs[key], c)
+			if len(l.subs[key]) == 0 {
+				delete(l.subs, key)
+			}
+			l.mu.Unlock()
+		})
+	}
+}
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch wakes the waiters a notification payload names: "N:" followed by
+// a token of N bytes and the key (the key's new queue head), or "*:" and the
+// key (every subscriber of the key).
+func (l *listener) dispatch(payload string) {
+	n, rest, ok := strings.Cut(payload, ":")
+	if !ok {
+		return
+	}
+	key, token, all := rest, "", n == "*"
+	if !all {
+		size, err := strconv.Atoi(n)
+		if err != nil || size < 0 || size > len(rest) {
+			return
+		}
+		token, key = rest[:size], rest[size:]
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c, tok := range l.subs[key] {
+		if all || tok == token {
+			poke(c)
+		}
+	}
+}
+
+// wakeAll wakes every waiter.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, byKey := range l.subs {
+		for c := range byKey {
+			poke(c)
+		}
+	}
+}
+
+// setUp marks the connection up (waking every waiter when it was lost
+// before); setDown marks it lost and wakes every waiter.
+func (l *listener) setUp(again bool) {
+	l.mu.Lock()
+	close(l.up)
+	l.lastErr = nil
+	l.mu.Unlock()
+	if again {
+		l.wakeAll()
+	}
+}
+
+func (l *listener) setDown() {
+	l.mu.Lock()
+	l.up = make(chan struct{})
+	l.mu.Unlock()
+	l.wakeAll()
 }
 
 // connect opens a connection and LISTENs on the channel.
@@ -107,48 +212,57 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// run receives notifications until ctx ends, re-opening the connection when
-// it is lost.
-func (l *listener) run(ctx context.Context, conn *pgx.Conn, done chan struct{}) {
-	defer close(done)
-	defer func() {
-		if conn != nil {
-			closeConn(conn)
-		}
-	}()
+// run keeps a LISTEN connection open and dispatches its notifications until
+// ctx ends.
+func (l *listener) run(ctx context.Context) {
+	defer close(l.done)
 	log := l.s.opts.Logger
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err == nil {
-			l.wake(n.Payload)
-			continue
+	for again := false; ; again = true {
+		conn := l.reconnect(ctx, again)
+		if conn == nil {
+			return
 		}
+		if again {
+			log.Info("pgstore: LISTEN connection back", "channel", l.s.channel)
+		}
+		l.setUp(again)
+		err := l.receive(ctx, conn)
+		closeConn(conn)
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("pgstore: LISTEN connection lost; waiters fall back on TTLs until it is back",
+		log.Warn("pgstore: LISTEN connection lost; every waiter re-checks, then falls back on TTLs until it is back",
 			"channel", l.s.channel, "err", err)
-		closeConn(conn)
-		if conn = l.reconnect(ctx); conn == nil {
-			return
-		}
-		log.Info("pgstore: LISTEN connection back", "channel", l.s.channel)
-		l.wakeAll() // releases while it was down were missed
+		l.setDown()
 	}
 }
 
-// reconnect tries to re-open the connection with capped exponential backoff
-// until it succeeds (returns the connection) or ctx ends (returns nil).
-func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+func (l *listener) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		l.dispatch(n.Payload)
+	}
+}
+
+// reconnect opens the connection, retrying with capped exponential backoff
+// (after a pause when it was lost) until it succeeds or ctx ends (nil).
+func (l *listener) reconnect(ctx context.Context, pause bool) *pgx.Conn {
 	delay := 50 * time.Millisecond
 	for {
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
+		if pause {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			delay = min(2*delay, l.s.opts.ReconnectDelay)
 		}
+		pause = true
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		conn, err := l.connect(cctx)
 		cancel()
@@ -158,19 +272,19 @@ func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
 		if ctx.Err() != nil {
 			return nil
 		}
-		delay = min(2*delay, l.s.opts.ReconnectDelay)
+		l.mu.Lock()
+		l.lastErr = err
+		l.mu.Unlock()
+		l.s.opts.Logger.Warn("pgstore: cannot open the LISTEN connection", "channel", l.s.channel, "err", err)
 	}
 }
-
-// wake tells key's waiters that it was released.
-func (l *listener) wake(key string) { l.waiters.Wake(key) }
-
-// wakeAll wakes every waiter.
-func (l *listener) wakeAll() { l.waiters.WakeAll() }
 
 // close stops the goroutine and waits for it.
 func (l *listener) close() {
 	l.mu.Lock()
+	if !l.closed {
+		close(l.gone)
+	}
 	l.closed = true
 	cancel, done := l.cancel, l.done
 	l.mu.Unlock()

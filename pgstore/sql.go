@@ -3,113 +3,348 @@ package pgstore
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// Every statement reads time from the database clock (clock_timestamp()),
-// never from the client. TTLs travel as whole microseconds.
+// names are the quoted, schema-qualified names of the store's objects.
+type names struct {
+	schema, table string // raw
+	locks         string // the lock table: one row per held (or expired) lock
+	waiters       string // the waiter queue and the subscribers of each key
+	counter       string // one row: the durable fence floor
+	acquire       string // functions
+	release       string
+	force         string
+	lockClass     int32 // advisory lock class of the per-key transaction locks
+}
+
+// suffixes of the objects derived from Options.Table.
 const (
-	ttlExpr = `($3::bigint * interval '1 microsecond')`
-	remExpr = `(extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint`
-	cols    = `key, token, fence, ` + remExpr + `, acquired_at, expires_at`
-	// fenceExpr mints a fence: max(next sequence value, database clock in
-	// µs), and moves the sequence up to it. The sequence keeps fences rising
-	// if the clock steps back; the clock floor keeps them rising if the
-	// sequence is lost or behind (promotion of a lagging standby, a restore),
-	// as long as the database clock does not step back at the same time.
-	fenceExpr = `setval($4::regclass, GREATEST(nextval($4::regclass), (extract(epoch FROM now.ts) * 1000000)::bigint))`
+	sufWaiters = "_waiters"
+	sufCounter = "_counter"
+	sufAcquire = "_acquire"
+	sufRelease = "_release"
+	sufForce   = "_force_release"
+	longestSuf = sufForce
 )
 
-// buildSQL renders the statements once, with the quoted table name spliced
-// in; every value is a parameter.
+func newNames(schema, table string) names {
+	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
+	h := fnv.New32a()
+	h.Write([]byte("leasehold.pgstore:" + schema + "." + table))
+	return names{
+		schema: schema, table: table,
+		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter),
+		acquire: q(sufAcquire), release: q(sufRelease), force: q(sufForce),
+		lockClass: int32(h.Sum32()),
+	}
+}
+
+// Expressions every statement uses. Times come from the database clock
+// (clock_timestamp()); µs since the epoch are bigint.
+const (
+	nowUS = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+	// usOf is a timestamp in µs, NULL when it is not finite (a bad entry).
+	usOf = `CASE WHEN isfinite(%[1]s) THEN (extract(epoch FROM %[1]s) * 1000000)::bigint END`
+)
+
+// buildSQL renders the statements once, with the quoted names spliced in;
+// every value is a parameter.
 func (s *Store) buildSQL() {
-	t := s.table
-	// $1 key, $2 token, $3 TTL µs, $4 sequence name. One reading of the
-	// database clock (now.ts) is the acquisition time, the base of the
-	// expiry and the instant the holder's row is judged expired at. The
-	// upsert takes a free or expired row, or refreshes our own (same fence);
-	// when it does nothing, the fallback reads the holder's remaining TTL. nextval is
-	// consumed even when the key is held: fences only need to increase.
-	s.acquireSQL = `WITH up AS (
-	INSERT INTO ` + t + ` AS t (key, token, fence, expires_at, acquired_at)
-	SELECT $1, $2, ` + fenceExpr + `, now.ts + ` + ttlExpr + `, now.ts
-	FROM (SELECT clock_timestamp() AS ts) AS now
-	ON CONFLICT (key) DO UPDATE SET
-		token       = EXCLUDED.token,
-		fence       = CASE WHEN t.token = EXCLUDED.token THEN t.fence ELSE EXCLUDED.fence END,
-		expires_at  = EXCLUDED.expires_at,
-		acquired_at = CASE WHEN t.token = EXCLUDED.token THEN t.acquired_at ELSE EXCLUDED.acquired_at END
-	WHERE t.expires_at <= EXCLUDED.acquired_at OR t.token = EXCLUDED.token
-	RETURNING fence
-)
-SELECT true, fence, 0::bigint FROM up
-UNION ALL
-SELECT false, 0::bigint, ` + remExpr + ` FROM ` + t + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+	n := s.n
+	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6)`
+	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
+	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
+VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
+ON CONFLICT (key, token) DO UPDATE SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at)`
 
-	s.renewSQL = `UPDATE ` + t + ` SET expires_at = clock_timestamp() + ` + ttlExpr + `
+	// Renewals are durable commits (see the package doc, Durability).
+	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
-
 	// Many renewals in one statement: $1 keys, $2 tokens, $3 TTLs in µs,
 	// as arrays; it returns the keys it renewed.
-	s.renewBatchSQL = `UPDATE ` + t + ` AS l SET expires_at = clock_timestamp() + r.us * interval '1 microsecond'
+	s.renewBatchSQL = `UPDATE ` + n.locks + ` AS l SET expires_at = clock_timestamp() + r.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING l.key`
 
-	// $3 channel. The command tag counts the notified (= deleted) rows.
-	s.releaseSQL = `WITH d AS (
-	DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING key
-)
-SELECT pg_notify($3, key) FROM d`
-
-	s.inspectSQL = `SELECT ` + cols + `, true FROM ` + t + `
-WHERE key = $1 AND expires_at > clock_timestamp()`
-
-	s.listSQL = `SELECT ` + cols + `, true FROM ` + t + `
-WHERE key LIKE $1 ESCAPE E'\\' AND expires_at > clock_timestamp()
-ORDER BY key COLLATE "C"`
-
-	// $2 channel. pg_notify returns void, which IS NOT NULL: the column is
-	// "live" and sends the notification in the same statement.
-	s.forceSQL = `WITH d AS (
-	DELETE FROM ` + t + ` WHERE key = $1 RETURNING key, token, fence, acquired_at, expires_at
-)
-SELECT ` + cols + `, pg_notify($2, key) IS NOT NULL AND expires_at > clock_timestamp() FROM d`
+	// Rows of (key, token, holder, fence, expires µs, acquired µs, now µs,
+	// waiting, next holder); times NULL when not finite.
+	cols := `l.key, l.token, l.holder, l.fence, ` + fmt.Sprintf(usOf, "l.expires_at") + `, ` +
+		fmt.Sprintf(usOf, "l.acquired_at") + `, ` + nowUS + `,
+	(SELECT count(*) FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND w.expires_at > clock_timestamp()),
+	coalesce((SELECT w.holder FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND w.expires_at > clock_timestamp()
+		ORDER BY w.enqueued_at, w.token LIMIT 1), '')`
+	s.inspectSQL = `SELECT ` + cols + ` FROM ` + n.locks + ` l WHERE l.key = $1 AND l.expires_at > clock_timestamp()`
+	s.listSQL = `SELECT ` + cols + ` FROM ` + n.locks + ` l
+WHERE l.key LIKE $1 ESCAPE E'\\' AND l.expires_at > clock_timestamp()
+ORDER BY l.key COLLATE "C"`
+	s.forceSQL = `SELECT key, token, holder, fence, ` + fmt.Sprintf(usOf, "expires_at") + `, ` +
+		fmt.Sprintf(usOf, "acquired_at") + `, now_us, 0::bigint, ''::text FROM ` + n.force + `($1, $2, $3)`
 }
 
-// migrateSQL creates the table and the sequence when missing, in one
-// implicit transaction (one simple-protocol string) under a transaction-level
+// migrateSQL creates or upgrades the store's objects, in one implicit
+// transaction (one simple-protocol string) under a transaction-level
 // advisory lock, so replicas starting together do not collide.
 func (s *Store) migrateSQL() string {
 	h := fnv.New64a()
-	h.Write([]byte("leasehold.pgstore.migrate:" + s.table))
+	h.Write([]byte("leasehold.pgstore.migrate:" + s.n.locks))
 	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(h.Sum64())) +
-		MigrationSQL(s.names[0], s.names[1], s.names[2])
+		MigrationSQL(s.opts)
 }
 
-// MigrationSQL returns the DDL that creates a lock table and its fence
-// sequence when missing (IF NOT EXISTS), for running by hand or from a
-// migration tool. Empty arguments mean the defaults (see Options).
-func MigrationSQL(schema, table, sequence string) string {
+// MigrationSQL returns the DDL that creates the store's objects for opts
+// (Schema, Table, Durable) when they are missing and upgrades those of older
+// versions, for running by hand or from a migration tool: the lock table and
+// the waiter table (UNLOGGED unless opts.Durable), the fence floor counter
+// (always logged) and three functions (acquire, release, force release). It
+// is idempotent and never changes the persistence of an existing table
+// (ALTER TABLE ... SET LOGGED or SET UNLOGGED does that).
+func MigrationSQL(opts Options) string {
+	schema, table := opts.Schema, opts.Table
 	if schema == "" {
 		schema = DefaultSchema
 	}
 	if table == "" {
 		table = DefaultTable
 	}
-	if sequence == "" {
-		sequence = table + "_fence"
+	n := newNames(schema, table)
+	oldSeq := pgx.Identifier{schema, table + "_fence"}.Sanitize()
+	unlogged := "UNLOGGED "
+	if opts.Durable {
+		unlogged = ""
 	}
-	t := pgx.Identifier{schema, table}.Sanitize()
-	q := pgx.Identifier{schema, sequence}.Sanitize()
-	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	r := strings.NewReplacer(
+		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
+		"{acquire}", n.acquire, "{release}", n.release, "{force}", n.force,
+		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
+	)
+	return r.Replace(migrationTemplate)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// migrationTemplate is the DDL; {names} are replaced by quoted identifiers.
+//
+// Fences: a grant takes GREATEST(row fence + 1, database clock µs, floor +
+// 1) while it holds the key's advisory transaction lock and the row, so no
+// fence is minted before the key is won. A row is deleted when its lock is
+// released; a fence not below the clock at that moment is first recorded in
+// the floor, so the next grant (from the clock or the floor) is larger. A
+// grant whose fence is ahead of the clock (the clock stepped back) raises
+// the floor and commits durably, so losing the lock rows (an UNLOGGED table
+// after a crash) never repeats it; the others commit with synchronous_commit
+// off (unless p_durable), because the clock floor covers their loss.
+const migrationTemplate = `CREATE {unlogged}TABLE IF NOT EXISTS {locks} (
 	key         text COLLATE "C" PRIMARY KEY,
 	token       text        NOT NULL,
 	fence       bigint      NOT NULL,
 	expires_at  timestamptz NOT NULL,
 	acquired_at timestamptz NOT NULL
 );
-CREATE SEQUENCE IF NOT EXISTS %s AS bigint MINVALUE 1 NO CYCLE;
-`, t, q)
-}
+ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT '';
+CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
+	key         text COLLATE "C" NOT NULL,
+	token       text        NOT NULL,
+	holder      text        NOT NULL DEFAULT '',
+	queued      boolean     NOT NULL,
+	enqueued_at timestamptz NOT NULL,
+	expires_at  timestamptz NOT NULL,
+	PRIMARY KEY (key, token)
+);
+CREATE TABLE IF NOT EXISTS {counter} (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	v   bigint  NOT NULL
+);
+INSERT INTO {counter} (v) VALUES (0) ON CONFLICT DO NOTHING;
+-- An older version minted fences from a sequence: its last value is a floor.
+DO $mig$ BEGIN
+	IF to_regclass({oldseq}) IS NOT NULL THEN
+		EXECUTE format('UPDATE {counter} SET v = GREATEST(v, (SELECT last_value FROM %s))', {oldseq});
+	END IF;
+END $mig$;
+
+CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean,
+	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	now_ts  timestamptz;
+	now_us  bigint;
+	r       {locks}%ROWTYPE;
+	held    boolean;
+	head    text;
+	me      timestamptz;
+	v_fence bigint;
+	v_floor bigint;
+	v_ahead integer;
+	cfg     text;
+BEGIN
+	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
+	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
+	-- A new statement, so a new snapshot: it sees every row committed before
+	-- the lock was granted.
+	SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
+	now_ts := clock_timestamp();
+	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
+	IF r.key IS NOT NULL AND NOT (isfinite(r.expires_at) AND isfinite(r.acquired_at) AND r.fence > 0) THEN
+		RAISE EXCEPTION 'pgstore: bad lock row for key %', p_key USING ERRCODE = 'data_corrupted',
+			HINT = 'delete it: leasehold release KEY --force';
+	END IF;
+	IF r.key IS NOT NULL AND r.token = p_token THEN -- a retry after a lost reply: same fence
+		UPDATE {locks} l SET expires_at = now_ts + p_ttl_us * interval '1 microsecond', holder = p_holder WHERE l.key = p_key;
+		won := true; fence := r.fence;
+		RETURN;
+	END IF;
+	IF r.key IS NULL THEN -- the common case: a free key with no queue, one INSERT
+		INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
+		SELECT p_key, p_token, p_holder, GREATEST(now_us, c.v + 1), now_ts + p_ttl_us * interval '1 microsecond', now_ts
+		FROM {counter} c
+		WHERE NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts)
+			AND CASE WHEN p_durable THEN true ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
+		ON CONFLICT (key) DO NOTHING
+		RETURNING {locks}.fence INTO v_fence;
+		IF FOUND THEN
+			IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
+				UPDATE {counter} SET v = GREATEST(v, v_fence);
+				PERFORM set_config('synchronous_commit', 'on', true);
+			END IF;
+			won := true; fence := v_fence;
+			RETURN;
+		END IF;
+	END IF;
+	held := r.key IS NOT NULL AND r.expires_at > now_ts;
+	-- One statement reads the queue's head and the floor, and (unless
+	-- p_durable) turns off the WAL flush wait for this transaction.
+	SELECT (SELECT w.token FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
+			ORDER BY w.enqueued_at, w.token LIMIT 1),
+		(SELECT c.v FROM {counter} c),
+		CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+		INTO head, v_floor, cfg;
+	IF NOT held AND (head IS NULL OR head = p_token) THEN
+		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
+		IF r.key IS NULL THEN
+			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
+			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts)
+			ON CONFLICT (key) DO NOTHING;
+			IF NOT FOUND THEN -- a row written around the key's lock (by hand): decide again
+				RAISE EXCEPTION 'pgstore: row of key % appeared', p_key USING ERRCODE = 'serialization_failure';
+			END IF;
+		ELSE
+			UPDATE {locks} l SET token = p_token, holder = p_holder, fence = v_fence,
+				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts WHERE l.key = p_key;
+		END IF;
+		IF head IS NOT NULL THEN
+			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
+		END IF;
+		IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
+			UPDATE {counter} SET v = GREATEST(v, v_fence);
+			PERFORM set_config('synchronous_commit', 'on', true);
+		END IF;
+		won := true; fence := v_fence;
+		RETURN;
+	END IF;
+	IF held THEN
+		remaining_us := (extract(epoch FROM r.expires_at - now_ts) * 1000000)::bigint;
+		holder := r.holder;
+	END IF;
+	IF p_queue_us > 0 THEN
+		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at)
+		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond')
+		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true,
+			expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at),
+			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
+		RETURNING w.enqueued_at INTO me;
+		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
+			AND (w.enqueued_at, w.token) < (me, p_token);
+	ELSE
+		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts;
+	END IF;
+	ahead := v_ahead;
+END
+$fn$;
+
+-- {release} returns 0 (released), 1 (another token holds the key) or 2
+-- (nobody holds it). It removes p_token from the queue and notifies, on
+-- p_channel, the head of the queue when the key became free for it (the
+-- payload is the head token's length in bytes, ':', the token, then the
+-- key), or, with no queue, the key's subscribers ('*:' then the key).
+CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+	now_ts  timestamptz;
+	now_us  bigint;
+	res     integer;
+	f       bigint;
+	heads   text[];
+	head    text;
+	subs    boolean;
+	entries boolean;
+	cfg     text;
+BEGIN
+	-- No advisory lock: the DELETE takes the row, and an acquirer that
+	-- waits for it sees the floor and the queue as this release left them.
+	now_ts := clock_timestamp();
+	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
+	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
+		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
+			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
+			CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+		INTO res, f, entries, cfg;
+	IF NOT FOUND THEN
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END,
+			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
+			CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+			INTO res, entries, cfg;
+	ELSIF f >= now_us THEN -- the next grant must come above it without this row
+		UPDATE {counter} SET v = GREATEST(v, f);
+	END IF;
+	IF NOT entries THEN -- nobody waits: nothing to notify, no entry to remove
+		RETURN res;
+	END IF;
+	-- The first two live queued tokens and whether there are live
+	-- subscriptions.
+	SELECT (SELECT array_agg(q.token) FROM (SELECT w.token FROM {waiters} w
+			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q),
+		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token)
+		INTO heads, subs;
+	IF res <> 1 THEN -- the key is free: wake the head if it is new
+		IF heads[1] = p_token THEN -- the head leaves: the next one is the new head
+			head := heads[2];
+		ELSIF res = 0 THEN
+			head := heads[1];
+		END IF;
+		IF head IS NOT NULL THEN
+			PERFORM pg_notify(p_channel, octet_length(head) || ':' || head || p_key);
+		ELSIF res = 0 AND heads IS NULL AND subs THEN
+			PERFORM pg_notify(p_channel, '*:' || p_key);
+		END IF;
+	END IF;
+	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
+	RETURN res;
+END
+$fn$;
+
+-- {force} deletes the key's lock whatever its token, returns it and wakes
+-- the head (or the subscribers) as a release does.
+CREATE OR REPLACE FUNCTION {force}(p_key text, p_channel text, p_durable boolean)
+RETURNS TABLE (key text, token text, holder text, fence bigint, expires_at timestamptz, acquired_at timestamptz, now_us bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	r      {locks}%ROWTYPE;
+	now_ts timestamptz;
+BEGIN
+	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
+	SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	PERFORM {release}(p_key, r.token, p_channel, p_durable);
+	now_ts := clock_timestamp();
+	IF r.expires_at > now_ts THEN
+		RETURN QUERY SELECT r.key, r.token, r.holder, r.fence, r.expires_at, r.acquired_at, (extract(epoch FROM now_ts) * 1000000)::bigint;
+	END IF;
+END
+$fn$;
+`

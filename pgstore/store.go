@@ -58,40 +58,46 @@ var (
 	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
 
-// Migration says whether New and Open create the lock table and the fence
-// sequence.
+// Migration says whether New and Open create (or upgrade) the store's
+// objects.
 type Migration int
 
 const (
 	// MigrateDefault (the zero value) is MigrateNever for New and
 	// MigrateCreate for Open.
 	MigrateDefault Migration = iota
-	// MigrateCreate creates the table and the sequence when they are missing
-	// (CREATE ... IF NOT EXISTS, under an advisory lock). It needs the CREATE
-	// privilege on the schema.
+	// MigrateCreate creates the store's tables and functions when missing
+	// and upgrades those of an older version (see MigrationSQL), under an
+	// advisory lock. It needs the CREATE privilege on the schema.
 	MigrateCreate
-	// MigrateNever issues no DDL: the table and sequence must exist (see
-	// MigrationSQL), and a user with only SELECT, INSERT, UPDATE, DELETE on
-	// the table and USAGE, UPDATE on the sequence is enough.
+	// MigrateNever issues no DDL: the objects must exist (see MigrationSQL
+	// and the package doc, Privileges).
 	MigrateNever
 )
 
 // Options configure a Store. The zero value means the documented defaults.
 // Identifiers are used exactly as given (case-sensitive) and always quoted.
 type Options struct {
-	// Schema of the lock table and the fence sequence. Default "public".
+	// Schema of the store's tables and functions. Default "public".
 	Schema string
-	// Table is the lock table. Default "leasehold_locks".
+	// Table is the lock table. Default "leasehold_locks". The other objects
+	// are named after it: Table+"_waiters", Table+"_counter",
+	// Table+"_acquire", Table+"_release", Table+"_force_release".
 	Table string
-	// Sequence mints fences. Default Table + "_fence".
-	Sequence string
-	// Channel is the LISTEN/NOTIFY channel on which releases publish the
-	// key. Default Schema + "." + Table (at most 63 bytes).
+	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
+	// key's waiters. Default Schema + "." + Table (at most 63 bytes).
 	Channel string
 
-	// Migrate says whether to create the table and the sequence. Default:
-	// New does not, Open does.
+	// Migrate says whether to create the store's objects. Default: New does
+	// not, Open does.
 	Migrate Migration
+
+	// Durable keeps locks across a database crash: Migrate creates logged
+	// lock and waiter tables, and acquire and release commit durably. By
+	// default the lock and waiter tables are UNLOGGED and acquire and release
+	// commit with synchronous_commit off: a crash loses the locks (never the
+	// fence order); see the package doc, Durability.
+	Durable bool
 
 	// Listen opens the dedicated connection the store LISTENs on (LISTEN
 	// needs one connection of its own, outside any pool). Default: when db
@@ -109,27 +115,29 @@ type Options struct {
 	ReconnectDelay time.Duration
 }
 
-// Store is a leasehold.Store, Notifier and ForceReleaser over one PostgreSQL
-// table. It is safe for concurrent use. Close stops its LISTEN connection
-// (and closes the pool when Open created it).
+// Store is a leasehold.Store, Inspector, Notifier, BatchRenewer and
+// ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
+// its LISTEN connection (and closes the pool when Open created it).
 type Store struct {
 	db        DB
 	ownedPool *pgxpool.Pool // set by Open
-	table     string        // quoted, schema-qualified
-	seq       string        // quoted, schema-qualified
-	channel   string        // raw channel name, for pg_notify($n)
+	n         names
+	channel   string // raw channel name, for pg_notify($n)
 	opts      Options
-	names     [3]string // schema, table, sequence (raw)
 
-	acquireSQL, renewSQL, renewBatchSQL, releaseSQL, inspectSQL, listSQL, forceSQL string
+	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
 
 	lis       listener
 	closeOnce sync.Once
 }
 
 // New returns a Store over db. With Migrate: MigrateCreate it creates the
-// table and the sequence when missing; otherwise it does not contact the
-// database. Close the Store before db.
+// store's objects when missing; otherwise it does not contact the database.
+// Close the Store before db.
+//
+// The store's statements expect READ COMMITTED; under a stricter
+// default_transaction_isolation they retry serialization failures (SQLSTATE
+// 40001), so contention stays contention.
 func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: pgstore: db is nil", leasehold.ErrInvalidOptions)
@@ -147,11 +155,9 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:      db,
-		table:   pgx.Identifier{opts.Schema, opts.Table}.Sanitize(),
-		seq:     pgx.Identifier{opts.Schema, opts.Sequence}.Sanitize(),
+		n:       newNames(opts.Schema, opts.Table),
 		channel: opts.Channel,
 		opts:    opts,
-		names:   [3]string{opts.Schema, opts.Table, opts.Sequence},
 	}
 	s.buildSQL()
 	s.lis.init(s)
@@ -165,8 +171,9 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 
 // Open connects a pool to dsn (a URL or keyword/value string that pgx
 // parses) and returns a Store over it. The Store owns the pool: Close closes
-// it. Open pings the database and, unless opts.Migrate is MigrateNever,
-// creates the table and the sequence when missing.
+// it. The pool's sessions run at READ COMMITTED whatever the database's
+// default. Open pings the database and, unless opts.Migrate is
+// MigrateNever, creates the store's objects when missing.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	check := opts // bad options fail before any connection
 	if err := check.setDefaults(); err != nil {
@@ -176,13 +183,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgstore: %w", leasehold.ErrInvalidOptions, err)
 	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
+		return nil, fmt.Errorf("pgstore: connect: %w", classify(err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
+		return nil, fmt.Errorf("pgstore: connect: %w", classify(err))
 	}
 	if opts.Migrate == MigrateDefault {
 		opts.Migrate = MigrateCreate
@@ -203,22 +211,17 @@ func (o *Options) setDefaults() error {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
-	if o.Sequence == "" {
-		o.Sequence = o.Table + "_fence"
-	}
 	if o.Channel == "" {
 		o.Channel = o.Schema + "." + o.Table
 	}
-	for _, f := range []struct{ name, v string }{
-		{"Schema", o.Schema}, {"Table", o.Table}, {"Sequence", o.Sequence}, {"Channel", o.Channel},
+	for _, f := range []struct{ name, v, hint string }{
+		{"Schema", o.Schema, ""},
+		{"Table", o.Table + longestSuf, fmt.Sprintf(" (with the suffix %q of the store's longest object name)", longestSuf)},
+		{"Channel", o.Channel, " (derived from Schema and Table; set Options.Channel)"},
 	} {
 		if len(f.v) > maxIdentLen {
-			hint := ""
-			if f.name == "Sequence" || f.name == "Channel" {
-				hint = fmt.Sprintf(" (derived from Schema and Table; set Options.%s)", f.name)
-			}
-			return fmt.Errorf("%w: pgstore: %s %q is %d bytes, PostgreSQL names are at most %d%s",
-				leasehold.ErrInvalidOptions, f.name, f.v, len(f.v), maxIdentLen, hint)
+			return fmt.Errorf("%w: pgstore: %s %q is %d bytes%s, PostgreSQL names are at most %d",
+				leasehold.ErrInvalidOptions, f.name, f.v, len(f.v), f.hint, maxIdentLen)
 		}
 		if strings.IndexByte(f.v, 0) >= 0 {
 			return fmt.Errorf("%w: pgstore: %s contains a NUL byte", leasehold.ErrInvalidOptions, f.name)
@@ -239,12 +242,9 @@ func (o *Options) setDefaults() error {
 }
 
 // Table returns the quoted, schema-qualified name of the lock table.
-func (s *Store) Table() string { return s.table }
+func (s *Store) Table() string { return s.n.locks }
 
-// Sequence returns the quoted, schema-qualified name of the fence sequence.
-func (s *Store) Sequence() string { return s.seq }
-
-// Channel returns the NOTIFY channel on which releases publish the key.
+// Channel returns the NOTIFY channel on which releases wake waiters.
 func (s *Store) Channel() string { return s.channel }
 
 func checkKey(key string) error {
@@ -264,41 +264,86 @@ func micros(ttl time.Duration) (int64, error) {
 }
 
 func storeErr(op, key string, err error) error {
-	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+	return fmt.Errorf("pgstore: %s %q: %w", op, key, classify(err))
+}
+
+// classify marks the errors retrying cannot fix (a missing table or
+// function, a missing privilege, a failed login) with
+// leasehold.ErrMisconfigured, and bad rows with leasehold.ErrBadEntry.
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch {
+	case pe.Code == "XX001": // data_corrupted, raised by the acquire function
+		return fmt.Errorf("%w: %w", leasehold.ErrBadEntry, err)
+	case pe.Code == "42P01", pe.Code == "42883", pe.Code == "3F000", pe.Code == "42703", // undefined table, function, schema, column
+		pe.Code == "42501",                     // insufficient privilege
+		pe.Code == "28P01", pe.Code == "28000", // failed login
+		pe.Code == "3D000": // no such database
+		return fmt.Errorf("%w: %w", leasehold.ErrMisconfigured, err)
+	}
+	return err
+}
+
+// retryable reports a serialization failure or a deadlock: under REPEATABLE
+// READ or SERIALIZABLE a concurrent change of the key's row fails the
+// statement, which then runs again with a new snapshot.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// maxRetries bounds the re-runs of a statement that failed to serialize.
+const maxRetries = 20
+
+// retry runs f again while it fails with a serialization failure, at most
+// maxRetries times and while ctx lasts.
+func retry(ctx context.Context, f func() error) error {
+	err := f()
+	for i := 0; i < maxRetries && retryable(err) && ctx.Err() == nil; i++ {
+		err = f()
+	}
+	return err
 }
 
 func remaining(us int64) time.Duration { return max(time.Duration(us)*time.Microsecond, 0) }
 
-// Acquire implements leasehold.Store in one statement: an INSERT ... ON
-// CONFLICT DO UPDATE that takes a free or expired row, or refreshes our own
-// (same fence), and otherwise reads the holder's remaining TTL.
+// Acquire implements leasehold.Store: one call of the acquire function,
+// which takes the key's advisory transaction lock and row, applies the
+// queue rule and mints the fence only once the key is won.
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	key, token, ttl := req.Key, req.Token, req.TTL
-	if err := checkKey(key); err != nil {
+	if err := checkKey(req.Key); err != nil {
 		return leasehold.Grant{}, err
 	}
-	us, err := micros(ttl)
+	us, err := micros(req.TTL)
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
+	var qus int64
+	if req.QueueTTL > 0 {
+		if qus, err = micros(req.QueueTTL); err != nil {
+			return leasehold.Grant{}, err
+		}
+	}
 	var (
-		won   bool
-		fence int64
-		rem   int64
+		won        bool
+		fence, rem int64
+		holder     string
+		ahead      int32
 	)
-	err = s.db.QueryRow(ctx, s.acquireSQL, key, token, us, s.seq).Scan(&won, &fence, &rem)
+	err = retry(ctx, func() error {
+		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable).
+			Scan(&won, &fence, &rem, &holder, &ahead)
+	})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		// A concurrent acquisition committed after this statement's snapshot:
-		// the row was locked by ON CONFLICT but is not visible to the fallback
-		// read. Held, remaining unknown.
-		return leasehold.Grant{}, leasehold.ErrNotAcquired
 	case err != nil:
-		return leasehold.Grant{}, storeErr("acquire", key, err)
+		return leasehold.Grant{}, storeErr("acquire", req.Key, err)
 	case !won:
-		return leasehold.Grant{Remaining: remaining(rem)}, leasehold.ErrNotAcquired
+		return leasehold.Grant{Remaining: remaining(rem), Holder: holder, Ahead: int(ahead)}, leasehold.ErrNotAcquired
 	case fence <= 0:
-		return leasehold.Grant{}, storeErr("acquire", key, fmt.Errorf("sequence %s returned fence %d", s.seq, fence))
+		return leasehold.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", leasehold.ErrBadEntry, fence))
 	}
 	return leasehold.Grant{Fence: uint64(fence)}, nil
 }
@@ -312,7 +357,11 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, s.renewSQL, key, token, us)
+	var tag pgconn.CommandTag
+	err = retry(ctx, func() (err error) {
+		tag, err = s.db.Exec(ctx, s.renewSQL, key, token, us)
+		return err
+	})
 	if err != nil {
 		return storeErr("renew", key, err)
 	}
@@ -345,21 +394,12 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	if len(keys) == 0 {
 		return errs
 	}
-	renewed := make(map[string]bool, len(keys))
-	rows, err := s.db.Query(ctx, s.renewBatchSQL, keys, tokens, ttls)
-	if err == nil {
-		for rows.Next() {
-			var k string
-			if err = rows.Scan(&k); err != nil {
-				break
-			}
-			renewed[k] = true
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+	var renewed map[string]bool
+	err := retry(ctx, func() error {
+		var err error
+		renewed, err = s.renewBatch(ctx, keys, tokens, ttls)
+		return err
+	})
 	for i, r := range reqs {
 		switch {
 		case errs[i] != nil:
@@ -372,33 +412,53 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	return errs
 }
 
-// Release implements leasehold.Store: a token-checked DELETE and a
-// pg_notify of the key, in one statement.
+func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []int64) (map[string]bool, error) {
+	rows, err := s.db.Query(ctx, s.renewBatchSQL, keys, tokens, ttls)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	renewed := make(map[string]bool, len(keys))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		renewed[k] = true
+	}
+	return renewed, rows.Err()
+}
+
+// Release implements leasehold.Store: one call of the release function,
+// which deletes the token's lock, takes the token out of the queue and
+// notifies the key's new queue head (only when there is one).
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, s.releaseSQL, key, token, s.channel)
-	if err != nil {
+	var res int32
+	err := retry(ctx, func() error {
+		return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res)
+	})
+	switch {
+	case err != nil:
 		return storeErr("release", key, err)
-	}
-	if tag.RowsAffected() == 0 {
+	case res == 1:
 		return leasehold.ErrNotOwned
+	case res == 2:
+		return leasehold.ErrNotHeld
 	}
 	return nil
 }
 
-// Inspect implements leasehold.Store. Facts hold the table, the channel and
-// the acquisition and expiry times by the database clock (RFC 3339, UTC).
+// Inspect implements leasehold.Inspector. Facts hold the table, the channel
+// and the acquisition and expiry times by the database clock (RFC 3339,
+// UTC).
 func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	rows, err := s.db.Query(ctx, s.inspectSQL, key)
-	if err != nil {
-		return leasehold.LockInfo{}, storeErr("inspect", key, err)
-	}
-	infos, err := s.collect(rows)
+	infos, err := s.query(ctx, s.inspectSQL, key)
 	if err != nil {
 		return leasehold.LockInfo{}, storeErr("inspect", key, err)
 	}
@@ -408,71 +468,88 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, er
 	return infos[0], nil
 }
 
-// List implements leasehold.Store: the unexpired rows whose key starts with
-// prefix (LIKE with % and _ escaped), in byte order (COLLATE "C").
+// List implements leasehold.Inspector: the unexpired rows whose key starts
+// with prefix (LIKE with % and _ escaped), in byte order (COLLATE "C"). Rows
+// it cannot decode (an infinite expiry, a fence <= 0) are skipped and
+// reported in an error wrapping leasehold.ErrBadEntry, with the good rows.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	rows, err := s.db.Query(ctx, s.listSQL, likePrefix(prefix))
-	if err != nil {
+	infos, err := s.query(ctx, s.listSQL, likePrefix(prefix))
+	if err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
 		return nil, storeErr("list", prefix, err)
 	}
-	infos, err := s.collect(rows)
-	if err != nil {
-		return nil, storeErr("list", prefix, err)
-	}
-	return infos, nil
+	return infos, err
 }
 
-// ForceRelease implements leasehold.ForceReleaser: it deletes key's row
-// whatever its token, and notifies waiters. An expired row is deleted too but
-// reported as ErrNotHeld.
+// ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
+// whatever its token and wakes the queue's head. An expired lock is deleted
+// too but reported as ErrNotHeld; a bad row (see List) is deleted and
+// reported with an error wrapping leasehold.ErrBadEntry.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	rows, err := s.db.Query(ctx, s.forceSQL, key, s.channel)
-	if err != nil {
+	var infos []leasehold.LockInfo
+	err := retry(ctx, func() (err error) {
+		infos, err = s.query(ctx, s.forceSQL, key, s.channel, s.opts.Durable)
+		return err
+	})
+	switch {
+	case err != nil && !errors.Is(err, leasehold.ErrBadEntry):
 		return leasehold.LockInfo{}, storeErr("force release", key, err)
-	}
-	infos, err := s.collect(rows)
-	if err != nil {
-		return leasehold.LockInfo{}, storeErr("force release", key, err)
-	}
-	if len(infos) == 0 {
+	case err != nil: // a bad row, deleted
+		return leasehold.LockInfo{Key: key}, err
+	case len(infos) == 0:
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil
 }
 
-// collect reads rows of (key, token, fence, remaining µs, acquired_at,
-// expires_at, live) and keeps the live ones.
-func (s *Store) collect(rows pgx.Rows) ([]leasehold.LockInfo, error) {
+// query runs a statement returning lock rows (see buildSQL) and decodes
+// them. Bad rows are skipped and named in an error wrapping
+// leasehold.ErrBadEntry, returned with the good ones.
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]leasehold.LockInfo, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var out []leasehold.LockInfo
+	var (
+		out []leasehold.LockInfo
+		bad []string
+	)
 	for rows.Next() {
 		var (
 			li                leasehold.LockInfo
-			fence, rem        int64
-			acquired, expires time.Time
-			live              bool
+			fence, nowUS      int64
+			expires, acquired *int64
+			waiting           int64
 		)
-		if err := rows.Scan(&li.Key, &li.Token, &fence, &rem, &acquired, &expires, &live); err != nil {
+		if err := rows.Scan(&li.Key, &li.Token, &li.Holder, &fence, &expires, &acquired, &nowUS, &waiting, &li.NextHolder); err != nil {
 			return nil, err
 		}
-		if !live {
+		if expires == nil || acquired == nil || fence <= 0 {
+			bad = append(bad, fmt.Sprintf("%q", li.Key))
 			continue
 		}
-		li.Fence = uint64(max(fence, 0))
-		li.Remaining = remaining(rem)
+		li.Fence = uint64(fence)
+		li.Remaining = remaining(*expires - nowUS)
+		li.Waiting = int(waiting)
 		li.Facts = map[string]string{
-			"table":       s.table,
-			"sequence":    s.seq,
+			"table":       s.n.locks,
 			"channel":     s.channel,
-			"acquired_at": acquired.UTC().Format(time.RFC3339Nano),
-			"expires_at":  expires.UTC().Format(time.RFC3339Nano),
+			"acquired_at": time.UnixMicro(*acquired).UTC().Format(time.RFC3339Nano),
+			"expires_at":  time.UnixMicro(*expires).UTC().Format(time.RFC3339Nano),
 		}
 		out = append(out, li)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		return out, fmt.Errorf("%w: pgstore: %s: rows with an infinite time or a fence <= 0 for keys %s (delete them: leasehold release KEY --force)",
+			leasehold.ErrBadEntry, s.n.locks, strings.Join(bad, ", "))
+	}
+	return out, nil
 }
 
 // likePrefix returns a LIKE pattern (ESCAPE '\') matching strings that start
@@ -482,12 +559,13 @@ func likePrefix(prefix string) string {
 	return r.Replace(prefix) + "%"
 }
 
-// Migrate creates the lock table and the fence sequence when they are
-// missing, in one transaction under an advisory lock (so replicas starting
-// together do not race). New and Open call it as Options.Migrate says.
+// Migrate creates the store's objects when they are missing, and upgrades
+// those of an older version, in one transaction under an advisory lock (so
+// replicas starting together do not race). New and Open call it as
+// Options.Migrate says. It is idempotent.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.Exec(ctx, s.migrateSQL()); err != nil {
-		return fmt.Errorf("pgstore: create %s and %s (or set Migrate: MigrateNever and run MigrationSQL yourself): %w", s.table, s.seq, err)
+		return fmt.Errorf("pgstore: create or upgrade %s and its companions (or set Migrate: MigrateNever and run MigrationSQL yourself): %w", s.n.locks, classify(err))
 	}
 	return nil
 }

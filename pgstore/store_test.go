@@ -128,9 +128,9 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	}
 }
 
-// Fences come from the sequence, floored by the database clock: they keep
+// Fences come from the row and the floor counter, floored by the database clock: they keep
 // increasing across release, expiry, stores sharing the table, the loss of
-// every row (TRUNCATE) and the loss of the sequence itself.
+// every row (TRUNCATE) and the loss of the floor counter.
 func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 	_, dsn := fresh(t)
 	s1 := open(t, dsn, pgstore.Options{})
@@ -170,15 +170,15 @@ func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("after ForceRelease", s1, "e", time.Minute)
-	// The sequence lost (a restore, a promoted standby that lagged): the
-	// clock floor keeps fences rising.
+	// The floor counter lost (a restore, a promoted standby that lagged):
+	// the clock floor keeps fences rising.
 	if _, err := s1.ForceRelease(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ctx, "ALTER SEQUENCE leasehold_locks_fence RESTART WITH 1"); err != nil {
+	if _, err := db.Exec(ctx, "UPDATE leasehold_locks_counter SET v = 0"); err != nil {
 		t.Fatal(err)
 	}
-	step("after the sequence restarted at 1", s2, "f", time.Minute)
+	step("after the floor counter was reset", s2, "f", time.Minute)
 }
 
 // A Locker waiting on one store is woken by a release through another store
@@ -320,11 +320,11 @@ func TestHostileNames(t *testing.T) {
 		t.Fatal("no notification on the hostile channel name")
 	}
 	var n int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('victim', 'locks"; DROP TABLE victim; --', 'locks"; DROP TABLE victim; --_fence')`).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('victim', 'locks"; DROP TABLE victim; --', 'locks"; DROP TABLE victim; --_waiters', 'locks"; DROP TABLE victim; --_counter')`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
-		t.Fatalf("expected the victim table, the lock table and its sequence, got %d of them", n)
+	if n != 4 {
+		t.Fatalf("expected the victim table, the lock table, the waiter table and the counter, got %d of them", n)
 	}
 }
 
@@ -333,7 +333,7 @@ func TestOptionsRejected(t *testing.T) {
 	for _, opts := range []pgstore.Options{
 		{Table: long},
 		{Schema: long},
-		{Table: strings.Repeat("x", 60)}, // the sequence name would be too long
+		{Table: strings.Repeat("x", 60)}, // the derived names would be too long
 		{Table: "a\x00b"},
 		{Migrate: 7},
 		{ReconnectDelay: -time.Second},
@@ -350,18 +350,18 @@ func TestOptionsRejected(t *testing.T) {
 	}
 }
 
-// A role with only DML rights on the table and USAGE, UPDATE on the sequence runs
+// A role with only DML rights on the tables (and EXECUTE on the functions, which PUBLIC has) runs
 // the store when the table was created beforehand (MigrateNever); with the
 // default it gets an error that says what to do.
 func TestLeastPrivilegeUser(t *testing.T) {
 	srv, dsn := fresh(t)
 	admin := testpg.Connect(t, dsn)
 	ctx := ctx5(t)
-	sql := pgstore.MigrationSQL("", "", "") + `
+	sql := pgstore.MigrationSQL(pgstore.Options{}) + `
 CREATE ROLE leasehold_app LOGIN;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks TO leasehold_app;
-GRANT USAGE, UPDATE ON SEQUENCE leasehold_locks_fence TO leasehold_app;`
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters TO leasehold_app;
+GRANT SELECT, UPDATE ON leasehold_locks_counter TO leasehold_app;`
 	if _, err := admin.Exec(ctx, sql); err != nil {
 		t.Fatal(err)
 	}
@@ -510,16 +510,19 @@ func TestServerStopped(t *testing.T) {
 }
 
 func ExampleMigrationSQL() {
-	fmt.Print(pgstore.MigrationSQL("", "", ""))
+	for _, line := range strings.Split(pgstore.MigrationSQL(pgstore.Options{}), "\n") {
+		if strings.HasPrefix(line, "CREATE") {
+			name, _, _ := strings.Cut(line, "(")
+			fmt.Println(strings.TrimSuffix(name, " "))
+		}
+	}
 	// Output:
-	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks" (
-	// 	key         text COLLATE "C" PRIMARY KEY,
-	// 	token       text        NOT NULL,
-	// 	fence       bigint      NOT NULL,
-	// 	expires_at  timestamptz NOT NULL,
-	// 	acquired_at timestamptz NOT NULL
-	// );
-	// CREATE SEQUENCE IF NOT EXISTS "public"."leasehold_locks_fence" AS bigint MINVALUE 1 NO CYCLE;
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks_waiters"
+	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks_counter"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_force_release"
 }
 
 // The psql runbook in README.md runs as written and sees the lock.
@@ -550,7 +553,7 @@ func TestRunbookQueries(t *testing.T) {
 		fence int64
 	)
 	first, _, _ := strings.Cut(block, ";")
-	if err := conn.QueryRow(ctx, first).Scan(&token, &fence, new(time.Duration), new(time.Time)); err != nil || token != "tok" || uint64(fence) != g.Fence {
+	if err := conn.QueryRow(ctx, first).Scan(&token, &fence, new(time.Duration), new(time.Time), new(string)); err != nil || token != "tok" || uint64(fence) != g.Fence {
 		t.Fatalf("runbook owner query: expected tok/%d, got %q/%d, %v", g.Fence, token, fence, err)
 	}
 	if _, err := conn.Exec(ctx, block); err != nil { // all of it, the break-glass delete included

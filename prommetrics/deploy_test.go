@@ -2,6 +2,8 @@ package prommetrics_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,8 +265,10 @@ func TestGrafanaDashboard(t *testing.T) {
 	if vars["datasource"] != "datasource" {
 		t.Errorf("expected a datasource variable, got variables %v", vars)
 	}
-	if vars["locker"] != "query" {
-		t.Errorf("expected a locker query variable, got variables %v", vars)
+	for _, v := range []string{"job", "instance", "locker"} {
+		if vars[v] != "query" {
+			t.Errorf("expected a %s query variable, got variables %v", v, vars)
+		}
 	}
 
 	used := make(map[string]bool)
@@ -291,8 +295,11 @@ func TestGrafanaDashboard(t *testing.T) {
 				if n == 0 || len(bad) > 0 {
 					t.Errorf("panel %q: expr %q uses unknown metrics %v (or none)", p.Title, tg.Expr, bad)
 				}
-				if !strings.Contains(tg.Expr, `locker=~"$locker"`) {
-					t.Errorf("panel %q: expr %q does not filter by the locker variable", p.Title, tg.Expr)
+				// Every selector filters by job, instance and locker.
+				for _, sel := range selectorRE.FindAllString(tg.Expr, -1) {
+					if !strings.Contains(sel, `{job=~"$job", instance=~"$instance", locker=~"$locker"`) {
+						t.Errorf("panel %q: selector %s does not filter by the job, instance and locker variables", p.Title, sel)
+					}
 				}
 				for _, m := range metricRE.FindAllString(tg.Expr, -1) {
 					used[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")] = true
@@ -309,6 +316,67 @@ func TestGrafanaDashboard(t *testing.T) {
 		if !used[name] {
 			t.Errorf("no dashboard panel shows %s", name)
 		}
+	}
+}
+
+// selectorRE finds the metric selectors of a PromQL expression.
+var selectorRE = regexp.MustCompile(`\bleasehold_[a-z0-9_]+(\{[^}]*\})?`)
+
+// dashboardExprs returns every panel query of the dashboard, with Grafana's
+// variables replaced by values Prometheus accepts.
+func dashboardExprs(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$job", ".*", "$instance", ".*", "$locker", ".*")
+	exprs := make(map[string]string)
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			for i, tg := range p.Targets {
+				exprs[fmt.Sprintf("%s #%d", p.Title, i+1)] = vars.Replace(tg.Expr)
+			}
+		}
+	}
+	walk(d.Panels)
+	return exprs
+}
+
+// Every panel query parses as PromQL: promtool checks them as recording
+// rules. (The CLI's real-Prometheus test also runs each one against series
+// scraped from a drill and requires an answer.)
+func TestDashboardQueriesParse(t *testing.T) {
+	bin := promtool(t)
+	exprs := dashboardExprs(t)
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	for _, title := range slices.Sorted(maps.Keys(exprs)) {
+		rules = append(rules, rule{Record: fmt.Sprintf("dashboard:query_%d", len(rules)), Expr: exprs[title]})
+	}
+	raw, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(t.Context(), bin, "check", "rules", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules on the dashboard queries: %v\n%s", err, out)
+	}
+	if len(rules) < 20 {
+		t.Fatalf("expected at least 20 dashboard queries, got %d", len(rules))
 	}
 }
 

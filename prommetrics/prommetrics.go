@@ -28,9 +28,18 @@
 //	leasehold_not_owned_total{locker,op}                release or renew answered "not owned"; op: release|renew|other
 //	leasehold_store_errors_total{locker,op}             store failures; op: acquire|renew|release|inspect|list|other
 //	leasehold_stale_writes_rejected_total{locker,resource}  writes rejected at a fenced boundary (package fence)
+//	leasehold_leases_held{locker}                       gauge of leases held now (acquired or failed open, not yet ended)
 //
-// Every series of a locker starts at zero the first time the locker is seen,
-// so rate() and increase() count its first event.
+// Every series of a locker starts at zero the first time the locker is seen.
+// The first time is often the first event itself (a store error, a rejected
+// write), and a counter whose first sample is 1 never shows in increase() or
+// rate(): call Init at startup with each locker name and fenced resource, so
+// the series exist at zero before anything happens and alerts count the first
+// event.
+//
+// Record writes timestamped scrapes of a registry to a file while a short
+// process runs (`leasehold drill --record-metrics`), and ReadRecording reads
+// them back, to replay them through the alert rules or backfill a Prometheus.
 //
 // A Hold lease (Locker.Hold, Locker.Loop) that is not renewed ends by expiry
 // on purpose: it shows as leasehold_held_seconds{reason="expired"} but not in
@@ -90,6 +99,7 @@ type Observer struct {
 	notOwned      *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	staleWrites   *prometheus.CounterVec
+	leasesHeld    *prometheus.GaugeVec
 
 	lockers   bounded[lockerSeries]
 	resources bounded[prometheus.Counter]
@@ -112,6 +122,7 @@ type lockerSeries struct {
 	maxHold       prometheus.Counter
 	notOwned      [3]prometheus.Counter // by NotOwnedOps
 	storeErrors   [6]prometheus.Counter // by StoreOps
+	leasesHeld    prometheus.Gauge
 }
 
 // New returns an Observer whose metrics are registered with reg (e.g.
@@ -166,10 +177,14 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			"Failures of the lock store, by operation.", "op"),
 		staleWrites: counter("stale_writes_rejected_total",
 			"Writes rejected at a fenced boundary because their fence was older than the last accepted one, by resource.", "resource"),
+		leasesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: "leases_held", ConstLabels: o.ConstLabels,
+			Help: "Leases held now: acquired (or failed open) and not yet ended.",
+		}, []string{"locker"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
-		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.staleWrites,
+		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.staleWrites, m.leasesHeld,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register metrics: %w", err)
@@ -197,6 +212,7 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 		lost:          m.lost.WithLabelValues(name),
 		expired:       m.expired.WithLabelValues(name),
 		maxHold:       m.maxHold.WithLabelValues(name),
+		leasesHeld:    m.leasesHeld.WithLabelValues(name),
 	}
 	for i, r := range Results {
 		s.acquire[i] = m.acquireWait.WithLabelValues(name, r)
@@ -211,6 +227,19 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 		s.storeErrors[i] = m.storeErrors.WithLabelValues(name, op)
 	}
 	return s
+}
+
+// Init creates, at zero, every series of the locker named locker and the
+// stale-write counter of each of its fenced resources (the Name and Resource
+// of a fence register), so that the first event of each kind moves a series
+// that already exists and increase() and rate() see it. Call it at startup
+// for every locker name the process uses; names past Options.MaxLockers
+// share the "other" series, as in Observe.
+func (m *Observer) Init(locker string, resources ...string) {
+	m.lockers.get(locker)
+	for _, r := range resources {
+		m.resources.get(orUnknown(locker) + "\x00" + orUnknown(r))
+	}
 }
 
 // Observe implements leasehold.Observer. Events of kinds it does not know,
@@ -235,10 +264,14 @@ func (m *Observer) Observe(e leasehold.Event) {
 		if i := index(Results, e.Result); i >= 0 {
 			s.acquire[i].Observe(seconds(e))
 		}
+		if e.Result == leasehold.ResultAcquired {
+			s.leasesHeld.Inc()
+		}
 	case leasehold.EventContention:
 		s.contention.Inc()
 	case leasehold.EventFailOpen:
 		s.failOpen.Inc()
+		s.leasesHeld.Inc()
 	case leasehold.EventRenewed:
 		s.renew.Observe(seconds(e))
 	case leasehold.EventRenewFailed:
@@ -257,6 +290,7 @@ func (m *Observer) Observe(e leasehold.Event) {
 		s.storeErrors[opIndex(StoreOps, e.Op)].Inc()
 	case leasehold.EventHeld:
 		s.held[reasonIndex(e.Err)].Observe(seconds(e))
+		s.leasesHeld.Dec()
 	}
 }
 

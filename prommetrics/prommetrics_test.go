@@ -204,6 +204,12 @@ func TestNotOwnedRelease(t *testing.T) {
 	if _, err := e.store.ForceRelease(t.Context(), "approve/9"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
+	// Another owner takes the key: only then is a release "not owned" (a
+	// lock that is merely gone releases without an error).
+	other := e.locker("other", leasehold.Options{})
+	if _, err := other.TryAcquire(t.Context(), "approve/9"); err != nil {
+		t.Fatalf("TryAcquire by another owner: %v", err)
+	}
 	if err := lease.Release(t.Context()); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("expected ErrNotOwned, got %v", err)
 	}

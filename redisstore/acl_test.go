@@ -17,7 +17,8 @@ import (
 // aclRule is the ACL documented in README.md and doc.go (minus the user name
 // and password).
 const aclRule = "resetkeys ~leasehold:* resetchannels &leasehold:* -@all " +
-	"+evalsha +eval +get +set +pexpire +pttl +del +publish +time +scan +subscribe +unsubscribe +ping"
+	"+evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time " +
+	"+scan +subscribe +unsubscribe +ssubscribe +sunsubscribe +ping"
 
 // TestACLRestrictedUser runs the conformance suite as a user that may only
 // touch the prefix's keys and channel with the commands the store needs.

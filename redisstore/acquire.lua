@@ -1,27 +1,122 @@
--- acquire: take the lock for a token and mint its fence, in one round trip.
--- KEYS[1] lock key   (string: the owner token, with PX = TTL)
--- KEYS[2] fence key  (string: the last fence minted for this key)
--- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] fence key expiry in ms
--- Returns {1, fence} on success (fence as a decimal string), or {0, pttl}
--- when another token holds the lock.
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  -- Our own retry after a lost reply: extend and hand back the same fence.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local f = redis.call('GET', KEYS[2])
-  if f then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    return {1, f}
+-- acquire: the queue rule, SET PX with the holder, and the fence, in one round trip.
+-- KEYS[1] lock key  (string "token|holder", PX = TTL)
+-- KEYS[2] fence key (string: the last fence minted for the key, a decimal uint64)
+-- KEYS[3] queue key (hash: token -> "seq|deadline ms|holder", "#" -> last seq;
+--                    PEXPIRE = the latest deadline, so it vanishes with its last waiter)
+-- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3] fence key
+-- expiry ms, ARGV[4] queue TTL ms (0: never queue). (Ten words in all: Redis
+-- answers a longer command from a client that has not authenticated with a
+-- protocol error instead of NOAUTH.)
+-- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
+-- pttl is the holder's remaining TTL (0 when the key is free but waiters are ahead).
+local value, ttl, fexp = ARGV[1], ARGV[2], ARGV[3]
+
+-- The fast path, with no helper defined yet (each closure costs on every
+-- call): no queue, a free key, a fence counter behind the clock.
+local fresh -- the clock when SET NX took the lock but the fence needs the careful path
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local old = redis.call('SET', KEYS[1], value, 'NX', 'PX', ttl, 'GET')
+  if not old then
+    local t = redis.call('TIME')
+    local now = t[1] .. string.sub('00000' .. t[2], -6)
+    local last = redis.pcall('SET', KEYS[2], now, 'PX', fexp, 'GET')
+    if not last or ((#last < #now or (#last == #now and last < now)) and string.find(last, '^[1-9]%d*$')) then
+      return now
+    end
+    redis.call('DEL', KEYS[1]) -- the careful path below decides, or fails without a lock left behind
+    if type(last) == 'table' then return last end -- WRONGTYPE
+    redis.call('SET', KEYS[2], last, 'PX', fexp)
+    fresh = now
   end
-elseif cur then
-  return {0, redis.call('PTTL', KEYS[1])}
 end
--- fence = max(last + 1, server time in µs): never backward, even when the
--- counter was lost (restart without persistence, failover, expiry).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = string.format('%.0f', math.max(last + 1, now))
-redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, fence}
+
+-- @lib
+
+local token = string.match(value, '^[^|]*')
+local qttl = tonumber(ARGV[4])
+
+-- mint stores and returns the next fence: max(last + 1, now in µs).
+local function mint(now)
+  local last = redis.call('GET', KEYS[2])
+  local f = now
+  if last then
+    if not fence_ok(last) or last == MAXFENCE then
+      return nil, bad(KEYS[2], 'holds ' .. string.format('%q', string.sub(last, 1, 40)) .. ', not a fence below 2^64-1')
+    end
+    local n = incr(last)
+    if less(now, n) then f = n end
+  end
+  redis.call('SET', KEYS[2], f, 'PX', fexp)
+  return f
+end
+
+-- grant takes the lock (already SET) and mints its fence; a bad fence key
+-- undoes the SET so nothing is left behind.
+local function grant(now)
+  local f, err = mint(now)
+  if not f then
+    redis.call('DEL', KEYS[1])
+    return err
+  end
+  return f
+end
+
+-- again is a retry by the holder after a lost reply: same fence, new TTL.
+local function again()
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  local f = redis.call('GET', KEYS[2])
+  if not f then
+    return grant((clock())) -- the counter is gone: a new fence from the clock floor
+  end
+  if not fence_ok(f) then return bad(KEYS[2], 'holds ' .. string.format('%q', string.sub(f, 1, 40)) .. ', not a fence') end
+  redis.call('PEXPIRE', KEYS[2], fexp)
+  return f
+end
+
+-- enqueue adds token to the queue (or refreshes its place) until now + qttl.
+local function enqueue(live, pos, nowms)
+  local dl = nowms + qttl
+  local seq
+  if pos then seq = live[pos][2] else seq = redis.call('HINCRBY', KEYS[3], '#', 1) end
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|', seq, dl) .. holder_of(value))
+  for _, e in ipairs(live) do
+    if e[3] > dl then dl = e[3] end
+  end
+  redis.call('PEXPIRE', KEYS[3], dl - nowms)
+end
+
+local function pttl_of()
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then return nil end
+  return pttl
+end
+
+if fresh then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  return grant(fresh)
+end
+
+-- The general path: the key goes only to the head of its queue.
+local now, nowms = clock()
+local live = load_queue(KEYS[3], nowms, true)
+local pos = position(live, token)
+local cur = redis.call('GET', KEYS[1])
+if cur and owns(cur, token) then
+  if pos then redis.call('HDEL', KEYS[3], token) end
+  return again()
+end
+if cur then
+  local pttl = pttl_of()
+  if not pttl then return bad(KEYS[1], 'has no expiry') end
+  if qttl > 0 then enqueue(live, pos, nowms) end
+  return {0, pttl, holder_of(cur), pos and pos - 1 or #live}
+end
+if #live == 0 or pos == 1 then
+  if pos then
+    if #live == 1 then redis.call('DEL', KEYS[3]) else redis.call('HDEL', KEYS[3], token) end
+  end
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  return grant(now)
+end
+if qttl > 0 then enqueue(live, pos, nowms) end
+return {0, 0, '', pos and pos - 1 or #live}

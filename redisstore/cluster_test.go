@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -24,8 +25,32 @@ func TestCluster(t *testing.T) {
 	cl := testredis.StartCluster(t, 3)
 	cc := cl.Client(t)
 
+	t.Run("BraceKeys", func(t *testing.T) { testBraceKeys(t, cl) })
+	t.Run("CrossSlotIsMisconfigured", func(t *testing.T) {
+		// The store's names cannot cross slots; a real CROSSSLOT reply is
+		// still classified as a configuration error.
+		err := cc.Eval(t.Context(), "return 1", []string{"a", "b"}).Err()
+		if !redis.HasErrorPrefix(err, "CROSSSLOT") {
+			t.Fatalf("EVAL over keys a and b: expected CROSSSLOT, got %v", err)
+		}
+		s := newStore(t, cc, redisstore.Options{})
+		if got := s.Classify("acquire", "k", err); !errors.Is(got, leasehold.ErrMisconfigured) {
+			t.Fatalf("CROSSSLOT: expected ErrMisconfigured, got %v", got)
+		}
+	})
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, cc, redisstore.Options{}) },
+		New: func(t *testing.T) leasehold.Store { return newStore(t, newClusterClient(t, cl), redisstore.Options{}) },
+		Freeze: func(t *testing.T, _ leasehold.Store) func() {
+			var thaws []func()
+			for _, n := range cl.Nodes {
+				thaws = append(thaws, n.Freeze())
+			}
+			return func() {
+				for _, thaw := range thaws {
+					thaw()
+				}
+			}
+		},
 		Break: func(t *testing.T, _ leasehold.Store) {
 			for _, n := range cl.Nodes {
 				n.Stop()
@@ -44,8 +69,17 @@ func TestCluster(t *testing.T) {
 		ctx := t.Context()
 		const n = 60
 		for i := range n {
-			if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprintf("spread:%02d", i), Token: "t", TTL: time.Minute}); err != nil {
-				t.Fatal(err)
+			// The suite's last subtest restarted every node: wait until every slot is served again.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprintf("spread:%02d", i), Token: "t", TTL: time.Minute})
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 		}
 		var masters, withLocks atomic.Int32
@@ -76,4 +110,57 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+}
+
+// newClusterClient returns a cluster client of its own, with context
+// deadlines on, closed in t.Cleanup.
+func newClusterClient(t *testing.T, cl *testredis.Cluster) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// testBraceKeys checks keys that would break a naive {KEY} hash tag (a '}'
+// first, braces inside, a literal escape sequence): every operation works on
+// the Cluster, lock, fence and queue share a slot, and a queued waiter is
+// woken through the key's sharded channel.
+func testBraceKeys(t *testing.T, cl *testredis.Cluster) {
+	a := newStore(t, newClusterClient(t, cl), redisstore.Options{})
+	b := newStore(t, newClusterClient(t, cl), redisstore.Options{})
+	ctx := t.Context()
+	keys := []string{"}job", "{x}y", "a}{b", "}{", "%7D", "}%"}
+	for _, key := range keys {
+		g, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute, Holder: "host-a"})
+		if err != nil {
+			t.Fatalf("Acquire(%q) on the Cluster: %v", key, err)
+		}
+		wake, stop, err := b.WaitRelease(ctx, key, "b")
+		if err != nil {
+			t.Fatalf("WaitRelease(%q): %v", key, err)
+		}
+		if _, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("Acquire(%q) by a waiter: expected ErrNotAcquired, got %v", key, err)
+		}
+		info, err := b.Inspect(ctx, key)
+		if err != nil || info.Key != key || info.Fence != g.Fence || info.Holder != "host-a" || info.Waiting != 1 {
+			t.Fatalf("Inspect(%q): expected the lock with fence %d and 1 waiter, got %+v, %v", key, g.Fence, info, err)
+		}
+		if err := a.Release(ctx, key, "a"); err != nil {
+			t.Fatalf("Release(%q): %v", key, err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q: the queued waiter was not woken within 5s of the release", key)
+		}
+		stop()
+		if _, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: time.Minute}); err != nil {
+			t.Fatalf("Acquire(%q) by the woken head: %v", key, err)
+		}
+	}
+	ls, err := a.List(ctx, "}")
+	if err != nil || len(ls) != 3 || ls[0].Key != "}%" || ls[1].Key != "}job" || ls[2].Key != "}{" {
+		t.Fatalf(`List("}"): expected }%%, }job, }{, got %+v, %v`, ls, err)
+	}
 }

@@ -3,75 +3,105 @@
 //
 // # Key layout
 //
-// For the lock key KEY and the default prefix "leasehold:":
+// For the lock key KEY and the default prefix "leasehold:", with TAG = KEY
+// where '%', '{' and '}' are written %25, %7B and %7D (so no key can end or
+// open the Cluster hash tag early; most keys are their own TAG):
 //
-//	leasehold:{KEY}:lock    string: the owner token; PTTL is the remaining TTL
-//	leasehold:{KEY}:fence   string: the last fence minted for KEY (the holder's
-//	                        fence while the lock exists); expires FenceRetention
-//	                        (default 24 h) after the lock's TTL
-//	leasehold:released      pub/sub channel: every release publishes KEY
+//	leasehold:{TAG}:lock    string "TOKEN|HOLDER" ("TOKEN" with no holder);
+//	                        PTTL is the remaining TTL
+//	leasehold:{TAG}:fence   string: the last fence minted for KEY, a decimal
+//	                        uint64 (the holder's fence while the lock exists);
+//	                        expires FenceRetention (default 24 h) after the lock's TTL
+//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|HOLDER"
+//	                        ("#" -> last SEQ); expires with its last live waiter
+//	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster): a release
+//	                        publishes the token of the waiter to wake
 //
-// The braces are a Redis Cluster hash tag, so a key's lock and fence counter
-// live in the same slot and one script can touch both. Runbook:
+// Everything of one key shares the hash tag, hence one Cluster slot, so one
+// script touches it all. Runbook:
 //
-//	redis-cli GET  'leasehold:{scheduler:job:42}:lock'    # owner token
+//	redis-cli GET  'leasehold:{scheduler:job:42}:lock'    # owner token|holder
 //	redis-cli PTTL 'leasehold:{scheduler:job:42}:lock'    # remaining TTL in ms (-2: not held)
 //	redis-cli GET  'leasehold:{scheduler:job:42}:fence'   # fence of the holder
+//	redis-cli HGETALL 'leasehold:{scheduler:job:42}:queue' # waiters (SEQ orders them)
 //	redis-cli --scan --pattern 'leasehold:{scheduler:*}:lock'  # locks under a prefix
-//	redis-cli SUBSCRIBE leasehold:released                # watch releases
+//	redis-cli SUBSCRIBE 'leasehold:{scheduler:job:42}:wake'    # watch hand-offs
 //
 // Deleting the lock key by hand is the break-glass release (Store.ForceRelease
-// does the same and also wakes waiters). Never delete the fence key while
-// clocks are in doubt: it is what keeps fences increasing faster than time.
+// does the same and also wakes the head waiter). Never delete a valid fence
+// key while clocks are in doubt: it is what keeps fences increasing faster
+// than time.
 //
-// # Round trips
+// # Round trips and the queue
 //
-// Acquire is one EVALSHA: SET NX PX plus the fence. Renew (compare-and-
-// PEXPIRE) and Release (compare-and-DEL, then PUBLISH) are one EVALSHA each.
-// Scripts are sent by SHA and re-sent in full on NOSCRIPT (go-redis
-// Script.Run). An Acquire retried with the same token after a lost reply finds
-// its own token, extends the TTL and returns the same fence.
+// Acquire is one EVALSHA: the queue rule of leasehold.Store, SET PX of the
+// lock and the fence. When no queue exists and the key is free it runs
+// EXISTS, SET NX PX GET, TIME and SET PX GET, nothing more. A waiting
+// acquire (QueueTTL > 0) that is refused joins the queue or refreshes its
+// place; a waiter that stops refreshing drops out at its deadline. Renew
+// (compare-and-PEXPIRE) and Release (compare-and-DEL, leave the queue, wake
+// the head) are one EVALSHA each. Release returns leasehold.ErrNotHeld when
+// the key is gone, also when a retry finds its own earlier release applied,
+// and leasehold.ErrNotOwned only when another token holds the key. Scripts
+// are sent by SHA and re-sent in full on NOSCRIPT (go-redis Script.Run).
 //
 // # Fences and the clock assumption
 //
 // A fence is max(last+1, TIME in µs), where last is the key's counter and TIME
-// is the Redis server's clock. The counter makes fences strictly increasing
-// while it exists; the time floor keeps them increasing when it is gone: after
-// a restart without persistence, a failover to a replica that had not yet
-// received it, or its expiry. This assumes that the wall clock of whichever
-// Redis server answers does not step backward by more than the time since the
-// last fence was minted (or than FenceRetention, while the counter exists):
-// run NTP in slew mode and keep failover replicas on synchronised clocks. A
-// fence is about 1.7e15 today and fits in float64 (Redis Lua numbers) until
-// the year 2255.
+// is the Redis server's clock. The scripts compute it on decimal strings, never
+// on Lua numbers (which are exact only up to 2^53). The counter makes fences
+// strictly increasing while it exists; the time floor keeps them increasing
+// when it is gone: after a restart without persistence, a failover to a
+// replica that had not yet received it, or its expiry. This assumes that the
+// wall clock of whichever Redis server answers does not step backward by more
+// than the time since the last fence was minted (or than FenceRetention,
+// while the counter exists): run NTP in slew mode and keep failover replicas
+// on synchronised clocks.
+//
+// # Bad entries and configuration errors
+//
+// A fence key that does not hold a decimal below 2^64-1 (written by hand, or
+// another program using the prefix) makes Acquire fail with an error wrapping
+// leasehold.ErrBadEntry that names the Redis key; nothing is rewritten and no
+// lock is left behind. To recover, delete the fence key (redis-cli DEL …:fence;
+// the next fence comes from the server clock) or force-release the key, which
+// deletes an unusable fence key with the lock. A lock key without expiry is
+// reported the same way (delete it). List skips bad entries and reports them
+// with the good ones. Wrong or missing passwords, ACL refusals, a database
+// number that does not exist, WRONGTYPE and CROSSSLOT are errors wrapping
+// leasehold.ErrMisconfigured: retrying cannot fix them and the Locker never
+// fails open on them.
 //
 // # What is not guaranteed
 //
 // Redis replication is asynchronous: after a failover the new primary may not
 // have a lock that the old one granted, so two holders can overlap until the
 // first one's context ends. Fences (package fence) make the storage reject the
-// stale holder's writes; the lock alone does not. Release notifications are
-// best effort: one published while the store's subscription reconnects is
-// lost, and a waiter then wakes when the holder's TTL runs out. Expiry
-// publishes nothing. On a Cluster, PUBLISH is broadcast to every node.
+// stale holder's writes; the lock alone does not. Expiry publishes nothing: the
+// head waiter wakes at the holder's remaining TTL, which its Acquire reported.
+// A wake-up published while a notification connection reconnects is lost, so
+// every waiter is woken when the connection is back.
 //
 // # Waiting
 //
-// A Store keeps one pub/sub connection, opened by the first WaitRelease and
-// closed by Close, and hands each released key to that key's waiters: a
-// thousand waiters cost one connection.
+// WaitRelease subscribes the key's channel on the Store's notification
+// connection (one for a single node, one per master on a Cluster, where
+// SSUBSCRIBE reaches only the node that owns the key's slot) and returns
+// once Redis confirmed it, bounded by the waiter's own context: a waiter never
+// waits for another waiter's dial. A release publishes the head's token, and
+// only that waiter is woken; waiters of other keys are not disturbed.
 //
 // # ACL
 //
 // A user restricted to the prefix needs these permissions:
 //
-//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +publish +time +scan +subscribe +unsubscribe +ping
+//	ACL SETUSER leasehold on >PASSWORD resetkeys ~leasehold:* resetchannels &leasehold:* -@all +evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time +scan +subscribe +unsubscribe +ssubscribe +sunsubscribe +ping
 //
 // Scripts run under the caller's ACL, so the commands they call are listed
-// too; &leasehold:* covers the notification channel. Cluster clients also
+// too; &leasehold:* covers the notification channels. Cluster clients also
 // need +cluster|slots +cluster|shards +readonly to discover the topology.
 //
 // Build the go-redis client with ContextTimeoutEnabled: true, so that the
-// Locker's renew and release timeouts bound every call on a dead connection;
-// go-redis otherwise waits for its own ReadTimeout.
+// Locker's deadlines bound every call on a dead connection; go-redis
+// otherwise waits for its own ReadTimeout.
 package redisstore

@@ -209,8 +209,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
-// TestNotificationsResumeAfterRestart checks that the shared subscription
-// reconnects after redis-server restarts: releases wake waiters again.
+// TestNotificationsResumeAfterRestart checks that the notification
+// connection reconnects after redis-server restarts: the reconnect itself
+// wakes every waiter (a release may have been missed meanwhile), and
+// releases wake waiters again afterwards.
 func TestNotificationsResumeAfterRestart(t *testing.T) {
 	srv := testredis.Start(t)
 	c := srv.Client(t)
@@ -221,8 +223,20 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	other, stopOther, err := s.WaitRelease(ctx, "resub-other", "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopOther()
 	srv.Restart()
-	deadline := time.Now().Add(15 * time.Second) // go-redis pings an idle subscription every 3 s
+	for i, c := range []<-chan struct{}{ch, other} {
+		select {
+		case <-c:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("waiter %d: not woken within 15s of the reconnect after a restart", i)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
 	for i := 0; ; i++ {
 		tok := fmt.Sprint("t", i)
 		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "resub", Token: tok, TTL: time.Minute}); err == nil {

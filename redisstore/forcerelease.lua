@@ -1,12 +1,27 @@
--- forcerelease: delete a lock whoever holds it (break glass), then wake waiters.
--- KEYS[1] lock key, KEYS[2] fence key
--- ARGV[1] notification channel, ARGV[2] the caller's key
--- Returns nil when no lock exists, else what was deleted: {token, pttl, fence or nil}.
-local tok = redis.call('GET', KEYS[1])
-if not tok then
-  return nil
-end
-local info = {tok, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+-- forcerelease: delete a lock whoever holds it (break glass) and wake the head.
+-- KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue key
+-- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub
+-- Returns nil when no lock exists, else what was deleted:
+-- {value, pttl, fence or nil, waiting, next holder, repaired}. A fence key
+-- that holds no fence below 2^64-1 is deleted too (repaired = 1), so the key
+-- works again: the next fence comes from the clock floor.
+-- @lib
+local v = redis.call('GET', KEYS[1])
+if not v then return nil end
+local info = {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), 0, '', 0}
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+if info[3] and (not fence_ok(info[3]) or info[3] == MAXFENCE) then
+  redis.call('DEL', KEYS[2])
+  info[6] = 1
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local _, nowms = clock()
+  local live = load_queue(KEYS[3], nowms, true)
+  if #live > 0 then
+    info[4], info[5] = #live, live[1][4]
+    notify(live[1][1])
+    return info
+  end
+end
+notify('')
 return info

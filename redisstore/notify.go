@@ -2,75 +2,373 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
-// subscription is the store's one pub/sub connection on Channel, shared by
-// every waiter; its goroutine hands each released key to that key's waiters.
-type subscription struct {
-	ps   *redis.PubSub
-	done chan struct{} // closed when the demux goroutine has exited
+// notifier delivers the per-key wake-ups. Each key with a waiter has its
+// channel (Store.Channel) subscribed on a pub/sub connection: one connection
+// for a single node, one per master on a Cluster (sharded pub/sub, so a
+// release reaches only the node that owns the key's slot). A release
+// publishes the token of the waiter to wake, and only that waiter's channel
+// receives a value.
+//
+// Each connection has two goroutines, joined by Close: a receiver that
+// reads messages and subscription confirmations, and a controller that sends
+// SUBSCRIBE and UNSUBSCRIBE in order. A waiter only waits for its own
+// channel's confirmation, bounded by its own context: it never holds a lock
+// while another waiter's subscription dials.
+type notifier struct {
+	s       *Store
+	waiters waiters.Set
+	done    chan struct{} // closed by Close
+	ctx     context.Context
+	cancel  context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	groups map[string]*group // "" on a single node, a master's address on a Cluster
 }
 
-// WaitRelease implements leasehold.Notifier. The first call opens the store's
-// one subscription to Channel and waits until Redis confirmed it, so a release
-// after WaitRelease returns is seen; later calls only register the waiter.
-// Messages published while the subscription reconnects are lost: waiters then
-// wake when the holder's TTL runs out. Expiry sends no notification.
-func (s *Store) WaitRelease(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
+// group is one pub/sub connection and the channels subscribed on it.
+type group struct {
+	n       *notifier
+	ps      *redis.PubSub
+	sharded bool
+	wake    chan struct{} // cap 1: the controller has pending work
+
+	// guarded by n.mu
+	chans   map[string]*subscription
+	pending []string       // channels the controller must bring in line
+	skip    map[string]int // confirmations of dropped subscriptions still to come
+}
+
+// subscription is one channel's state.
+type subscription struct {
+	key       string
+	refs      int
+	sent      bool
+	confirmed bool
+	ready     chan struct{} // closed once confirmed, or with err set on failure
+	err       error
+}
+
+func (n *notifier) init(s *Store) {
+	n.s = s
+	n.done = make(chan struct{})
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.groups = make(map[string]*group)
+}
+
+// WaitRelease implements leasehold.Notifier. It subscribes key's channel
+// (unless another waiter of the key already did) and returns once Redis has
+// confirmed the subscription, so a release after WaitRelease returns is
+// seen; ctx bounds the wait. The channel receives a value when a release
+// names token (token is the new head of the queue of a free key, or the
+// queue is empty), and after every reconnect of the pub/sub connection (a
+// wake-up may have been lost there, so every waiter re-checks). Expiry sends
+// nothing: a waiter wakes at the Remaining its Acquire reported.
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	s.subMu.Lock()
-	defer s.subMu.Unlock()
-	if s.closed {
+	ch := s.Channel(key)
+	g, err := s.notify.group(ctx, ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	wake, unwake := s.notify.waiters.AddToken(key, token)
+	sub := s.notify.join(g, ch, key)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			unwake()
+			s.notify.leave(g, ch)
+		})
+	}
+	select {
+	case <-sub.ready:
+		if sub.err != nil {
+			stop()
+			return nil, nil, s.fail("subscribe", key, sub.err)
+		}
+		return wake, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, s.fail("subscribe", key, ctx.Err())
+	case <-s.notify.done:
+		stop()
 		return nil, nil, ErrClosed
 	}
-	if s.sub == nil {
-		sub, err := s.subscribe(ctx)
+}
+
+// group returns the connection for channel ch, starting it if needed.
+func (n *notifier) group(ctx context.Context, ch string) (*group, error) {
+	addr := ""
+	var node Client = n.s.c
+	if n.s.cluster != nil {
+		m, err := n.s.cluster.MasterForKey(ctx, ch)
 		if err != nil {
-			return nil, nil, storeErr("subscribe", s.channel, err)
+			return nil, n.s.fail("subscribe", ch, err)
 		}
-		s.sub = sub
+		node, addr = m, m.Options().Addr
 	}
-	ch, stop := s.waiters.Add(key)
-	return ch, stop, nil
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrClosed
+	}
+	if g := n.groups[addr]; g != nil {
+		return g, nil
+	}
+	g := &group{
+		n: n, ps: node.Subscribe(context.Background()), sharded: n.s.cluster != nil,
+		wake: make(chan struct{}, 1), chans: make(map[string]*subscription), skip: make(map[string]int),
+	}
+	n.groups[addr] = g
+	n.wg.Add(2)
+	go g.receive()
+	go g.control()
+	return g, nil
 }
 
-// subscribe opens the subscription and starts its goroutine. s.subMu is held.
-func (s *Store) subscribe(ctx context.Context) (*subscription, error) {
-	ps := s.c.Subscribe(ctx, s.channel)
-	if _, err := ps.Receive(ctx); err != nil { // the subscribe confirmation
-		_ = ps.Close()
-		return nil, err
+// join adds a reference to ch's subscription, creating it if needed.
+func (n *notifier) join(g *group, ch, key string) *subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sub := g.chans[ch]
+	if sub == nil || sub.err != nil {
+		sub = &subscription{key: key, ready: make(chan struct{})}
+		g.chans[ch] = sub
+		g.kick(ch)
 	}
-	sub := &subscription{ps: ps, done: make(chan struct{})}
-	msgs := ps.Channel()
-	go func() {
-		defer close(sub.done)
-		for m := range msgs { // closed by ps.Close in Close
-			s.wake(m.Payload)
-		}
-	}()
-	return sub, nil
+	sub.refs++
+	return sub
 }
 
-// wake tells key's waiters that it was released.
-func (s *Store) wake(key string) { s.waiters.Wake(key) }
+// leave drops a reference; the controller unsubscribes a channel nobody
+// waits on.
+func (n *notifier) leave(g *group, ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sub := g.chans[ch]; sub != nil {
+		if sub.refs--; sub.refs == 0 {
+			g.kick(ch)
+		}
+	}
+}
 
-// Close stops the shared subscription and waits for its goroutine. It does
-// not close the client. Later WaitRelease calls return ErrClosed; the other
-// methods keep working. Close is idempotent.
-func (s *Store) Close() error {
-	s.subMu.Lock()
-	sub := s.sub
-	s.sub, s.closed = nil, true
-	s.subMu.Unlock()
+// kick queues ch for the controller. n.mu must be held.
+func (g *group) kick(ch string) {
+	g.pending = append(g.pending, ch)
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// control sends SUBSCRIBE for channels with waiters and UNSUBSCRIBE for
+// channels without, in the order they were asked for.
+func (g *group) control() {
+	defer g.n.wg.Done()
+	for {
+		select {
+		case <-g.n.done:
+			return
+		case <-g.wake:
+		}
+		g.n.mu.Lock()
+		pending := g.pending
+		g.pending = nil
+		g.n.mu.Unlock()
+		for _, ch := range pending {
+			g.sync(ch)
+		}
+	}
+}
+
+// sync brings one channel in line with its waiters.
+func (g *group) sync(ch string) {
+	n := g.n
+	n.mu.Lock()
+	sub := g.chans[ch]
+	switch {
+	case sub == nil:
+		n.mu.Unlock()
+		return
+	case sub.refs > 0 && !sub.sent:
+		sub.sent = true
+		n.mu.Unlock()
+		if err := g.subscribe(ch); err != nil {
+			n.mu.Lock()
+			g.fail(ch, sub, err)
+			n.mu.Unlock()
+			_ = g.unsubscribe(ch) // or go-redis subscribes it again on its next reconnect
+		}
+		return
+	case sub.refs == 0:
+		delete(g.chans, ch)
+		if sub.sent && !sub.confirmed && sub.err == nil {
+			g.skip[ch]++
+		}
+		n.mu.Unlock()
+		if sub.sent {
+			_ = g.unsubscribe(ch) // on a broken connection go-redis forgets it anyway
+		}
+		return
+	}
+	n.mu.Unlock()
+}
+
+// fail ends a subscription that could not be sent. n.mu must be held.
+func (g *group) fail(ch string, sub *subscription, err error) {
+	if sub.confirmed || sub.err != nil {
+		return
+	}
+	sub.err = err
+	close(sub.ready)
+	if g.chans[ch] == sub {
+		delete(g.chans, ch)
+	}
+}
+
+// opContext bounds one SUBSCRIBE or UNSUBSCRIBE; Close ends it.
+func (g *group) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(g.n.ctx, 10*time.Second)
+}
+
+func (g *group) subscribe(ch string) error {
+	ctx, cancel := g.opContext()
+	defer cancel()
+	if g.sharded {
+		return g.ps.SSubscribe(ctx, ch)
+	}
+	return g.ps.Subscribe(ctx, ch)
+}
+
+func (g *group) unsubscribe(ch string) error {
+	ctx, cancel := g.opContext()
+	defer cancel()
+	if g.sharded {
+		return g.ps.SUnsubscribe(ctx, ch)
+	}
+	return g.ps.Unsubscribe(ctx, ch)
+}
+
+// receive reads the connection until Close. After an error go-redis
+// reconnects on the next Receive and subscribes every channel again; the
+// first confirmation after that wakes every waiter to re-check.
+func (g *group) receive() {
+	defer g.n.wg.Done()
+	broken := false
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := g.ps.Receive(context.Background())
+		if err != nil {
+			if g.isClosed() {
+				return
+			}
+			broken = true
+			select {
+			case <-g.n.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			g.deliver(m)
+		case *redis.Subscription:
+			if broken {
+				broken = false
+				g.n.waiters.WakeAll()
+			}
+			g.confirm(m)
+		}
+	}
+}
+
+func (g *group) isClosed() bool {
+	select {
+	case <-g.n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// deliver wakes the waiter a release named ("" names every waiter of the key).
+func (g *group) deliver(m *redis.Message) {
+	g.n.mu.Lock()
+	sub := g.chans[m.Channel]
+	g.n.mu.Unlock()
 	if sub == nil {
+		return
+	}
+	if m.Payload == "" {
+		g.n.waiters.Wake(sub.key)
+		return
+	}
+	g.n.waiters.WakeToken(sub.key, m.Payload)
+}
+
+// confirm marks a subscription confirmed by Redis. A subscription that
+// Redis ended on its own (a Cluster slot moved: "sunsubscribe" we did not
+// ask for) wakes every waiter, who then re-check by polling.
+func (g *group) confirm(m *redis.Subscription) {
+	n := g.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch m.Kind {
+	case "subscribe", "ssubscribe":
+		if g.skip[m.Channel] > 0 {
+			if g.skip[m.Channel]--; g.skip[m.Channel] == 0 {
+				delete(g.skip, m.Channel)
+			}
+			return
+		}
+		if sub := g.chans[m.Channel]; sub != nil && sub.sent && !sub.confirmed && sub.err == nil {
+			sub.confirmed = true
+			close(sub.ready)
+		}
+	case "sunsubscribe":
+		if sub := g.chans[m.Channel]; sub != nil && sub.refs > 0 {
+			n.waiters.Wake(sub.key)
+		}
+	}
+}
+
+// Close stops the notification connections and waits for their goroutines.
+// It does not close the client. Later WaitRelease calls return ErrClosed;
+// the other methods keep working. Close is idempotent.
+func (s *Store) Close() error {
+	n := &s.notify
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
 		return nil
 	}
-	err := sub.ps.Close()
-	<-sub.done
-	return err
+	n.closed = true
+	close(n.done)
+	n.cancel()
+	groups := n.groups
+	n.groups = nil
+	n.mu.Unlock()
+	var errs []error
+	for _, g := range groups {
+		if err := g.ps.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.wg.Wait()
+	return errors.Join(errs...)
 }

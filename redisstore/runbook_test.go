@@ -23,7 +23,7 @@ func TestRunbook(t *testing.T) {
 	srv := testredis.Start(t)
 	s := newStore(t, srv.Client(t), redisstore.Options{})
 	const key = "scheduler:job:42"
-	g, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: key, Token: "owner-token", TTL: time.Minute})
+	g, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: key, Token: "owner-token", TTL: time.Minute, Holder: "host-a/4242"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +36,8 @@ func TestRunbook(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 	k := "leasehold:{scheduler:job:42}"
-	if got := run("GET", k+":lock"); got != "owner-token" {
-		t.Fatalf("GET :lock: expected owner-token, got %q", got)
+	if got := run("GET", k+":lock"); got != "owner-token|host-a/4242" {
+		t.Fatalf("GET :lock: expected owner-token|host-a/4242, got %q", got)
 	}
 	if ms, err := strconv.Atoi(run("PTTL", k+":lock")); err != nil || ms <= 0 || ms > 60000 {
 		t.Fatalf("PTTL :lock: expected (0, 60000], got %d, %v", ms, err)
@@ -52,11 +52,19 @@ func TestRunbook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Facts["lock_key"] != k+":lock" || info.Facts["fence_key"] != k+":fence" || info.Facts["channel"] != "leasehold:released" {
+	if info.Facts["lock_key"] != k+":lock" || info.Facts["fence_key"] != k+":fence" || info.Facts["channel"] != k+":wake" {
 		t.Fatalf("Facts: expected the runbook's key names, got %v", info.Facts)
 	}
 	run("DEL", k+":lock") // break glass
-	if err := s.Release(t.Context(), key, "owner-token"); !errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("Release after DEL: expected ErrNotOwned, got %v", err)
+	if err := s.Release(t.Context(), key, "owner-token"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Release after DEL: expected ErrNotHeld, got %v", err)
+	}
+	// A key with braces and a percent sign: its tag escapes them.
+	const odd = "}50%{x"
+	if _, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: odd, Token: "t2", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := run("GET", "leasehold:{%7D50%25%7Bx}:lock"); got != "t2" {
+		t.Fatalf("GET of the escaped lock key: expected t2, got %q", got)
 	}
 }

@@ -5,16 +5,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // Defaults used for zero Options fields.
@@ -27,6 +24,8 @@ const (
 var ErrClosed = errors.New("redisstore: store closed")
 
 var (
+	//go:embed lib.lua
+	libSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed renew.lua
@@ -38,12 +37,19 @@ var (
 	//go:embed forcerelease.lua
 	forceReleaseSrc string
 
-	acquireScript      = redis.NewScript(acquireSrc)
-	renewScript        = redis.NewScript(renewSrc)
-	releaseScript      = redis.NewScript(releaseSrc)
-	inspectScript      = redis.NewScript(inspectSrc)
-	forceReleaseScript = redis.NewScript(forceReleaseSrc)
+	acquireScript      = script(acquireSrc)
+	renewScript        = script(renewSrc)
+	releaseScript      = script(releaseSrc)
+	inspectScript      = script(inspectSrc)
+	forceReleaseScript = script(forceReleaseSrc)
 )
+
+// script builds a script, with lib.lua's helpers where its "-- @lib" line
+// stands: after a fast path that needs none of them, since every helper is
+// a closure that each call would create.
+func script(src string) *redis.Script {
+	return redis.NewScript(strings.Replace(src, "-- @lib\n", libSrc, 1))
+}
 
 // Client is what a Store needs from go-redis. *redis.Client (single node or
 // Sentinel failover), *redis.ClusterClient, *redis.Ring and every
@@ -55,12 +61,20 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
+// clusterClient is what a Store uses of a *redis.ClusterClient: sharded
+// pub/sub (SPUBLISH/SSUBSCRIBE) on the node that owns the key's slot.
+type clusterClient interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
 var (
-	_ Client = (*redis.Client)(nil)
-	_ Client = (*redis.ClusterClient)(nil)
-	_ Client = (redis.UniversalClient)(nil)
+	_ Client        = (*redis.Client)(nil)
+	_ Client        = (*redis.ClusterClient)(nil)
+	_ Client        = (redis.UniversalClient)(nil)
+	_ clusterClient = (*redis.ClusterClient)(nil)
 
 	_ leasehold.Store         = (*Store)(nil)
+	_ leasehold.Inspector     = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
@@ -68,9 +82,11 @@ var (
 
 // Options configure a Store. The zero value means the documented defaults.
 type Options struct {
-	// Prefix starts every Redis key and the notification channel of this
-	// store. Default "leasehold:". Give an ACL user `~PREFIX*` and
-	// `&PREFIX*` (see the package doc).
+	// Prefix starts every Redis key and notification channel of this store.
+	// Default "leasehold:". Give an ACL user `~PREFIX*` and `&PREFIX*` (see
+	// the package doc). A prefix whose first '{' is directly followed by '}'
+	// is refused: Redis Cluster would then hash every name whole, and a
+	// key's lock and fence would land in different slots.
 	Prefix string
 
 	// FenceRetention is how long a key's fence counter outlives the TTL of
@@ -81,18 +97,17 @@ type Options struct {
 	FenceRetention time.Duration
 }
 
-// Store is a leasehold.Store, Notifier and ForceReleaser over Redis. It is
-// safe for concurrent use. Close stops its shared pub/sub subscription.
+// Store is a leasehold.Store, Inspector, Notifier, BatchRenewer and
+// ForceReleaser over Redis. It is safe for concurrent use. Close stops its
+// notification subscriptions.
 type Store struct {
 	c         Client
+	cluster   clusterClient // nil unless c is a Cluster client: sharded pub/sub
+	sharded   string        // "1" with sharded pub/sub, for the scripts
 	prefix    string
-	channel   string
 	retention time.Duration
 
-	subMu   sync.Mutex
-	sub     *subscription // nil until the first WaitRelease
-	closed  bool
-	waiters waiters.Set
+	notify notifier
 }
 
 // New returns a Store over client. It does not contact Redis; the first
@@ -104,31 +119,60 @@ func New(client Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	if i := strings.IndexByte(opts.Prefix, '{'); i >= 0 && strings.HasPrefix(opts.Prefix[i+1:], "}") {
+		return nil, fmt.Errorf("%w: redisstore: Prefix %q has an empty hash tag {}: a key's lock and fence would land in different Cluster slots", leasehold.ErrInvalidOptions, opts.Prefix)
+	}
 	switch {
 	case opts.FenceRetention < 0:
 		return nil, fmt.Errorf("%w: redisstore: FenceRetention must be >= 0, got %v", leasehold.ErrInvalidOptions, opts.FenceRetention)
 	case opts.FenceRetention == 0:
 		opts.FenceRetention = DefaultFenceRetention
 	}
-	return &Store{
-		c:         client,
-		prefix:    opts.Prefix,
-		channel:   opts.Prefix + "released",
-		retention: opts.FenceRetention,
-	}, nil
+	s := &Store{c: client, sharded: "0", prefix: opts.Prefix, retention: opts.FenceRetention}
+	if cc, ok := client.(clusterClient); ok {
+		s.cluster, s.sharded = cc, "1"
+	}
+	s.notify.init(s)
+	return s, nil
 }
 
-// LockKey returns the Redis key of key's lock: PREFIX{KEY}:lock. Its value is
-// the owner token; its PTTL the remaining TTL.
-func (s *Store) LockKey(key string) string { return s.prefix + "{" + key + "}:lock" }
+// tag returns the hash tag text of key: key with '%', '{' and '}' written as
+// %25, %7B and %7D, so that no key can end or open the tag early.
+func tag(key string) string {
+	if !strings.ContainsAny(key, "%{}") {
+		return key
+	}
+	return tagEscaper.Replace(key)
+}
 
-// FenceKey returns the Redis key of key's fence counter: PREFIX{KEY}:fence. It
-// holds the last fence minted for key, which is the holder's fence while the
-// lock exists.
-func (s *Store) FenceKey(key string) string { return s.prefix + "{" + key + "}:fence" }
+var (
+	tagEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
 
-// Channel returns the pub/sub channel on which releases publish the key.
-func (s *Store) Channel() string { return s.channel }
+// base returns PREFIX{TAG}, the start of every Redis name of key.
+func (s *Store) base(key string) string { return s.prefix + "{" + tag(key) + "}" }
+
+// LockKey returns the Redis key of key's lock: PREFIX{TAG}:lock, where TAG
+// is key with '%', '{' and '}' escaped as %25, %7B and %7D (most keys are
+// their own tag). Its value is "TOKEN|HOLDER" ("TOKEN" when the holder is
+// empty); its PTTL the remaining TTL.
+func (s *Store) LockKey(key string) string { return s.base(key) + ":lock" }
+
+// FenceKey returns the Redis key of key's fence counter: PREFIX{TAG}:fence.
+// It holds the last fence minted for key as a decimal number, which is the
+// holder's fence while the lock exists.
+func (s *Store) FenceKey(key string) string { return s.base(key) + ":fence" }
+
+// QueueKey returns the Redis key of key's waiter queue: PREFIX{TAG}:queue, a
+// hash of TOKEN -> "SEQ|DEADLINE_MS|HOLDER" (FIFO by SEQ; field "#" holds
+// the last SEQ). It expires with its last live waiter.
+func (s *Store) QueueKey(key string) string { return s.base(key) + ":queue" }
+
+// Channel returns key's notification channel, PREFIX{TAG}:wake: a release
+// publishes the token of the waiter to wake ("" wakes every subscriber). It
+// is a sharded channel (SPUBLISH/SSUBSCRIBE) on a Cluster.
+func (s *Store) Channel(key string) string { return s.base(key) + ":wake" }
 
 func (s *Store) keys(key string) []string { return []string{s.LockKey(key), s.FenceKey(key)} }
 
@@ -147,49 +191,85 @@ func checkKey(key string) error {
 	return nil
 }
 
-func storeErr(op, key string, err error) error {
-	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+// checkToken refuses tokens the lock value "TOKEN|HOLDER" cannot hold.
+func checkToken(token string) error {
+	if token == "" || strings.IndexByte(token, '|') >= 0 {
+		return fmt.Errorf("%w: redisstore: a token must be non-empty and must not contain '|', got %q", leasehold.ErrInvalidOptions, token)
+	}
+	return nil
 }
 
-// Acquire implements leasehold.Store: one EVALSHA that does SET NX PX and
-// mints the fence, max(last+1, Redis TIME in µs).
+// Acquire implements leasehold.Store: one EVALSHA with the queue rule, SET
+// NX PX of "TOKEN|HOLDER" and the fence, max(last+1, Redis TIME in µs).
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	key, token, ttl := req.Key, req.Token, req.TTL
-	if err := checkKey(key); err != nil {
+	if err := checkKey(req.Key); err != nil {
 		return leasehold.Grant{}, err
 	}
-	ms, err := ttlMillis(ttl)
+	if err := checkToken(req.Token); err != nil {
+		return leasehold.Grant{}, err
+	}
+	ms, err := ttlMillis(req.TTL)
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
-	res, err := acquireScript.Run(ctx, s.c, s.keys(key), token, ms, ms+s.retention.Milliseconds()).Slice()
+	var qms int64
+	if req.QueueTTL > 0 {
+		qms = max(req.QueueTTL.Milliseconds(), 1)
+	}
+	value := req.Token // the lock's value: "TOKEN|HOLDER", or "TOKEN" with no holder
+	if req.Holder != "" {
+		value += "|" + req.Holder
+	}
+	base := s.base(req.Key)
+	res, err := acquireScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"},
+		value, ms, ms+s.retention.Milliseconds(), qms).Result()
 	if err != nil {
-		return leasehold.Grant{}, storeErr("acquire", key, err)
+		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}
-	if len(res) != 2 {
-		return leasehold.Grant{}, storeErr("acquire", key, fmt.Errorf("unexpected reply %v", res))
+	return decodeGrant(res)
+}
+
+// decodeGrant decodes acquire.lua's reply: the fence on a grant, or
+// {0, pttl, holder, ahead} on a refusal.
+func decodeGrant(res any) (leasehold.Grant, error) {
+	if _, ok := res.(string); ok {
+		fence, err := parseFence(res)
+		if err != nil {
+			return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
+		}
+		return leasehold.Grant{Fence: fence}, nil
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
-		pttl, _ := res[1].(int64)
-		return leasehold.Grant{Remaining: max(time.Duration(pttl)*time.Millisecond, 0)}, leasehold.ErrNotAcquired
+	r, _ := res.([]any)
+	if len(r) != 4 {
+		return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v", res)
 	}
-	fence, err := parseFence(res[1])
-	if err != nil {
-		return leasehold.Grant{}, storeErr("acquire", key, err)
-	}
-	return leasehold.Grant{Fence: fence}, nil
+	pttl, _ := r[1].(int64)
+	holder, _ := r[2].(string)
+	ahead, _ := r[3].(int64)
+	return leasehold.Grant{
+		Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
+		Holder:    holder,
+		Ahead:     int(ahead),
+	}, leasehold.ErrNotAcquired
 }
 
 func parseFence(v any) (uint64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("fence reply %v (%T) is not a string", v, v)
+		return 0, fmt.Errorf("%w: fence reply %v (%T) is not a string", leasehold.ErrBadEntry, v, v)
 	}
 	f, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("fence %q: %w", s, err)
+		return 0, fmt.Errorf("%w: fence %q is not a decimal uint64", leasehold.ErrBadEntry, truncate(s))
 	}
 	return f, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // Renew implements leasehold.Store: compare-and-PEXPIRE.
@@ -204,7 +284,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	n, err := renewScript.Run(ctx, s.c, s.keys(key), token, ms, ms+s.retention.Milliseconds()).Int64()
 	switch {
 	case err != nil:
-		return storeErr("renew", key, err)
+		return s.fail("renew", key, err)
 	case n != 1:
 		return leasehold.ErrNotOwned
 	}
@@ -253,7 +333,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 		n, err := c.Int64()
 		switch {
 		case err != nil:
-			errs[i] = storeErr("renew", reqs[i].Key, err)
+			errs[i] = s.fail("renew", reqs[i].Key, err)
 		case n != 1:
 			errs[i] = leasehold.ErrNotOwned
 		default:
@@ -263,197 +343,101 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	return errs
 }
 
-// Release implements leasehold.Store: compare-and-DEL, then PUBLISH key on
-// Channel, in one script.
+// Release implements leasehold.Store: compare-and-DEL, leaving the queue and
+// waking its head (a PUBLISH of the head's token on the key's channel), in
+// one script.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.c, []string{s.LockKey(key)}, token, s.channel, key).Int64()
+	base := s.base(key)
+	n, err := releaseScript.Run(ctx, s.c, []string{base + ":lock", base + ":queue"}, base+":wake", s.sharded, token).Int64()
 	switch {
 	case err != nil:
-		return storeErr("release", key, err)
-	case n != 1:
+		return s.fail("release", key, err)
+	case n == 1:
+		return nil
+	case n == 2:
 		return leasehold.ErrNotOwned
 	}
-	return nil
+	return leasehold.ErrNotHeld
 }
 
 // ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
-// whoever holds it, wakes waiters and returns what it deleted.
+// whoever holds it, wakes the head waiter and returns what it deleted. A
+// fence key that holds no valid fence is deleted with it (the repair for
+// ErrBadEntry on acquire); the returned error then wraps ErrBadEntry.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	res, err := forceReleaseScript.Run(ctx, s.c, s.keys(key), s.channel, key).Slice()
+	base := s.base(key)
+	res, err := forceReleaseScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	case err != nil:
-		return leasehold.LockInfo{}, storeErr("force release", key, err)
+		return leasehold.LockInfo{}, s.fail("force release", key, err)
 	}
 	info, err := s.info(key, res)
-	if err != nil {
-		return leasehold.LockInfo{}, storeErr("force release", key, err)
+	if repaired, _ := res[len(res)-1].(int64); repaired == 1 {
+		info.Fence = 0
+		err = fmt.Errorf("%w: %s held no usable fence and was deleted with the lock: the next fence comes from the Redis clock",
+			leasehold.ErrBadEntry, s.FenceKey(key))
 	}
-	return info, nil
+	return info, err
 }
 
-// Inspect implements leasehold.Store. LockInfo.Facts names the Redis keys and
-// channel (lock_key, fence_key, channel) for a runbook.
+// Inspect implements leasehold.Inspector. LockInfo.Facts names the Redis
+// keys and channel (lock_key, fence_key, queue_key, channel) for a runbook.
 func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	res, err := inspectScript.Run(ctx, s.c, s.keys(key)).Slice()
+	res, err := inspectScript.Run(ctx, s.c, s.inspectKeys(key)).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	case err != nil:
-		return leasehold.LockInfo{}, storeErr("inspect", key, err)
+		return leasehold.LockInfo{}, s.fail("inspect", key, err)
 	}
-	info, err := s.info(key, res)
-	if err != nil {
-		return leasehold.LockInfo{}, storeErr("inspect", key, err)
-	}
-	return info, nil
+	return s.info(key, res)
 }
 
-// info decodes the {token, pttl, fence} reply of inspect.lua.
+func (s *Store) inspectKeys(key string) []string {
+	base := s.base(key)
+	return []string{base + ":lock", base + ":fence", base + ":queue"}
+}
+
+// info decodes the {value, pttl, fence, waiting, next holder} reply of
+// inspect.lua and forcerelease.lua. A fence that is not a decimal uint64 is
+// reported with an error wrapping ErrBadEntry, along with the rest.
 func (s *Store) info(key string, res []any) (leasehold.LockInfo, error) {
-	if len(res) < 2 {
-		return leasehold.LockInfo{}, fmt.Errorf("unexpected reply %v", res)
+	if len(res) < 5 {
+		return leasehold.LockInfo{}, fmt.Errorf("redisstore: %q: unexpected reply %v", key, res)
 	}
-	tok, _ := res[0].(string)
+	v, _ := res[0].(string)
+	tok, holder, _ := strings.Cut(v, "|")
 	pttl, _ := res[1].(int64)
+	waiting, _ := res[3].(int64)
+	next, _ := res[4].(string)
 	info := leasehold.LockInfo{
-		Key: key, Token: tok, Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
+		Key: key, Token: tok, Holder: holder, Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
+		Waiting: int(waiting), NextHolder: next,
 		Facts: map[string]string{
-			"store": "redis", "lock_key": s.LockKey(key), "fence_key": s.FenceKey(key), "channel": s.channel,
+			"store": "redis", "lock_key": s.LockKey(key), "fence_key": s.FenceKey(key),
+			"queue_key": s.QueueKey(key), "channel": s.Channel(key),
 		},
 	}
-	if len(res) > 2 && res[2] != nil {
+	if pttl < 0 {
+		return info, fmt.Errorf("%w: %s has no expiry (PTTL %d); delete it to free the key", leasehold.ErrBadEntry, s.LockKey(key), pttl)
+	}
+	if res[2] != nil {
 		f, err := parseFence(res[2])
 		if err != nil {
-			return leasehold.LockInfo{}, err
+			return info, fmt.Errorf("%s: %w", s.FenceKey(key), err)
 		}
 		info.Fence = f
 	}
 	return info, nil
-}
-
-// List implements leasehold.Store with SCAN MATCH over the store's key space;
-// on a Cluster it scans every master. It is an operator's tool: its cost
-// grows with the number of keys in Redis, not only with the locks.
-func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	var (
-		mu  sync.Mutex
-		out []leasehold.LockInfo
-	)
-	scan := func(ctx context.Context, c Client) error {
-		found, err := s.scan(ctx, c, prefix)
-		mu.Lock()
-		out = append(out, found...)
-		mu.Unlock()
-		return err
-	}
-	var err error
-	switch c := s.c.(type) {
-	case interface {
-		ForEachMaster(context.Context, func(context.Context, *redis.Client) error) error
-	}:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
-	case interface {
-		ForEachShard(context.Context, func(context.Context, *redis.Client) error) error
-	}:
-		err = c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
-	default:
-		err = scan(ctx, s.c)
-	}
-	if err != nil {
-		return nil, storeErr("list", prefix, err)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
-// scan lists the locks on one node: SCAN in batches, each batch read with one
-// pipeline of inspect scripts.
-func (s *Store) scan(ctx context.Context, c Client, prefix string) ([]leasehold.LockInfo, error) {
-	match := globEscape(s.prefix) + "{" + globEscape(prefix) + "*}:lock"
-	var (
-		out    []leasehold.LockInfo
-		cursor uint64
-	)
-	for {
-		names, next, err := c.Scan(ctx, cursor, match, 1000).Result()
-		if err != nil {
-			return out, err
-		}
-		if len(names) > 0 {
-			found, err := s.inspectAll(ctx, c, names)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, found...)
-		}
-		if cursor = next; cursor == 0 {
-			return out, nil
-		}
-	}
-}
-
-func (s *Store) inspectAll(ctx context.Context, c Client, names []string) ([]leasehold.LockInfo, error) {
-	keys := make([]string, 0, len(names))
-	for _, n := range names {
-		if k, ok := s.userKey(n); ok {
-			keys = append(keys, k)
-		}
-	}
-	pipe := c.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = inspectScript.Eval(ctx, pipe, s.keys(k))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	out := make([]leasehold.LockInfo, 0, len(keys))
-	for i, cmd := range cmds {
-		res, err := cmd.Slice()
-		if errors.Is(err, redis.Nil) {
-			continue // released or expired since SCAN saw it
-		}
-		if err != nil {
-			return nil, err
-		}
-		info, err := s.info(keys[i], res)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
-	}
-	return out, nil
-}
-
-// userKey turns PREFIX{KEY}:lock back into KEY.
-func (s *Store) userKey(name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, s.prefix+"{")
-	if !ok {
-		return "", false
-	}
-	return strings.CutSuffix(rest, "}:lock")
-}
-
-// globEscape escapes the characters special to SCAN MATCH.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

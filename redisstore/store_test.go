@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -25,22 +26,32 @@ func newStore(t *testing.T, c redisstore.Client, opts redisstore.Options) *redis
 	return s
 }
 
+// newClient returns a client of its own for addr, as a separate process
+// has, with context deadlines on (as the package doc asks), closed in
+// t.Cleanup.
+func newClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
-	c := srv.Client(t)
 	storetest.Run(t, storetest.Harness{
-		New:   func(t *testing.T) leasehold.Store { return newStore(t, c, redisstore.Options{}) },
-		Break: func(t *testing.T, _ leasehold.Store) { srv.Stop() },
-		Heal:  func(t *testing.T, _ leasehold.Store) { srv.Restart() },
+		New:    func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+		Break:  func(t *testing.T, _ leasehold.Store) { srv.Stop() },
+		Heal:   func(t *testing.T, _ leasehold.Store) { srv.Restart() },
+		Freeze: func(t *testing.T, _ leasehold.Store) func() { return srv.Freeze() },
 	})
 }
 
 func TestConformanceCustomPrefix(t *testing.T) {
 	srv := testredis.Start(t)
-	c := srv.Client(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) leasehold.Store {
-			return newStore(t, redis.UniversalClient(c), redisstore.Options{Prefix: "app[1]*{x}:"})
+			return newStore(t, redis.UniversalClient(newClient(t, srv.Addr)), redisstore.Options{Prefix: "app[1]*{x}:"})
 		},
+		Slack: time.Second,
 	})
 }

@@ -11,10 +11,12 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   need+=(postgresql)
 fi
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""

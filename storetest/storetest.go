@@ -27,7 +27,9 @@ import (
 type Harness struct {
 	// New returns a store to test. Subtests use unique keys, so New may
 	// return the same store, or stores over the same server, every time; it
-	// should register cleanup (closing the store) with t.Cleanup.
+	// should register cleanup (closing the store) with t.Cleanup. Without
+	// Replica, stores returned for one t must share their data: they serve
+	// as separate replicas of one server.
 	New func(t *testing.T) leasehold.Store
 
 	// Break makes s fail (stop the server, cut the connection); Heal undoes
@@ -35,6 +37,19 @@ type Harness struct {
 	// Heal may lose the store's data (a restart without persistence).
 	Break func(t *testing.T, s leasehold.Store)
 	Heal  func(t *testing.T, s leasehold.Store)
+
+	// FencesAhead, when set, moves s's fence counters for keys far ahead
+	// (10^12 µs) of the store's clock, as after the clock stepped back; the
+	// Torture subtest then runs a second time after calling it. Optional.
+	FencesAhead func(t *testing.T, s leasehold.Store, keys []string)
+
+	// Leftovers lists the server-side state left behind by the stores of
+	// the harness (lock keys, queue entries, leases, rows), except the
+	// documented fence state, one description per item. The suite calls it
+	// after every store it created in a subtest was closed (New's
+	// t.Cleanup), and expects nothing. Optional: without it the
+	// "NothingLeftAfterClose" subtest is skipped.
+	Leftovers func(t *testing.T) []string
 
 	// Slack is added to every timing bound, for slow stores or machines.
 	// Default 0; the bounds are already generous.
@@ -78,7 +93,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RenewBatch", r.renewBatch)
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
+	t.Run("Torture", r.torture)
+	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
+	t.Run("Election", r.election)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 

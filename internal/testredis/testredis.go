@@ -7,36 +7,29 @@ package testredis
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
 )
 
-// Server is one redis-server process.
+// Server is one redis-server process (redisproc.Server) stopped at the end
+// of its test.
 type Server struct {
-	Addr string
-	Port int
-	Dir  string
-	args []string
-	cmd  *exec.Cmd
-	tb   testing.TB
+	*redisproc.Server
+	tb testing.TB
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := redisproc.FreePort()
 	if err != nil {
-		tb.Fatalf("free port: %v", err)
+		tb.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Binary returns the path of redis-server or fails the test.
@@ -54,7 +47,7 @@ func Binary(tb testing.TB) string {
 // t.Cleanup.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
-	return start(tb, false, extra)
+	return start(tb, redisproc.Options{Args: extra})
 }
 
 // StartTLS runs redis-server like Start, but it listens only for TLS on Port
@@ -62,80 +55,34 @@ func Start(tb testing.TB, extra ...string) *Server {
 // certificate and key in PEM; clients are not asked for certificates.
 func StartTLS(tb testing.TB, certFile, keyFile string, extra ...string) *Server {
 	tb.Helper()
-	return start(tb, true, append([]string{
+	return start(tb, redisproc.Options{TLS: true, Args: append([]string{
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
-	}, extra...))
+	}, extra...)})
 }
 
-func start(tb testing.TB, tls bool, extra []string) *Server {
+func start(tb testing.TB, opts redisproc.Options) *Server {
 	tb.Helper()
-	s := &Server{Port: FreePort(tb), Dir: tb.TempDir(), tb: tb}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	ports := []string{"--port", strconv.Itoa(s.Port)}
-	if tls {
-		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(s.Port)}
-	}
-	s.args = append(append(ports,
-		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.Dir, "--daemonize", "no", "--loglevel", "warning",
-	), extra...)
-	s.start()
-	tb.Cleanup(s.Stop)
-	return s
-}
-
-func (s *Server) start() {
-	s.tb.Helper()
-	s.cmd = exec.Command(Binary(s.tb), s.args...)
-	logPath := filepath.Join(s.Dir, "redis.log") // the server's output; shown when it fails to start
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	Binary(tb)
+	opts.Dir = tb.TempDir()
+	s, err := redisproc.Start(context.Background(), opts)
 	if err != nil {
-		s.tb.Fatalf("redis-server log: %v", err)
+		tb.Fatal(err)
 	}
-	defer logf.Close()
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		s.tb.Fatalf("start redis-server: %v", err)
-	}
-	if err := s.waitReady(10 * time.Second); err != nil {
-		s.Stop()
-		out, _ := os.ReadFile(logPath)
-		s.tb.Fatalf("redis-server on %s not ready: %v\n%s", s.Addr, err, out)
-	}
-}
-
-func (s *Server) waitReady(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tb.Cleanup(s.Close)
+	return &Server{Server: s, tb: tb}
 }
 
 // Stop kills the server at once (no save, no goodbye), like a crash. It is a
 // no-op when the server is not running.
-func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Stop() { s.Kill() }
 
 // Restart kills the server and starts it again on the same port: without
 // persistence every key is lost.
 func (s *Server) Restart() {
 	s.tb.Helper()
-	s.Stop()
-	s.start()
+	if err := s.Server.Restart(context.Background()); err != nil {
+		s.tb.Fatal(err)
+	}
 }
 
 // Client returns a go-redis client for the server, closed in t.Cleanup.
@@ -151,3 +98,16 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 
 // URL returns redis://ADDR.
 func (s *Server) URL() string { return fmt.Sprintf("redis://%s", s.Addr) }
+
+// Freeze stops the server process (SIGSTOP) without closing anything: open
+// connections stay open and the kernel still accepts new ones, but nothing
+// is answered, as with a hung server or a black-holed network. thaw resumes
+// it (SIGCONT); Stop kills a frozen server as well.
+func (s *Server) Freeze() (thaw func()) {
+	s.tb.Helper()
+	thaw, err := s.Server.Freeze()
+	if err != nil {
+		s.tb.Fatalf("Freeze: %v", err)
+	}
+	return thaw
+}

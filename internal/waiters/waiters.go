@@ -66,9 +66,12 @@ func (s *Set) WakeToken(key, token string) bool {
 	defer s.mu.Unlock()
 	found := false
 	for c, tok := range s.m[key] {
-		if tok == token {
+		switch tok {
+		case token:
 			poke(c)
 			found = true
+		case "": // an observer: woken by every release of key
+			poke(c)
 		}
 	}
 	return found

@@ -27,18 +27,19 @@ type calibrateJSON struct {
 		P99MS float64 `json:"p99_ms"`
 		MaxMS float64 `json:"max_ms"`
 	} `json:"samples,omitempty"`
-	TTLMS               float64  `json:"ttl_ms"`
-	RenewIntervalMS     float64  `json:"renew_interval_ms"`
-	BudgetMS            float64  `json:"budget_ms"`
-	BudgetHeadroomMS    float64  `json:"budget_headroom_ms"`
-	BudgetOK            bool     `json:"budget_ok"`
-	SafeRenewIntervalMS float64  `json:"safe_renew_interval_ms"`
-	SafeMaxFailures     int      `json:"safe_max_failures"`
-	WorstTakeoverMS     float64  `json:"worst_takeover_ms"`
-	Verdict             string   `json:"verdict"`
-	SlackMS             float64  `json:"slack_ms"`
-	Warnings            []string `json:"warnings"`
-	Advice              []string `json:"advice"`
+	TTLMS               float64          `json:"ttl_ms"`
+	RenewIntervalMS     float64          `json:"renew_interval_ms"`
+	BudgetMS            float64          `json:"budget_ms"`
+	BudgetHeadroomMS    float64          `json:"budget_headroom_ms"`
+	BudgetOK            bool             `json:"budget_ok"`
+	SafeRenewIntervalMS float64          `json:"safe_renew_interval_ms"`
+	SafeMaxFailures     int              `json:"safe_max_failures"`
+	WorstTakeoverMS     float64          `json:"worst_takeover_ms"`
+	Verdict             string           `json:"verdict"`
+	SlackMS             float64          `json:"slack_ms"`
+	Warnings            []string         `json:"warnings"`
+	Advice              []string         `json:"advice"`
+	Prometheus          *promCalibration `json:"prometheus,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -47,6 +48,8 @@ func (a *App) calibrateCmd() *cobra.Command {
 	var (
 		in      calibrate.Input
 		samples string
+		prom    promSource
+		fromP   *promCalibration
 	)
 	cmd := &cobra.Command{
 		Use:   "calibrate (--p99 D | --samples FILE) --jitter D --guard D [--slo D]",
@@ -55,9 +58,12 @@ func (a *App) calibrateCmd() *cobra.Command {
 
   TTL             = p99 critical section + jitter + guard
   renew interval  = TTL / 3
-  failure budget  = max failures × renew interval + renew timeout; it must be
-                    shorter than the TTL so the holder abandons the lease (and
-                    stops its work) before the lock expires for everyone else
+  failure budget  = renew interval + max failures × renew timeout + the
+                    gaps between retries (10ms each at least); it must end
+                    before the local expiry guard (TTL − drift margin, TTL/20
+                    + 5ms) so the holder abandons the lease (and stops its
+                    work) before the lock expires for everyone else. This is
+                    the formula the library warns with (leasehold.Budget)
   worst takeover  ≈ TTL + detection jitter (a crashed holder's lock is taken
                     over when it expires, plus how late a waiter notices)
 
@@ -67,7 +73,11 @@ be met, says which input to change and by how much.
 The p99 comes from --p99 or is computed from --samples FILE: one held duration
 per line, a Go duration (1.5s, 250ms) or a plain number of milliseconds;
 blank lines and lines starting with # are skipped. Bad lines are reported
-with their line numbers.
+with their line numbers. Or it comes from live data: --prometheus URL --locker
+NAME [--window 7d] reads histogram_quantile(0.99, ...) of the released leases'
+leasehold_held_seconds over the window through Prometheus's HTTP API, and,
+unless --jitter is given, takes the jitter from the renewals' round trips
+(leasehold_renew_seconds p99).
 
 --json output fields: inputs{p99_ms, jitter_ms, guard_ms, detection_jitter_ms,
 slo_ms, renew_timeout_ms, max_failures}, samples{count, p50_ms, p99_ms,
@@ -78,12 +88,22 @@ warnings, advice.
 
 Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 		Example: `  leasehold calibrate --p99 18s --jitter 4s --guard 2s --slo 30s
+  leasehold calibrate --prometheus http://prometheus:9090 --locker approval --window 7d --guard 1s --slo 30s
   leasehold calibrate --samples held.txt --jitter 500ms --guard 1s --slo 10s --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			var sum *calibrate.Summary
 			switch {
+			case prom.url != "" && (samples != "" || f.Changed("p99")):
+				return usage("give one of --p99, --samples and --prometheus")
+			case prom.url != "" && !f.Changed("guard"):
+				return usage("missing --guard D: the extra margin on top, e.g. --guard 1s")
+			case prom.url != "":
+				var err error
+				if fromP, err = prom.read(cmd.Context(), &in, f.Changed("jitter")); err != nil {
+					return err
+				}
 			case samples != "" && f.Changed("p99"):
 				return usage("give either --p99 or --samples, not both")
 			case samples == "" && !f.Changed("p99"):
@@ -115,10 +135,15 @@ Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 				return usage("%v", err)
 			}
 			if a.json {
-				if err := writeJSON(a.Stdout, calibrationJSON(r, sum)); err != nil {
+				j := calibrationJSON(r, sum)
+				j.Prometheus = fromP
+				if err := writeJSON(a.Stdout, j); err != nil {
 					return err
 				}
 			} else {
+				if fromP != nil {
+					printPromSource(a, fromP)
+				}
 				printCalibration(a, r, sum)
 			}
 			if r.Verdict == calibrate.Impossible {
@@ -134,8 +159,9 @@ Exit status: 0, 1 when the SLO cannot be met, 2 on bad input.`,
 	f.DurationVar(&in.Guard, "guard", 0, "extra margin")
 	f.DurationVar(&in.DetectionJitter, "detection-jitter", 0, "how late after expiry a waiter takes over (default: --jitter)")
 	f.DurationVar(&in.SLO, "slo", 0, "takeover SLO: longest acceptable time from a holder's crash to the next owner; 0 = none")
-	f.DurationVar(&in.RenewTimeout, "renew-timeout", calibrate.DefaultRenewTimeout, "bound on each renewal attempt")
+	f.DurationVar(&in.RenewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's default for the TTL, at most 2s)")
 	f.IntVar(&in.MaxFailures, "max-failures", calibrate.DefaultMaxFailures, "consecutive failed renewals before the lease is abandoned")
+	prom.register(f)
 	return cmd
 }
 
@@ -175,12 +201,12 @@ func printCalibration(a *App, r calibrate.Result, sum *calibrate.Summary) {
 	}
 	fmt.Fprintf(w, "ttl\t%s\t= p99 %s + jitter %s + guard %s\n", human(r.TTL), human(in.P99), human(in.Jitter), human(in.Guard))
 	fmt.Fprintf(w, "renew every\t%s\t= TTL/3\n", human(r.RenewInterval))
-	status := fmt.Sprintf("ok: abandoned %s before expiry", human(r.BudgetHeadroom))
+	status := fmt.Sprintf("ok: abandoned %s before the local guard (TTL − %s)", human(r.BudgetHeadroom), human(r.DriftMargin))
 	if !r.BudgetOK {
 		status = "TOO LARGE: the lease expires first"
 	}
-	fmt.Fprintf(w, "failure budget\t%s\t= %d × %s + renew timeout %s; %s\n",
-		human(r.BudgetTime), in.MaxFailures, human(r.RenewInterval), human(in.RenewTimeout), status)
+	fmt.Fprintf(w, "failure budget\t%s\t= renew every %s + %d × renew timeout %s + gaps; %s\n",
+		human(r.BudgetTime), human(r.RenewInterval), in.MaxFailures, human(in.RenewTimeout), status)
 	fmt.Fprintf(w, "worst takeover\t%s\t= TTL + detection jitter %s\n", human(r.WorstTakeover), human(in.DetectionJitter))
 	switch r.Verdict {
 	case calibrate.Meets:

@@ -92,6 +92,7 @@ type App struct {
 	storeURL string
 	json     bool
 	verbose  bool
+	logs     logOptions
 }
 
 // Main runs the command line with args (without the program name) and
@@ -194,6 +195,7 @@ Exit statuses:
 	pf.StringVar(&a.storeURL, "store", "", "store URL (default $"+EnvStore+"); see 'leasehold help'")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
+	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
 	return root
@@ -245,14 +247,9 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 }
 
 // logger returns the slog logger for lockers: warnings and errors on stderr,
-// informational records too with --verbose.
-func (a *App) logger() *slog.Logger {
-	level := slog.LevelWarn
-	if a.verbose {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: level}))
-}
+// informational records too with --verbose; --log-level and --log-format
+// choose the level and text or JSON.
+func (a *App) logger() *slog.Logger { return a.logs.logger(a.Stderr, a.verbose) }
 
 // exactArgs is cobra.ExactArgs with a message that names the arguments.
 func exactArgs(n int, names string) cobra.PositionalArgs {

@@ -2,11 +2,11 @@ package cli
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/drill"
 	"github.com/spf13/cobra"
 )
@@ -16,7 +16,8 @@ import (
 // the drill could not set up its store.
 func (a *App) drillCmd() *cobra.Command {
 	cmd := drill.NewCommand(drill.CommandOptions{
-		Metrics: func(addr string) (leasehold.Observer, func(), error) { return a.startMetrics(addr, "drill") },
+		Metrics: a.drillMetrics,
+		Logger:  func(level slog.Level) *slog.Logger { return a.logs.withDefault(a.Stderr, level) },
 	})
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {

@@ -31,6 +31,7 @@ type runOpts struct {
 	grace        time.Duration
 	metricsAddr  string
 	name         string
+	report       runReport
 }
 
 // Environment variables run gives the child.
@@ -94,7 +95,7 @@ Exit status:
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(cmd, &o, args)
+			return o.report.finish(a, a.run(cmd, &o, args))
 		},
 	}
 	f := cmd.Flags()
@@ -102,13 +103,14 @@ Exit status:
 	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; > 0")
 	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 = one attempt")
 	f.DurationVar(&o.renewEvery, "renew-every", 0, "renewal interval (default TTL/3); < --ttl")
-	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default min(2s, TTL/2)); < --ttl")
+	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
 	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1)")
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
+	addReportFlags(f, &o.report)
 	return cmd
 }
 
@@ -172,6 +174,11 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		return err
 	}
 	defer stopMetrics()
+	report, err := o.report.start(o.name)
+	if err != nil {
+		return err
+	}
+	obs = teeObservers(obs, report)
 
 	st, err := a.openStore(ctx, "run", true)
 	if errors.Is(err, storeurl.ErrUnavailable) {

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/fencetest"
 )
 
 // Verdict is the outcome of one invariant.
@@ -95,121 +98,29 @@ func sortedJobs[V any](m map[int]V) []int {
 }
 
 // checkStale: every accepted write's fence is >= the fence of every accepted
-// write to the same job that returned before it was called.
+// write to the same job that returned before it was called
+// (fencetest.StaleWrites).
 func checkStale(h History) Invariant {
 	iv := Invariant{Name: "no stale write accepted"}
-	var accepted, rejected, refused, stale int
-	jobs := byJob(h.Ops)
-	for _, j := range sortedJobs(jobs) {
-		var acc []Op
-		for _, o := range jobs[j] {
-			switch {
-			case !o.Write:
-			case o.Accepted:
-				acc = append(acc, o)
-			case o.Err != "":
-				refused++
-			default:
-				rejected++
-			}
-		}
-		accepted += len(acc)
-		for _, w := range acc {
-			for _, p := range acc {
-				if p.Return < w.Call && w.Fence < p.Fence {
-					stale++
-					iv.detail("job %d: write with fence %d (replica %d) accepted at %v after fence %d (replica %d) was accepted at %v",
-						j, w.Fence, w.Client, fmtDur(w.Call), p.Fence, p.Client, fmtDur(p.Return))
-					break
-				}
-			}
-		}
+	res := fencetest.Check(registerOps(h.Ops), 0)
+	for _, s := range res.Stale {
+		iv.detail("job %s: write with fence %d (replica %d) accepted at %v after fence %d (replica %d) was accepted at %v",
+			s.Write.Key, s.Write.Fence, s.Write.Client, fmtDur(s.Write.Call), s.After.Fence, s.After.Client, fmtDur(s.After.Return))
 	}
 	iv.Verdict = Pass
-	if stale > 0 {
+	if len(res.Stale) > 0 {
 		iv.Verdict = Fail
 	}
-	iv.Summary = fmt.Sprintf("%d stale writes accepted; %d writes accepted, %d rejected as stale, %d refused without a fence", stale, accepted, rejected, refused)
+	iv.Summary = fmt.Sprintf("%d stale writes accepted; %d writes accepted, %d rejected as stale, %d refused without a fence", len(res.Stale), res.Accepted, res.Rejected, res.Refused)
 	return iv
 }
 
-// regInput and regOutput are the fenced register's operations for porcupine.
-type regInput struct {
-	write bool
-	fence uint64
-	value string
-}
-
-type regOutput struct {
-	accepted bool
-	found    bool
-	fence    uint64
-	value    string
-}
-
-type regState struct {
-	set   bool
-	fence uint64
-	value string
-}
-
-// RegisterModel is the porcupine model of the drill's register, partitioned
-// by job. Fenced: a write is applied when its fence is > 0 and >= the stored
-// fence, and rejected otherwise without a change. Unfenced: every write is
-// applied. A read returns the stored value and fence.
-func RegisterModel(fenced bool) porcupine.Model {
-	return porcupine.Model{
-		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-			m := map[int][]porcupine.Operation{}
-			for _, op := range history {
-				j := op.Metadata.(int)
-				m[j] = append(m[j], op)
-			}
-			out := make([][]porcupine.Operation, 0, len(m))
-			for _, j := range sortedJobs(m) {
-				out = append(out, m[j])
-			}
-			return out
-		},
-		Init: func() any { return regState{} },
-		Step: func(state, input, output any) (bool, any) {
-			st, in, out := state.(regState), input.(regInput), output.(regOutput)
-			if !in.write {
-				return out.found == st.set && out.fence == st.fence && out.value == st.value, st
-			}
-			ok := !fenced || (in.fence > 0 && in.fence >= st.fence)
-			if out.accepted != ok {
-				return false, st
-			}
-			if ok {
-				st = regState{set: true, fence: in.fence, value: in.value}
-			}
-			return true, st
-		},
-		Equal: func(a, b any) bool { return a.(regState) == b.(regState) },
-		DescribeOperation: func(input, output any) string {
-			in, out := input.(regInput), output.(regOutput)
-			if in.write {
-				return fmt.Sprintf("write(%d, %q) -> %v", in.fence, in.value, out.accepted)
-			}
-			return fmt.Sprintf("read() -> %q@%d", out.value, out.fence)
-		},
-	}
-}
-
-// Operations converts the register's history to porcupine operations.
-func Operations(ops []Op) []porcupine.Operation {
-	out := make([]porcupine.Operation, 0, len(ops))
-	for _, o := range ops {
-		p := porcupine.Operation{ClientId: o.Client, Call: int64(o.Call), Return: int64(o.Return), Metadata: o.Job}
-		if o.Write {
-			p.Input = regInput{write: true, fence: o.Fence, value: o.Value}
-			p.Output = regOutput{accepted: o.Accepted}
-		} else {
-			p.Input = regInput{}
-			p.Output = regOutput{found: o.Found, fence: o.Fence, value: o.Value}
-		}
-		out = append(out, p)
+// registerOps converts the register's history to fencetest's, keyed by job.
+func registerOps(ops []Op) []fencetest.Op {
+	out := make([]fencetest.Op, len(ops))
+	for i, o := range ops {
+		out[i] = fencetest.Op{Client: o.Client, Key: strconv.Itoa(o.Job), Write: o.Write, Fence: o.Fence, Value: o.Value,
+			Found: o.Found, Accepted: o.Accepted, Err: o.Err, Call: o.Call, Return: o.Return}
 	}
 	return out
 }
@@ -221,7 +132,7 @@ func checkLinearizable(h History, fenced bool) Invariant {
 		kind = "plain register (fencing off: accept every write)"
 	}
 	start := time.Now()
-	res := porcupine.CheckOperationsTimeout(RegisterModel(fenced), Operations(h.Ops), linearizabilityTimeout)
+	res := fencetest.Linearizable(registerOps(h.Ops), fenced, linearizabilityTimeout)
 	took := time.Since(start)
 	switch res {
 	case porcupine.Ok:

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/fencetest"
 )
 
 const ms = time.Millisecond
@@ -113,7 +115,7 @@ func TestPorcupineRejectsNonLinearizable(t *testing.T) {
 		}, porcupine.Ok},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := porcupine.CheckOperationsTimeout(RegisterModel(tc.fenced), Operations(tc.ops), 5*time.Second)
+			got := fencetest.Linearizable(registerOps(tc.ops), tc.fenced, 5*time.Second)
 			if got != tc.want {
 				t.Fatalf("expected %s, got %s", tc.want, got)
 			}

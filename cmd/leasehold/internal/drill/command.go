@@ -8,17 +8,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
 )
 
 // CommandOptions adds what the drill cannot build itself to its command.
 type CommandOptions struct {
-	// Metrics, when set, adds --metrics-addr: it is called with the address
-	// and returns an Observer that serves the events as metrics there, and
-	// the function that stops serving.
-	Metrics func(addr string) (leasehold.Observer, func(), error)
+	// Metrics, when set, adds --metrics-addr, --record-metrics and
+	// --record-interval: it is called with their values and returns an
+	// Observer that serves the events as metrics and records them (nil when
+	// no flag asks for either), and the function that stops both.
+	Metrics func(MetricsOptions) (leasehold.Observer, func(), error)
+	// Logger, when set, returns the logger of --log (the lockers' records)
+	// at level unless the caller's flags chose another level and format;
+	// default: text to stderr at level.
+	Logger func(level slog.Level) *slog.Logger
 }
 
 // Command returns the `drill` subcommand. It runs a drill on the embedded
@@ -36,7 +42,7 @@ func NewCommand(opts CommandOptions) *cobra.Command {
 		onStoreErr, onRenewFail   string
 		fencing, timeline         string
 		asJSON, verbose, logLocks bool
-		metricsAddr               string
+		metricsOpts               MetricsOptions
 	)
 	workerCmd := newWorkerCommand()
 	cmd := &cobra.Command{
@@ -107,6 +113,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 			}
 			if logLocks {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+				if opts.Logger != nil {
+					cfg.Logger = opts.Logger(slog.LevelWarn)
+				}
 			}
 			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
 				// The worker is this command's hidden subcommand, wherever
@@ -128,13 +137,16 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 				}
 				defer tf.Close()
 			}
-			if metricsAddr != "" {
-				obs, stop, err := opts.Metrics(metricsAddr)
+			if opts.Metrics != nil {
+				obs, stop, err := opts.Metrics(metricsOpts)
 				if err != nil {
 					return err
 				}
 				defer stop()
-				cfg.Observer = obs
+				if obs != nil {
+					initSeries(obs, cfg)
+					cfg.Observer = obs
+				}
 			}
 			cmd.SilenceUsage = true
 			if cfg.isRedis() {
@@ -202,7 +214,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
 	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
 	if opts.Metrics != nil {
-		f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+		f.StringVar(&metricsOpts.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+		f.StringVar(&metricsOpts.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")
+		f.DurationVar(&metricsOpts.RecordInterval, "record-interval", time.Second, "time between two scrapes of --record-metrics")
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)

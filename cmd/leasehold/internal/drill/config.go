@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
-
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 )
 
 // ErrInvalidConfig is returned by Run and Command for a configuration that

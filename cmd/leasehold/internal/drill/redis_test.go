@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 

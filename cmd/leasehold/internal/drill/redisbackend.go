@@ -9,12 +9,12 @@ import (
 	"net"
 	"time"
 
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/redisstore"
 )
 
@@ -31,7 +31,7 @@ type redisBackend struct {
 	cfg    Config
 	opts   *redis.Options // the replicas' options, Addr set to the proxy
 	proxy  *faultproxy.Proxy
-	server *redisServer // nil unless the drill started it
+	server *redisproc.Server // nil unless the drill started it
 	direct *redis.Client
 	obs    *redisstore.Store
 	prefix string
@@ -67,7 +67,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
 			return nil, err
 		}
-		b.url = "redis://" + b.server.addr
+		b.url = "redis://" + b.server.Addr
 	} else {
 		b.url = cfg.Store
 	}
@@ -189,7 +189,12 @@ func (b *redisBackend) restart(mark func()) error {
 	if b.server == nil {
 		return fmt.Errorf("%w: the drill did not start this Redis, so it does not restart it (use --store %s)", errRestartSkipped, StoreRedisServer)
 	}
-	return b.server.restart(b.ctx, mark)
+	b.server.Kill()
+	mark() // the data is gone
+	if err := b.server.Restart(b.ctx); err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return nil
 }
 
 func (b *redisBackend) heal() {
@@ -226,6 +231,19 @@ func (b *redisBackend) close() {
 		_ = b.proxy.Close()
 	}
 	if b.server != nil {
-		b.server.stop()
+		b.server.Close()
 	}
+}
+
+// startRedisServer starts the drill's own redis-server (bin, default on
+// PATH) without persistence on a free loopback port.
+func startRedisServer(ctx context.Context, bin string) (*redisproc.Server, error) {
+	s, err := redisproc.Start(ctx, redisproc.Options{Bin: bin})
+	switch {
+	case errors.Is(err, redisproc.ErrNoBinary):
+		return nil, fmt.Errorf("%w: --redis-server: %v (install the Debian package redis-server or give its path)", ErrInvalidConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return s, nil
 }

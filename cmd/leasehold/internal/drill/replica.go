@@ -87,7 +87,11 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 		}
 		closeStore = sync.OnceFunc(closeStore)
 		closers = append(closers, closeStore)
-		ps := &procStore{inner: st, rec: d.rec, replica: r.id, applied: d.be.maybeApplied, late: d.be.lateness()}
+		ps, err := newProcStore(st, d.rec, r.id, d.be.maybeApplied, d.be.lateness())
+		if err != nil {
+			d.fail(err)
+			return
+		}
 		inc, err := r.newIncarnation(n, ps, d.observer())
 		if err != nil { // options were validated by Config.WithDefaults
 			panic(err)

@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -19,7 +20,7 @@ var errProcessDead = errors.New("drill: replica process is dead")
 // it thaws or the call's context ends, and nothing reaches the store
 // meanwhile) and dead (a crash: every call fails without reaching the store).
 type procStore struct {
-	inner   leasehold.Store
+	inner   fullStore
 	rec     callRecorder
 	replica int
 	// applied reports whether a failed call may nevertheless have been
@@ -34,10 +35,37 @@ type procStore struct {
 	dead   bool
 }
 
+// procStore forwards every optional capability of the stores it wraps, so
+// the drill exercises what a Locker does in production (batched renewal,
+// release notifications) and what the CLI does (inspect, force release).
+// Every store in this repository has all four; newProcStore refuses one that
+// lacks any rather than hide or fake it.
 var (
-	_ leasehold.Store    = (*procStore)(nil)
-	_ leasehold.Notifier = (*procStore)(nil)
+	_ leasehold.Store         = (*procStore)(nil)
+	_ leasehold.Inspector     = (*procStore)(nil)
+	_ leasehold.Notifier      = (*procStore)(nil)
+	_ leasehold.BatchRenewer  = (*procStore)(nil)
+	_ leasehold.ForceReleaser = (*procStore)(nil)
 )
+
+// fullStore is a store with every optional capability.
+type fullStore interface {
+	leasehold.Store
+	leasehold.Inspector
+	leasehold.Notifier
+	leasehold.BatchRenewer
+	leasehold.ForceReleaser
+}
+
+// newProcStore wraps st for one replica process; it fails when st lacks an
+// optional capability.
+func newProcStore(st leasehold.Store, rec callRecorder, replica int, applied func(error) bool, late time.Duration) (*procStore, error) {
+	full, ok := st.(fullStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, BatchRenewer, ForceReleaser); %T lacks one", ErrSetup, st)
+	}
+	return &procStore{inner: full, rec: rec, replica: replica, applied: applied, late: late}, nil
+}
 
 func (p *procStore) freeze() {
 	p.mu.Lock()
@@ -137,26 +165,50 @@ func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo
 	if err := p.gate(ctx); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	return p.inner.(leasehold.Inspector).Inspect(ctx, key)
+	return p.inner.Inspect(ctx, key)
 }
 
 func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, err
 	}
-	return p.inner.(leasehold.Inspector).List(ctx, prefix)
+	return p.inner.List(ctx, prefix)
 }
 
-// WaitRelease forwards to the shared store's notifier when it has one.
+// WaitRelease forwards to the shared store's notifier.
 func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, nil, err
 	}
-	n, ok := p.inner.(leasehold.Notifier)
-	if !ok {
-		return nil, nil, errors.New("drill: store cannot notify")
+	return p.inner.WaitRelease(ctx, key, token)
+}
+
+// RenewBatch renews in one round trip, recording each renewal as Renew does.
+func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	if err := p.gate(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	return n.WaitRelease(ctx, key, token)
+	calls := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		calls[i] = p.rec.begin(r.Token)
+	}
+	errs = p.inner.RenewBatch(ctx, reqs)
+	for i, r := range reqs {
+		p.end(r.Token, calls[i], errs[i])
+	}
+	return errs
+}
+
+// ForceRelease forwards the break-glass release.
+func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+	if err := p.gate(ctx); err != nil {
+		return leasehold.LockInfo{}, err
+	}
+	return p.inner.ForceRelease(ctx, key)
 }
 
 // waitThaw waits until the process is thawed or ctx ends (then it thaws).

@@ -59,7 +59,10 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 	defer cancel()
 	wh := newWorkerHost(ctx, hello, out)
 	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(hello.Jobs, 1))}
-	ps := &procStore{inner: st, rec: wh, replica: r.id, applied: redisMaybeApplied, late: hello.Late}
+	ps, err := newProcStore(st, wh, r.id, redisMaybeApplied, hello.Late)
+	if err != nil {
+		return err
+	}
 	inc, err := r.newIncarnation(hello.Incarnation, ps, wh.observer())
 	if err != nil {
 		return err

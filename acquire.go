@@ -1,0 +1,264 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// attempt is one call of TryAcquire, Acquire, Hold or Do's acquisition: one
+// token, possibly several store requests.
+type attempt struct {
+	l     *Locker
+	spec  leaseSpec
+	token string
+	start time.Time
+	gate  *gateEntry
+
+	seen    bool // a store answer showed another owner (or waiters ahead)
+	queued  bool // the store may hold our token in the key's queue
+	wake    <-chan struct{}
+	stopSub func()
+	subDone bool // subscription tried (it is tried once)
+	backoff time.Duration
+}
+
+// acquire is the one acquire path.
+func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
+	if err := ValidateKey(spec.key); err != nil {
+		return nil, err
+	}
+	if l.ctx.Err() != nil {
+		return nil, ErrLockerClosed
+	}
+	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: 25 * time.Millisecond}
+	if err := a.enterGate(ctx); err != nil {
+		return nil, err
+	}
+	defer a.unsubscribe()
+	lease, err := a.run(ctx)
+	if lease == nil {
+		l.gate.unlock(a.gate)
+	}
+	return lease, err
+}
+
+// enterGate takes the key's local gate: waiting (FIFO) for a waiting
+// acquire, else at once or not at all.
+func (a *attempt) enterGate(ctx context.Context) error {
+	l := a.l
+	if !a.spec.wait {
+		entry, ok := l.gate.tryLock(a.spec.key)
+		if !ok {
+			l.observe(Event{Kind: EventContention, Key: a.spec.key})
+			return a.contended(fmt.Errorf("%w: %q is held by another goroutine of this process", ErrNotAcquired, a.spec.key))
+		}
+		a.gate = entry
+		return nil
+	}
+	entry, err := l.gate.lock(ctx, a.spec.key, l.ctx.Done())
+	switch {
+	case errors.Is(err, ErrLockerClosed):
+		return err
+	case err != nil:
+		return a.contended(joinErrors(a.gaveUp(), err))
+	}
+	a.gate = entry
+	return nil
+}
+
+// run sends acquire requests until the key is granted, the store fails, or
+// (waiting) ctx ends.
+func (a *attempt) run(ctx context.Context) (*Lease, error) {
+	l := a.l
+	for {
+		sent := time.Now()
+		g, err := l.store.Acquire(ctx, a.request())
+		switch {
+		case err == nil:
+			return a.granted(ctx, g, sent)
+		case errors.Is(err, ErrNotAcquired):
+			a.seen = true
+			l.observe(Event{Kind: EventContention, Key: a.spec.key})
+			if !a.spec.wait {
+				return nil, a.contended(fmt.Errorf("%w: %q is held by another owner (%v left, %d waiting)", ErrNotAcquired, a.spec.key, g.Remaining, g.Ahead))
+			}
+			a.queued = true
+			if err := a.waitTurn(ctx, g, sent); err != nil {
+				return nil, err
+			}
+		default:
+			return a.failed(ctx, sent, err)
+		}
+	}
+}
+
+func (a *attempt) request() AcquireRequest {
+	req := AcquireRequest{Key: a.spec.key, Token: a.token, TTL: a.spec.ttl, Holder: a.l.opts.Identity}
+	if a.spec.wait {
+		req.QueueTTL = a.l.opts.WaiterTTL
+	}
+	return req
+}
+
+func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease, error) {
+	lease, err := a.l.newLease(ctx, a.spec, grant{token: a.token, fence: g.Fence, sent: sent, gate: a.gate})
+	if err != nil {
+		return nil, err
+	}
+	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start)})
+	lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
+	return lease, nil
+}
+
+// contended reports a contended acquisition and returns err.
+func (a *attempt) contended(err error) error {
+	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultContended, Duration: time.Since(a.start)})
+	return err
+}
+
+func (a *attempt) gaveUp() error {
+	return fmt.Errorf("%w: %q: gave up waiting", ErrNotAcquired, a.spec.key)
+}
+
+// failed handles a store failure: it cleans up whatever the store may have
+// applied (an acquire whose reply was lost, our place in the queue), then
+// follows OnStoreError. A deadline after the store had shown another owner is
+// contention; without such an answer it is a store failure. Fail-open never
+// applies after another owner was seen, nor to a misconfigured store.
+func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
+	l, key := a.l, a.spec.key
+	l.background(ctx, key, a.token)
+	if cerr := ctx.Err(); cerr != nil && a.seen {
+		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
+	}
+	serr := storeErr("acquire", key, err)
+	l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
+	l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(a.start), Err: err})
+	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
+		return nil, serr
+	}
+	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err})
+	l.opts.Logger.ErrorContext(ctx, "leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
+		slog.String("locker", l.opts.Name), slog.String("key", key), slog.String("holder", l.opts.Identity), slog.Any("error", err))
+	return l.newLease(ctx, a.spec, grant{token: a.token, sent: sent, degraded: true, gate: a.gate})
+}
+
+// waitTurn waits until the next acquire request is worth sending: a wake-up
+// from the store, the holder's exact remaining TTL when nobody is ahead, the
+// refresh of our place in the queue (WaiterTTL/3), or WaitCap. It returns an
+// error when ctx ends or the Locker closes, after leaving the queue.
+func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
+	if a.subscribe(ctx) {
+		return nil // subscribed: try again at once, so no release is missed
+	}
+	if !a.l.enterWait() {
+		a.leave(ctx)
+		return ErrLockerClosed
+	}
+	defer a.l.waiting.Done()
+	t := time.NewTimer(time.Until(a.nextTry(g, sent)))
+	defer t.Stop()
+	select {
+	case <-a.wake:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		a.leave(ctx)
+		return a.contended(joinErrors(a.gaveUp(), ctx.Err()))
+	case <-a.l.ctx.Done():
+		a.leave(ctx)
+		return ErrLockerClosed
+	}
+}
+
+// nextTry returns when to send the next acquire request.
+func (a *attempt) nextTry(g Grant, sent time.Time) time.Time {
+	o := &a.l.opts
+	next := earliest(sent.Add(o.WaiterTTL/3), time.Now().Add(o.WaitCap))
+	switch {
+	case g.Ahead == 0 && g.Remaining > 0:
+		next = earliest(next, sent.Add(g.Remaining)) // next in line: the holder's exact expiry
+	case g.Ahead == 0:
+		// Free, or the store cannot tell: back off, doubling up to WaitCap.
+		next = earliest(next, time.Now().Add(a.backoff))
+		a.backoff = min(2*a.backoff, o.WaitCap)
+	}
+	return next
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// subscribe subscribes to the key's wake-ups the first time it is called,
+// bounded by ctx. It reports whether it subscribed just now.
+func (a *attempt) subscribe(ctx context.Context) bool {
+	if a.subDone || a.l.notifier == nil {
+		return false
+	}
+	a.subDone = true
+	ch, stop, err := a.l.notifier.WaitRelease(ctx, a.spec.key, a.token)
+	if err != nil {
+		a.l.opts.Logger.DebugContext(ctx, "leasehold: no release notifications; polling", slog.String("locker", a.l.opts.Name),
+			slog.String("key", a.spec.key), slog.Any("error", err))
+		return false
+	}
+	a.wake, a.stopSub = ch, stop
+	return true
+}
+
+func (a *attempt) unsubscribe() {
+	if a.stopSub != nil {
+		a.stopSub()
+	}
+}
+
+// leave takes our token out of the key's queue (and releases a grant that
+// raced with giving up), in the background, owned by the Locker.
+func (a *attempt) leave(ctx context.Context) {
+	if a.queued {
+		a.l.background(ctx, a.spec.key, a.token)
+	}
+}
+
+// joinedError is several errors in one line, each matched by errors.Is and
+// errors.As (errors.Join prints one per line).
+type joinedError []error
+
+// Error joins the messages with ": ".
+func (e joinedError) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, ": ")
+}
+
+// Unwrap returns the errors.
+func (e joinedError) Unwrap() []error { return e }
+
+// joinErrors is errors.Join on one line: nil for no errors, the error itself
+// for one.
+func joinErrors(errs ...error) error {
+	var out joinedError
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// batchCounter is a memory store that counts batched renewals.
+type batchCounter struct {
+	*memstore.Store
+	batches atomic.Int64
+}
+
+func (b *batchCounter) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	b.batches.Add(1)
+	return b.Store.RenewBatch(ctx, reqs)
+}
+
+// The replicas' store wrapper forwards every optional capability: a Locker
+// over it renews several leases in one batch on the store underneath (issue
+// 13: the wrapper used to hide RenewBatch, so the drill never exercised
+// batched renewal).
+func TestProcStoreForwardsBatchRenewal(t *testing.T) {
+	inner := &batchCounter{Store: memstore.New()}
+	ps, err := newProcStore(inner, newRecorder(), 0, func(error) bool { return false }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st leasehold.Store = ps
+	for name, ok := range map[string]bool{
+		"Inspector":     is[leasehold.Inspector](st),
+		"Notifier":      is[leasehold.Notifier](st),
+		"BatchRenewer":  is[leasehold.BatchRenewer](st),
+		"ForceReleaser": is[leasehold.ForceReleaser](st),
+	} {
+		if !ok {
+			t.Errorf("expected the wrapper to be a %s", name)
+		}
+	}
+	l, err := leasehold.New(st, leasehold.Options{Name: "batch", TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := l.TryAcquire(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for inner.batches.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("expected the Locker to renew its leases in a batch through the wrapper, saw none")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := st.(leasehold.ForceReleaser).ForceRelease(t.Context(), "a"); err != nil {
+		t.Fatalf("ForceRelease through the wrapper: %v", err)
+	}
+}
+
+func is[T any](v any) bool { _, ok := v.(T); return ok }
+
+// A store without every optional capability is refused, not silently
+// narrowed.
+func TestProcStoreRefusesPartialStore(t *testing.T) {
+	type plain struct{ leasehold.Store }
+	_, err := newProcStore(plain{memstore.New()}, newRecorder(), 0, func(error) bool { return false }, 0)
+	if !errors.Is(err, ErrSetup) {
+		t.Fatalf("expected ErrSetup for a store without optional capabilities, got %v", err)
+	}
+}

@@ -1,0 +1,373 @@
+package etcdstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Acquire implements leasehold.Store in one transaction on the store's
+// shared lease for req.TTL (see the package doc): if the lock holds
+// req.Token (a retry after a lost reply) it is kept, with the same fence;
+// else, if the key is free and the queue rule allows it, the lock is created
+// and the token's queue entry deleted; else the lock and queue are read and,
+// for a waiting acquire, the token's queue entry is created if absent. A
+// TryAcquire that loses makes one more request (LeaseTimeToLive) to report
+// the holder's remaining TTL; a waiting acquire reports the holder's TTL
+// instead, an upper bound that costs no request (WaitRelease wakes the head
+// at the exact expiry).
+func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
+		return leasehold.Grant{}, err
+	}
+	secs, err := ttlSeconds(req.TTL)
+	if err != nil {
+		return leasehold.Grant{}, err
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return leasehold.Grant{}, err
+	}
+	defer end()
+	l, err := s.sess.get(ctx, secs, req.TTL)
+	if err != nil {
+		return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+	}
+	var ql *lease
+	if req.QueueTTL > 0 {
+		qsecs, _ := ttlSeconds(req.QueueTTL)
+		if ql, err = s.sess.get(ctx, qsecs, req.QueueTTL); err != nil {
+			s.sess.put(l)
+			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		}
+	}
+	return s.acquire(ctx, req, l, ql)
+}
+
+// acquire runs the acquire transaction: once, or twice when the first
+// answer shows the token at the head of the queue of a free key that this
+// store did not know it headed. It owns the references to l and ql.
+func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
+	r := ref{req.Key, req.Token}
+	for attempt := 0; ; attempt++ {
+		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r))
+		if err != nil {
+			// It may have applied (lost reply): the session deletes the
+			// lock and entry when their deadlines pass, unless the
+			// caller's retry or Release comes first.
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			if ql != nil {
+				s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+			}
+			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		}
+		if resp.Succeeded { // our own lock: a retry
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			prev := resp.Responses[0].GetResponsePut().GetPrevKv()
+			return leasehold.Grant{Fence: uint64(prev.GetCreateRevision())}, nil
+		}
+		inner := resp.Responses[0].GetResponseTxn()
+		if inner.GetSucceeded() {
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			s.sess.untrack(s.sess.waiting, r)
+			// All puts of a transaction carry its revision, the header's.
+			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		}
+		rng := inner.GetResponses()[len(inner.GetResponses())-1].GetResponseRange()
+		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
+		if ql != nil {
+			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+			s.sess.setQueue(t, v)
+			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
+				// We head the queue of a free key: take it now.
+				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
+					s.sess.put(l)
+					return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+				}
+				continue
+			}
+		}
+		s.sess.put(l)
+		return s.contended(ctx, req, v), leasehold.ErrNotAcquired
+	}
+}
+
+// putQueue drops the reference to a queue lease that was not used.
+func (s *Store) putQueue(_ ref, ql *lease) {
+	if ql != nil {
+		s.sess.put(ql)
+	}
+}
+
+func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, myRev int64) (*clientv3.TxnResponse, error) {
+	k := s.lockKey(req.Key)
+	e := s.entryKey(req.Key, req.Token)
+	qs, qe := s.queueRange(req.Key)
+	ks, ke := s.keyRange(req.Key)
+	val := lockValue(req.Token, req.TTL, req.Holder)
+	free := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe), // queue empty
+	}
+	if myRev > 0 { // or we head it: every entry is ours or younger
+		free[1] = clientv3.Compare(clientv3.CreateRevision(qs), ">", myRev-1).WithRange(qe)
+		free = append(free, clientv3.Compare(clientv3.CreateRevision(e), "=", myRev))
+	}
+	var lost []clientv3.Op
+	if ql != nil {
+		lost = append(lost, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(e, req.Holder, clientv3.WithLease(ql.id))}, nil))
+	}
+	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
+	return s.cli.Txn(ctx).
+		If(mine(k, req.Token)...).
+		Then(clientv3.OpPut(k, val, clientv3.WithLease(l.id), clientv3.WithPrevKV())).
+		Else(clientv3.OpTxn(free,
+			[]clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id)), clientv3.OpDelete(e)},
+			lost)).
+		Commit()
+}
+
+// keyView is what a read of a key's range shows: the lock and the queue.
+type keyView struct {
+	rev    int64
+	held   bool
+	lock   *mvccpb.KeyValue
+	myRev  int64            // the token's queue entry, 0 if none
+	ahead  map[string]bool  // entries older than the token's (all, if none)
+	queue  map[string]int64 // every entry: key -> create revision
+	head   string           // the holder of the oldest entry
+	headAt int64
+}
+
+// view decodes the kvs of keyRange(key) as seen by token at revision rev.
+func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
+	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}}
+	k, e := s.lockKey(key), s.entryKey(key, token)
+	for _, kv := range kvs {
+		switch string(kv.Key) {
+		case k:
+			v.held, v.lock = true, kv
+		case e:
+			v.myRev = kv.CreateRevision
+		}
+	}
+	for _, kv := range kvs {
+		if string(kv.Key) == k {
+			continue
+		}
+		v.queue[string(kv.Key)] = kv.CreateRevision
+		if v.headAt == 0 || kv.CreateRevision < v.headAt {
+			v.headAt, v.head = kv.CreateRevision, string(kv.Value)
+		}
+		if v.myRev == 0 || kv.CreateRevision < v.myRev {
+			v.ahead[string(kv.Key)] = true
+		}
+	}
+	return v
+}
+
+// contended builds the Grant of a lost acquire.
+func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v keyView) leasehold.Grant {
+	g := leasehold.Grant{Ahead: len(v.ahead)}
+	if !v.held {
+		return g
+	}
+	_, ttl, holder, _ := lockFields(v.lock.Value)
+	g.Holder = holder
+	g.Remaining = ttl
+	if req.QueueTTL == 0 && v.lock.Lease != 0 {
+		// A try reports how long the lock can last at most: its shared
+		// lease's time to live, capped by the lock's TTL.
+		g.Remaining = s.remaining(ctx, clientv3.LeaseID(v.lock.Lease), ttl)
+	}
+	return g
+}
+
+// remaining returns the time left on lease id capped by ttl (when > 0), 0
+// when unknown or expired. etcd reports whole seconds, rounded down.
+func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
+	r, err := s.cli.TimeToLive(ctx, id)
+	if err != nil || r.TTL <= 0 {
+		return 0
+	}
+	d := time.Duration(r.TTL) * time.Second
+	if ttl > 0 {
+		d = min(d, ttl)
+	}
+	return d
+}
+
+// Renew implements leasehold.Store with one linearizable read that checks
+// the token and the lock's lease: the shared lease is kept alive by the
+// store (and covers ttl from now, or Renew sends a keep-alive first), so a
+// renewal is no write. When the TTL changed, the lock moves to the lease of
+// the new TTL in a token-checked transaction (its fence stays). Renew also
+// moves the store's deadline of the lock (see the package doc).
+func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := checkNames(key, token, ""); err != nil {
+		return err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return err
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	r := ref{key, token}
+	t := s.sess.lookupHeld(r)
+	l, err := s.sess.get(ctx, secs, ttl)
+	if err != nil {
+		return s.wrap(ctx, "renew", key, err)
+	}
+	get, err := s.cli.Get(ctx, s.lockKey(key))
+	if err != nil {
+		s.sess.put(l)
+		return s.wrap(ctx, "renew", key, err)
+	}
+	return s.finishRenew(ctx, r, t, l, ttl, get.Kvs)
+}
+
+// finishRenew checks what a renewal read of r's lock showed, moves the lock
+// to l if needed, and records the new deadline. It owns the reference to l.
+func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, ttl time.Duration, kvs []*mvccpb.KeyValue) error {
+	var kv *mvccpb.KeyValue
+	if len(kvs) == 1 {
+		kv = kvs[0]
+	}
+	tok, was, holder, _ := lockFields(kv.GetValue())
+	if kv == nil || tok != r.token {
+		s.sess.put(l)
+		s.sess.untrack(s.sess.held, r)
+		return leasehold.ErrNotOwned
+	}
+	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl {
+		k := s.lockKey(r.key)
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(k, lockValue(r.token, ttl, holder), clientv3.WithLease(l.id))).
+			Commit()
+		if err != nil {
+			s.sess.put(l)
+			return s.wrap(ctx, "renew", r.key, err)
+		}
+		if !resp.Succeeded {
+			s.sess.put(l)
+			return leasehold.ErrNotOwned // it changed: released, expired or taken
+		}
+	}
+	if !s.sess.renewed(s.sess.held, r, t, l, ttl) {
+		return leasehold.ErrNotOwned // the session swept it meanwhile
+	}
+	return nil
+}
+
+// maxTxnOps stays under etcd's default --max-txn-ops (128).
+const maxTxnOps = 128
+
+// RenewBatch implements leasehold.BatchRenewer: one read-only transaction
+// reads every lock (token and lease check), so a batch costs one round trip
+// however many leases it holds (plus one transaction per lock whose TTL
+// changed).
+func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	errs := make([]error, len(reqs))
+	for start := 0; start < len(reqs); start += maxTxnOps {
+		end := min(start+maxTxnOps, len(reqs))
+		s.renewChunk(ctx, reqs[start:end], errs[start:end])
+	}
+	return errs
+}
+
+func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest, errs []error) {
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer end()
+	type item struct {
+		i int
+		t *tracked
+		l *lease
+	}
+	var items []item
+	var ops []clientv3.Op
+	for i, r := range reqs {
+		if errs[i] = checkNames(r.Key, r.Token, ""); errs[i] != nil {
+			continue
+		}
+		secs, err := ttlSeconds(r.TTL)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		t := s.sess.lookupHeld(ref{r.Key, r.Token})
+		l, err := s.sess.get(ctx, secs, r.TTL)
+		if err != nil {
+			errs[i] = s.wrap(ctx, "renew", r.Key, err)
+			continue
+		}
+		items = append(items, item{i, t, l})
+		ops = append(ops, clientv3.OpGet(s.lockKey(r.Key)))
+	}
+	if len(ops) == 0 {
+		return
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	for j, it := range items {
+		r := reqs[it.i]
+		if err != nil {
+			s.sess.put(it.l)
+			errs[it.i] = s.wrap(ctx, "renew", r.Key, err)
+			continue
+		}
+		kvs := resp.Responses[j].GetResponseRange().GetKvs()
+		errs[it.i] = s.finishRenew(ctx, ref{r.Key, r.Token}, it.t, it.l, r.TTL, kvs)
+	}
+}
+
+// Release implements leasehold.Store: one transaction deletes the lock if
+// it holds token, and the token's queue entry in any case (a waiter that
+// gives up leaves the queue). The shared lease stays for the store's other
+// and next locks.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := checkNames(key, token, ""); err != nil {
+		return err
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	k, e := s.lockKey(key), s.entryKey(key, token)
+	resp, err := s.cli.Txn(ctx).
+		If(mine(k, token)...).
+		Then(clientv3.OpDelete(k), clientv3.OpDelete(e)).
+		Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpDelete(e)).
+		Commit()
+	if err != nil {
+		return s.wrap(ctx, "release", key, err)
+	}
+	r := ref{key, token}
+	s.sess.untrack(s.sess.held, r)
+	s.sess.untrack(s.sess.waiting, r)
+	switch {
+	case resp.Succeeded:
+		return nil
+	case resp.Responses[0].GetResponseRange().GetCount() == 0:
+		return leasehold.ErrNotHeld
+	default:
+		return leasehold.ErrNotOwned
+	}
+}

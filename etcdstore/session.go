@@ -1,0 +1,489 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Timing of the session.
+const (
+	// leaseSlack is added to a lock's TTL (whole seconds) when its shared
+	// lease is granted, so that a keep-alive every keepAliveEvery keeps the
+	// lease's server-side expiry beyond now+TTL without a request of its own
+	// in Acquire or Renew.
+	leaseSlack     = 1 // seconds
+	keepAliveEvery = 300 * time.Millisecond
+	// tick is how often the session looks for abandoned locks and waiters.
+	tick = 50 * time.Millisecond
+	// idleRevoke is how long a lease with no lock nor waiter on it is kept
+	// alive before it is revoked.
+	idleRevoke = 10 * time.Second
+	// closeTimeout bounds the revokes of Close.
+	closeTimeout = 2 * time.Second
+)
+
+// session owns the store's etcd leases and the bookkeeping that bounds how
+// long a lock or queue entry on a shared lease can outlive its holder.
+//
+// One etcd lease serves every lock and queue entry of the store with the
+// same TTL in whole seconds, the way an etcd concurrency.Session serves all
+// of a process's Mutexes: Acquire and Release are one transaction each, with
+// no LeaseGrant or LeaseRevoke per lock. The lease is granted for the TTL
+// plus one second and kept alive every 300 ms by the session's goroutine.
+//
+// Because the lease lives as long as the store keeps it alive, a lock whose
+// holder stops renewing it would otherwise live on. The session therefore
+// tracks every lock and queue entry the store wrote with a local deadline
+// (the lock's TTL after the reply of its last Acquire or Renew; the queue
+// TTL after the waiter's last Acquire) and deletes it, token-checked, when
+// the deadline passes. So a lock outlives its holder's last renewal by at
+// most its TTL plus one sweep (50 ms) while the store runs; if the store's
+// process dies, hangs or loses etcd, nobody keeps the lease alive and etcd
+// deletes everything on it at most TTL+1 s after the last keep-alive.
+type session struct {
+	s      *Store
+	ctx    context.Context // cancelled by close: ends the requests of a round
+	cancel context.CancelFunc
+	stopc  chan struct{}
+	donec  chan struct{}
+
+	mu      sync.Mutex
+	leases  map[int64]*lease // by the TTL seconds they serve
+	held    map[ref]*tracked // locks
+	waiting map[ref]*tracked // queue entries
+	swept   map[ref]bool     // locks whose sweep is in flight
+	isDone  bool
+}
+
+// ref names one lock or queue entry: a key and a token.
+type ref struct{ key, token string }
+
+// tracked is a lock or queue entry this store wrote.
+type tracked struct {
+	lease    *lease
+	deadline time.Time
+	gen      uint64 // bumped by every renewal; a sweep of an older gen loses
+	rev      int64  // queue entries: the entry's create revision (0: unknown)
+	snap     *queueSnap
+}
+
+// queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
+type queueSnap struct {
+	rev   int64            // the revision of the answer
+	held  bool             // the lock was held
+	queue map[string]int64 // queue entry key -> create revision
+}
+
+// lease is one shared etcd lease.
+type lease struct {
+	secs  int64 // the lock TTL it serves
+	ready chan struct{}
+	// Set before ready is closed:
+	id  clientv3.LeaseID
+	err error
+	// Under session.mu:
+	until time.Time // lower bound of the server-side expiry
+	refs  int       // locks, queue entries and acquires in flight on it
+	idle  time.Time // when refs dropped to 0
+	dead  bool
+	last  time.Time     // when the last keep-alive was sent
+	ka    chan struct{} // closed when the keep-alive in flight is done; nil if none
+}
+
+func newSession(s *Store) *session {
+	ctx, cancel := context.WithCancel(context.Background())
+	ss := &session{
+		s:       s,
+		ctx:     ctx,
+		cancel:  cancel,
+		stopc:   make(chan struct{}),
+		donec:   make(chan struct{}),
+		leases:  map[int64]*lease{},
+		held:    map[ref]*tracked{},
+		waiting: map[ref]*tracked{},
+		swept:   map[ref]bool{},
+	}
+	go ss.run()
+	return ss
+}
+
+func (ss *session) closed() bool {
+	select {
+	case <-ss.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+// get returns the lease for secs with a reference taken, granting it if
+// needed, and makes sure its server-side expiry is at least need from now
+// (one keep-alive when the background ones fell behind). Call put when the
+// reference is no longer used.
+func (ss *session) get(ctx context.Context, secs int64, need time.Duration) (*lease, error) {
+	for range 2 {
+		l, err := ss.lookup(ctx, secs)
+		if err != nil {
+			return nil, err
+		}
+		err = ss.cover(ctx, l, need)
+		if err == nil {
+			return l, nil
+		}
+		ss.put(l)
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, err
+		}
+		// The lease expired (an outage longer than its TTL): grant another.
+	}
+	return nil, errors.New("lease expired twice in a row")
+}
+
+// lookup returns the lease for secs, referenced, granting it when there is
+// none. Concurrent callers share one grant.
+func (ss *session) lookup(ctx context.Context, secs int64) (*lease, error) {
+	ss.mu.Lock()
+	if ss.isDone {
+		ss.mu.Unlock()
+		return nil, ErrClosed
+	}
+	l := ss.leases[secs]
+	creator := l == nil
+	if creator {
+		l = &lease{secs: secs, ready: make(chan struct{})}
+		ss.leases[secs] = l
+	}
+	l.refs++
+	ss.mu.Unlock()
+	if creator {
+		ss.grant(ctx, l)
+	}
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		ss.put(l)
+		return nil, context.Cause(ctx)
+	}
+	if l.err != nil {
+		ss.put(l)
+		return nil, l.err
+	}
+	return l, nil
+}
+
+func (ss *session) grant(ctx context.Context, l *lease) {
+	sent := time.Now()
+	g, err := ss.s.cli.Grant(ctx, l.secs+leaseSlack)
+	ss.mu.Lock()
+	closing := ss.isDone && err == nil
+	switch {
+	case err != nil:
+		l.err = ss.s.wrap(ctx, "grant lease", "", err)
+		ss.markDead(l)
+	case closing:
+		l.err = ErrClosed // Close ran while we granted: we revoke it below
+	default:
+		l.id = g.ID
+		l.until = sent.Add(time.Duration(g.TTL) * time.Second)
+		l.last = sent
+	}
+	close(l.ready) // under mu: close sees a lease either ready or not
+	ss.mu.Unlock()
+	if closing {
+		rctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_, _ = ss.s.cli.Revoke(rctx, g.ID)
+		cancel()
+	}
+}
+
+// cover makes sure l lives at least need from now, with one keep-alive
+// (shared by concurrent callers) if the background ones fell behind.
+func (ss *session) cover(ctx context.Context, l *lease, need time.Duration) error {
+	for range 2 {
+		ss.mu.Lock()
+		ok := !l.dead && time.Until(l.until) > need
+		inflight := l.ka
+		ss.mu.Unlock()
+		switch {
+		case ok:
+			return nil
+		case inflight == nil:
+			return ss.keepAlive(ctx, l)
+		}
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return ss.keepAlive(ctx, l)
+}
+
+// keepAlive sends one keep-alive for l and records its new expiry bound.
+func (ss *session) keepAlive(ctx context.Context, l *lease) error {
+	done := make(chan struct{})
+	ss.mu.Lock()
+	if l.ka == nil {
+		l.ka = done
+	}
+	ss.mu.Unlock()
+	sent := time.Now()
+	ka, err := ss.s.cli.KeepAliveOnce(ctx, l.id)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if l.ka == done {
+		l.ka = nil
+		close(done)
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		ss.markDead(l)
+		return err
+	case err != nil:
+		return ss.s.wrap(ctx, "keep lease alive", "", err)
+	}
+	if u := sent.Add(time.Duration(ka.TTL) * time.Second); u.After(l.until) {
+		l.until = u
+	}
+	l.last = sent
+	return nil
+}
+
+// markDead forgets an expired lease; ss.mu is held.
+func (ss *session) markDead(l *lease) {
+	l.dead = true
+	if ss.leases[l.secs] == l {
+		delete(ss.leases, l.secs)
+	}
+}
+
+// put drops a reference taken by get.
+func (ss *session) put(l *lease) {
+	ss.mu.Lock()
+	ss.unref(l)
+	ss.mu.Unlock()
+}
+
+func (ss *session) unref(l *lease) {
+	l.refs--
+	if l.refs == 0 {
+		l.idle = time.Now()
+	}
+}
+
+// track records (or refreshes) a lock or queue entry on l, taking over the
+// caller's reference to l. It returns the entry.
+func (ss *session) track(m map[ref]*tracked, r ref, l *lease, ttl time.Duration) *tracked {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t := m[r]
+	if t == nil {
+		t = &tracked{lease: l}
+		m[r] = t
+	} else {
+		ss.unref(t.lease) // the entry's old reference; keep the new one
+		t.lease = l
+	}
+	t.deadline = time.Now().Add(ttl)
+	t.gen++
+	return t
+}
+
+// untrack forgets a lock or queue entry.
+func (ss *session) untrack(m map[ref]*tracked, r ref) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := m[r]; t != nil {
+		delete(m, r)
+		ss.unref(t.lease)
+	}
+}
+
+// run is the session's goroutine: keep-alives, sweeps of abandoned locks and
+// waiters, revokes of idle leases. It runs until close.
+func (ss *session) run() {
+	defer close(ss.donec)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ss.stopc:
+			return
+		case now := <-t.C:
+			ss.round(now)
+		}
+	}
+}
+
+// round does one tick of work, concurrently, and waits for it.
+func (ss *session) round(now time.Time) {
+	ctx, cancel := context.WithTimeout(ss.ctx, max(ss.s.timeout, keepAliveEvery))
+	defer cancel()
+	var wg sync.WaitGroup
+	due, idle, locks, entries := ss.collect(now)
+	for _, l := range due {
+		wg.Go(func() { _ = ss.keepAlive(ctx, l) })
+	}
+	for _, l := range idle {
+		wg.Go(func() { _, _ = ss.s.cli.Revoke(ctx, l.id) })
+	}
+	for _, sw := range locks {
+		wg.Go(func() { ss.sweepLock(ctx, sw) })
+	}
+	for _, sw := range entries {
+		wg.Go(func() { ss.sweepEntry(ctx, sw) })
+	}
+	wg.Wait()
+}
+
+// sweep is a lock or queue entry past its deadline.
+type sweep struct {
+	ref
+	t *tracked
+}
+
+// collect picks, under the lock, the leases due for a keep-alive, the idle
+// leases to revoke (forgotten at once) and the expired locks and entries
+// (forgotten at once: a sweep wins over a renewal that starts later).
+func (ss *session) collect(now time.Time) (due, idle []*lease, locks, entries []sweep) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for secs, l := range ss.leases {
+		select {
+		case <-l.ready:
+		default:
+			continue // being granted
+		}
+		switch {
+		case l.refs == 0 && now.Sub(l.idle) > idleRevoke:
+			delete(ss.leases, secs)
+			l.dead = true
+			idle = append(idle, l)
+		case now.Sub(l.last) >= keepAliveEvery && l.ka == nil:
+			due = append(due, l)
+		}
+	}
+	expired := func(m map[ref]*tracked) []sweep {
+		var out []sweep
+		for r, t := range m {
+			if now.After(t.deadline) {
+				delete(m, r)
+				ss.unref(t.lease)
+				out = append(out, sweep{r, t})
+			}
+		}
+		return out
+	}
+	locks = expired(ss.held)
+	for _, sw := range locks {
+		ss.swept[sw.ref] = true
+	}
+	return due, idle, locks, expired(ss.waiting)
+}
+
+// sweepLock deletes an abandoned lock if it still holds its token.
+func (ss *session) sweepLock(ctx context.Context, sw sweep) {
+	k := ss.s.lockKey(sw.key)
+	_, _ = ss.s.cli.Txn(ctx).If(mine(k, sw.token)...).Then(clientv3.OpDelete(k)).Commit()
+	ss.mu.Lock()
+	delete(ss.swept, sw.ref)
+	ss.mu.Unlock()
+}
+
+// sweepEntry deletes an abandoned queue entry.
+func (ss *session) sweepEntry(ctx context.Context, sw sweep) {
+	_, _ = ss.s.cli.Delete(ctx, ss.s.entryKey(sw.key, sw.token))
+}
+
+// close stops the goroutine and revokes every lease.
+func (ss *session) close() {
+	ss.cancel()
+	close(ss.stopc)
+	<-ss.donec
+	ss.mu.Lock()
+	ss.isDone = true
+	var ls []*lease
+	for _, l := range ss.leases {
+		select {
+		case <-l.ready:
+			if l.err == nil {
+				ls = append(ls, l)
+			}
+		default: // being granted: grant revokes it when it sees isDone
+		}
+		l.dead = true
+	}
+	ss.leases = map[int64]*lease{}
+	ss.held = map[ref]*tracked{}
+	ss.waiting = map[ref]*tracked{}
+	ss.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Go(func() { _, _ = ss.s.cli.Revoke(ctx, l.id) })
+	}
+	wg.Wait()
+}
+
+// lookupHeld returns the tracked lock r (nil if none), to be passed to
+// renewed after the renewal's read.
+func (ss *session) lookupHeld(r ref) *tracked {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.held[r]
+}
+
+// renewed records a successful renewal read of r on l: the lock's deadline
+// moves to ttl from now. It returns false, dropping the reference to l, when
+// the session swept r since t was looked up: the sweep's delete may apply
+// after the read, so the renewal cannot be trusted.
+func (ss *session) renewed(m map[ref]*tracked, r ref, t *tracked, l *lease, ttl time.Duration) bool {
+	ss.mu.Lock()
+	cur := m[r]
+	if ss.swept[r] || (t != nil && cur != t) {
+		ss.unref(l)
+		ss.mu.Unlock()
+		return false
+	}
+	ss.mu.Unlock()
+	ss.track(m, r, l, ttl)
+	return true
+}
+
+// queueRev returns the create revision of r's queue entry as this store
+// last saw it, 0 if unknown.
+func (ss *session) queueRev(r ref) int64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := ss.waiting[r]; t != nil {
+		return t.rev
+	}
+	return 0
+}
+
+// setQueue records what a waiter's acquire saw, for its WaitRelease.
+func (ss *session) setQueue(t *tracked, v keyView) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t.rev = v.myRev
+	t.snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+}
+
+// snapshot returns what r's last acquire saw, nil if unknown.
+func (ss *session) snapshot(r ref) *queueSnap {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := ss.waiting[r]; t != nil && t.snap != nil {
+		cp := *t.snap
+		cp.queue = maps.Clone(t.snap.queue)
+		return &cp
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/etcdstore"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// calls counts the gRPC requests of one client by method: unary calls and
+// messages sent on streams (watch creates and cancels, keep-alives).
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *calls) add(method string) {
+	c.mu.Lock()
+	c.n[method]++
+	c.mu.Unlock()
+}
+
+func (c *calls) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// countingStream counts the messages sent on a stream.
+type countingStream struct {
+	grpc.ClientStream
+	n      *calls
+	method string
+}
+
+func (s countingStream) SendMsg(m any) error {
+	s.n.add(s.method)
+	return s.ClientStream.SendMsg(m)
+}
+
+// total returns the number of requests in n.
+func total(n map[string]int) int {
+	t := 0
+	for _, v := range n {
+		t += v
+	}
+	return t
+}
+
+// countingClient returns a client of c whose requests are counted.
+func countingClient(tb testing.TB, c *testetcd.Cluster) (*clientv3.Client, *calls) {
+	tb.Helper()
+	n := &calls{n: map[string]int{}}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   c.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				n.add(method)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return countingStream{cs, n, method}, nil
+			}),
+		},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cli.Close() })
+	return cli, n
+}
+
+// An uncontended acquire and release cost two requests (two transactions)
+// once the store's lease exists: no LeaseGrant, no LeaseRevoke per lock.
+func TestTwoRequestsPerCycle(t *testing.T) {
+	c := testetcd.Start(t)
+	cli, n := countingClient(t, c)
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	cycle := func(i int) {
+		key, tok := fmt.Sprintf("k%d", i%4), leasehold.NewToken()
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, key, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle(0) // grants the lease
+	n.take()
+	const cycles = 50
+	for i := range cycles {
+		cycle(i)
+	}
+	got := n.take()
+	txns := got["/etcdserverpb.KV/Txn"]
+	delete(got, "/etcdserverpb.KV/Txn")
+	delete(got, "/etcdserverpb.Lease/LeaseKeepAlive") // the background keep-alive, every 300 ms
+	if txns != 2*cycles || len(got) != 0 {
+		t.Fatalf("%d cycles: expected %d transactions and nothing else but keep-alives, got %d and %v", cycles, 2*cycles, txns, got)
+	}
+}
+
+// A lock whose holder stops renewing it is deleted by the store at its TTL,
+// although another lock keeps the shared lease alive.
+func TestAbandonedLockEndsAtItsTTL(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	abandoned, kept := uniqueKey(t, "abandoned"), uniqueKey(t, "kept")
+	const ttl = time.Second
+	start := time.Now()
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: abandoned, Token: "a", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: kept, Token: "k", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	var gone time.Duration
+	for time.Since(start) < 5*time.Second {
+		if err := s.Renew(ctx, kept, "k", ttl); err != nil {
+			t.Fatalf("renewing the kept lock: %v", err)
+		}
+		if _, err := s.Inspect(ctx, abandoned); errors.Is(err, leasehold.ErrNotHeld) {
+			gone = time.Since(start)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if gone == 0 {
+		t.Fatalf("a %v lock nobody renews still held after 5s (the shared lease kept it alive)", ttl)
+	}
+	if gone < ttl {
+		t.Fatalf("the abandoned lock ended after %v, before its TTL %v", gone, ttl)
+	}
+	if err := s.Renew(ctx, abandoned, "a", ttl); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Renew of the abandoned lock: expected ErrNotOwned, got %v", err)
+	}
+	if _, err := s.Inspect(ctx, kept); err != nil {
+		t.Fatalf("the renewed lock: expected it held, got %v", err)
+	}
+}
+
+// After Close nothing is left on the server: no lock, no queue entry, no
+// lease, also after 16 goroutines cycling and locks still held at Close.
+func TestNothingLeftAfterClose(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	var wg sync.WaitGroup
+	var cycles atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 30 {
+				key, tok := fmt.Sprintf("g%d-%d", g, i%3), leasehold.NewToken()
+				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Duration(1+i%3) * time.Second}); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Release(ctx, key, tok); err != nil {
+					t.Error(err)
+					return
+				}
+				cycles.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	// Held at Close: a lock and a waiter behind it.
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "w", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := cli.Get(ctx, "lh-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys.Kvs) != 0 || len(ls.Leases) != 0 {
+		t.Fatalf("after %d cycles and Close: expected no key and no lease, got %d keys and %d leases", cycles.Load(), len(keys.Kvs), len(ls.Leases))
+	}
+}

@@ -1,0 +1,164 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// stallAcquires makes every acquire hang until its context ends: a
+// black-holed store.
+func stallAcquires(store *memstore.Store) {
+	store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+		if op == memstore.OpAcquire {
+			return memstore.Fault{Delay: time.Hour}
+		}
+		return memstore.Fault{}
+	})
+}
+
+// #12 (4): a deadline with no answer from the store is a store failure, not
+// contention.
+func TestDeadlineWithoutAnAnswerIsAStoreFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, rec, _ := newLocker(t, store, leasehold.Options{})
+		stallAcquires(store)
+		for name, call := range map[string]func(context.Context) error{
+			"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "k"); return err },
+			"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, "k"); return err },
+		} {
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			err := call(ctx)
+			cancel()
+			var se *leasehold.StoreError
+			if !errors.As(err, &se) || !errors.Is(err, leasehold.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s: expected a *StoreError matching ErrStore and DeadlineExceeded, got %v", name, err)
+			}
+			if errors.Is(err, leasehold.ErrNotAcquired) {
+				t.Fatalf("%s: a hung store must not look like contention: %v", name, err)
+			}
+		}
+		if n := len(rec.find(leasehold.EventContention)); n != 0 {
+			t.Fatalf("expected no contention counted, got %d", n)
+		}
+	})
+}
+
+func TestFailOpenOnAHungStoreButNeverWhenMisconfigured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, rec, _ := newLocker(t, store, leasehold.Options{OnStoreError: leasehold.FailOpen})
+		stallAcquires(store)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		lease, err := l.TryAcquire(ctx, "hung")
+		cancel()
+		if err != nil || !lease.Degraded() {
+			t.Fatalf("expected a degraded lease when the store gave no answer, got %v, %v", lease, err)
+		}
+		_ = lease.Release(t.Context())
+
+		misconfigured := fmt.Errorf("%w: WRONGPASS invalid username-password pair", leasehold.ErrMisconfigured)
+		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+			return memstore.Fault{Err: misconfigured}
+		})
+		lease, err = l.TryAcquire(t.Context(), "bad")
+		if lease != nil || !errors.Is(err, leasehold.ErrMisconfigured) || !errors.Is(err, leasehold.ErrStore) {
+			t.Fatalf("expected a misconfigured store to fail closed under FailOpen, got %v, %v", lease, err)
+		}
+		if n := rec.count(leasehold.EventFailOpen); n != 1 {
+			t.Fatalf("expected exactly 1 fail-open (the hung store), got %d", n)
+		}
+	})
+}
+
+// #12 (5): a lock already gone at release is not "not owned".
+func TestReleaseOfAnAlreadyGoneLockIsNotAnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecordingStore()
+		l, _, logs := newLocker(t, store, leasehold.Options{})
+		lease, err := l.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A retried compare-and-delete whose first try was applied.
+		store.release = func(key, token string) error {
+			_ = store.Store.Release(context.Background(), key, token)
+			return leasehold.ErrNotHeld
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatalf("expected nil for a lock already gone, got %v", err)
+		}
+		if !strings.Contains(logs.String(), "already gone") {
+			t.Fatalf("expected a debug record, got %q", logs)
+		}
+		other, err := l.TryAcquire(t.Context(), "k2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.release = func(string, string) error { return leasehold.ErrNotOwned }
+		if err := other.Release(t.Context()); !errors.Is(err, leasehold.ErrNotOwned) {
+			t.Fatalf("expected ErrNotOwned when another token holds the key, got %v", err)
+		}
+	})
+}
+
+// #12 (6): the release of an acquisition whose reply was lost survives
+// Close, and Close waits for it.
+func TestLostAcquireReplyIsReleasedEvenWhenClosedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, err := leasehold.New(store, leasehold.Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+			switch op {
+			case memstore.OpAcquire:
+				return memstore.Fault{DropReply: true}
+			case memstore.OpRelease:
+				return memstore.Fault{Delay: 10 * time.Millisecond}
+			}
+			return memstore.Fault{}
+		})
+		if _, err := l.TryAcquire(t.Context(), "k"); !errors.Is(err, leasehold.ErrStore) {
+			t.Fatalf("expected a store error, got %v", err)
+		}
+		_ = l.Close() // as the CLI does right after
+		store.SetFaults(nil)
+		if _, err := store.Inspect(t.Context(), "k"); !errors.Is(err, leasehold.ErrNotHeld) {
+			t.Fatalf("expected the orphaned lock released by the time Close returned, got %v", err)
+		}
+	})
+}
+
+// A degraded lease from TryAcquire has no local guard (it is local-only and
+// renewed by nobody), also after a manual Renew.
+func TestDegradedLeaseStaysUntilReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Second, OnStoreError: leasehold.FailOpen})
+		store.SetDown(true)
+		lease, err := l.TryAcquire(t.Context(), "k")
+		if err != nil || !lease.Degraded() {
+			t.Fatalf("expected a degraded lease, got %v, %v", lease, err)
+		}
+		if err := lease.Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if err := lease.Err(); err != nil {
+			t.Fatalf("expected the degraded lease to stay until released, got %v", err)
+		}
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

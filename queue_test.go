@@ -1,0 +1,299 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
+)
+
+// recordingStore records what the Locker sends to a memstore, with the
+// (fake) time of every call. Every optional capability of memstore is
+// forwarded by embedding.
+type recordingStore struct {
+	*memstore.Store
+	mu       sync.Mutex
+	acquires []acquireCall
+	releases []string // tokens
+	subs     []subCall
+	release  func(key, token string) error // overrides Release when set
+}
+
+type acquireCall struct {
+	req leasehold.AcquireRequest
+	at  time.Time
+	err error
+}
+
+type subCall struct {
+	key, token string
+	ctx        context.Context
+}
+
+func newRecordingStore(opts ...memstore.Option) *recordingStore {
+	return &recordingStore{Store: memstore.New(opts...)}
+}
+
+func (s *recordingStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	at := time.Now()
+	g, err := s.Store.Acquire(ctx, req)
+	s.mu.Lock()
+	s.acquires = append(s.acquires, acquireCall{req: req, at: at, err: err})
+	s.mu.Unlock()
+	return g, err
+}
+
+func (s *recordingStore) Release(ctx context.Context, key, token string) error {
+	s.mu.Lock()
+	s.releases = append(s.releases, token)
+	f := s.release
+	s.mu.Unlock()
+	if f != nil {
+		return f(key, token)
+	}
+	return s.Store.Release(ctx, key, token)
+}
+
+func (s *recordingStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	s.mu.Lock()
+	s.subs = append(s.subs, subCall{key, token, ctx})
+	s.mu.Unlock()
+	return s.Store.WaitRelease(ctx, key, token)
+}
+
+func (s *recordingStore) calls() []acquireCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]acquireCall(nil), s.acquires...)
+}
+
+func (s *recordingStore) released() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.releases...)
+}
+
+func TestWaitingAcquireQueuesAndTryAcquireNever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecordingStore()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
+		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(t.Context())
+		if _, err := waiter.TryAcquire(t.Context(), "k"); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+		if _, err := waiter.Hold(t.Context(), "k", time.Second); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 4500*time.Millisecond)
+		defer cancel()
+		start, tries := time.Now(), len(store.calls())
+		if _, err := waiter.Acquire(ctx, "k"); !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expected ErrNotAcquired and DeadlineExceeded, got %v", err)
+		}
+		var waits []time.Duration
+		for i, c := range store.calls() {
+			switch {
+			case c.req.Holder == "":
+				t.Fatalf("expected every request to carry the holder identity, got %+v", c.req)
+			case c.req.Token == held.Token():
+			case i < tries:
+				if c.req.QueueTTL != 0 {
+					t.Fatalf("expected TryAcquire and Hold never to queue, got QueueTTL %v", c.req.QueueTTL)
+				}
+			default:
+				if c.req.QueueTTL != 3*time.Second {
+					t.Fatalf("expected a waiting acquire to send QueueTTL = WaiterTTL (3s), got %v", c.req.QueueTTL)
+				}
+				waits = append(waits, c.at.Sub(start))
+			}
+		}
+		// Subscribe, retry at once, then refresh the place every WaiterTTL/3.
+		want := []time.Duration{0, 0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
+		if len(waits) != len(want) {
+			t.Fatalf("expected requests at %v, got %v", want, waits)
+		}
+		for i := range want {
+			if waits[i] != want[i] {
+				t.Fatalf("expected requests at %v, got %v", want, waits)
+			}
+		}
+	})
+}
+
+func TestWaiterWakesAtTheHoldersExactExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		crashed, _, _ := newLocker(t, store, leasehold.Options{Name: "crashed"})
+		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter"})
+		const ttl = 700 * time.Millisecond
+		// A hold is never renewed nor released: like a holder that died.
+		if _, err := crashed.Hold(t.Context(), "k", ttl); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		ls, err := waiter.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Release(t.Context())
+		if d := time.Since(start); d != ttl-100*time.Millisecond {
+			t.Fatalf("expected the takeover exactly at the holder's expiry (%v), got %v", ttl-100*time.Millisecond, d)
+		}
+	})
+}
+
+func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	for _, how := range []string{"deadline", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newRecordingStore()
+				holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder"})
+				waiter, err := leasehold.New(store, leasehold.Options{Name: "waiter"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer waiter.Close()
+				held, err := holder.TryAcquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer held.Release(t.Context())
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				defer cancel()
+				done := make(chan error, 1)
+				go func() {
+					_, err := waiter.Acquire(ctx, "k")
+					done <- err
+				}()
+				time.Sleep(time.Second)
+				if how == "Close" {
+					_ = waiter.Close() // returns after the waiter left the queue
+				} else {
+					err = <-done
+					_ = waiter.Close() // joins the clean-up
+				}
+				calls := store.calls()
+				token := calls[len(calls)-1].req.Token
+				var left bool
+				for _, tok := range store.released() {
+					left = left || tok == token
+				}
+				if how == "Close" {
+					err = <-done
+				}
+				if !left {
+					t.Fatalf("expected the waiter (%v) to leave the queue with a release of its token", err)
+				}
+			})
+		})
+	}
+}
+
+func TestWaiterSubscribesWithItsOwnContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecordingStore()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder"})
+		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter"})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(t.Context())
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, _ = waiter.Acquire(ctx, "k")
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		if len(store.subs) != 1 {
+			t.Fatalf("expected one subscription, got %d", len(store.subs))
+		}
+		if _, ok := store.subs[0].ctx.Deadline(); !ok || store.subs[0].ctx.Err() == nil {
+			t.Fatalf("expected the subscription bounded by the waiter's context (deadline %v, err %v)", ok, store.subs[0].ctx.Err())
+		}
+	})
+}
+
+func TestLocalGateIsFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, _, _ := newLocker(t, store, leasehold.Options{})
+		first, err := l.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 20
+		order := make(chan int, n)
+		for i := range n {
+			go func() {
+				ls, err := l.Acquire(t.Context(), "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				order <- i
+				_ = ls.Release(t.Context())
+			}()
+			synctest.Wait() // goroutine i queues before goroutine i+1
+		}
+		_ = first.Release(t.Context())
+		for want := range n {
+			if got := <-order; got != want {
+				t.Fatalf("expected goroutine %d next, got %d", want, got)
+			}
+		}
+	})
+}
+
+// With the store's queue, separate Lockers (separate replicas) get the key
+// in the order they started waiting, and each hand-off is woken at once.
+func TestWaitersAcrossLockersAreServedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder"})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 5
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for i := range n {
+			l, _, _ := newLocker(t, store, leasehold.Options{Name: "replica-" + itoa(i), WaitCap: time.Minute})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ls, err := l.Acquire(t.Context(), "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				order <- i
+				time.Sleep(10 * time.Millisecond)
+				_ = ls.Release(t.Context())
+			}()
+			synctest.Wait() // replica i is queued before replica i+1 starts
+		}
+		start := time.Now()
+		_ = held.Release(t.Context())
+		for want := range n {
+			if got := <-order; got != want {
+				t.Fatalf("expected replica %d next, got %d", want, got)
+			}
+		}
+		if d := time.Since(start); d != (n-1)*10*time.Millisecond {
+			t.Fatalf("expected every hand-off at once (%v in all), got %v", (n-1)*10*time.Millisecond, d)
+		}
+	})
+}

@@ -1,0 +1,94 @@
+-- lib: helpers prepended to every script (one chunk per script, so Redis
+-- caches each script whole). Fences are decimal strings and never Lua
+-- numbers: a double is exact only up to 2^53.
+local MAXFENCE = '18446744073709551615' -- uint64
+
+-- fence_ok reports whether s is a canonical decimal uint64.
+local function fence_ok(s)
+  if not string.find(s, '^[1-9]%d*$') or #s > 20 then return s == '0' end
+  return #s < 20 or s <= MAXFENCE
+end
+
+-- less compares two canonical decimals.
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+
+-- incr returns s + 1.
+local function incr(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #s) end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+
+-- bad fails the script with a BADENTRY error naming the Redis key.
+local function bad(key, what)
+  return redis.error_reply('BADENTRY ' .. key .. ' ' .. what)
+end
+
+-- owns reports whether the lock value v ("token|holder") is token's; a
+-- bare "token" (written by leasehold before holders were stored) counts.
+local function owns(v, token)
+  return string.sub(v, 1, #token + 1) == token .. '|' or v == token
+end
+
+-- holder_of returns the holder part of a lock value.
+local function holder_of(v)
+  local i = string.find(v, '|', 1, true)
+  if i then return string.sub(v, i + 1) end
+  return ''
+end
+
+-- clock returns Redis TIME as µs (a decimal string) and as ms (a number).
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] .. string.rep('0', 6 - #t[2]) .. t[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- load_queue returns the live entries of the queue hash (token -> "seq|deadline ms|holder",
+-- field "#" the last seq) in FIFO order, as {token, seq, deadline, holder}.
+-- With prune it deletes dead or unreadable entries (and the hash when none is left).
+local function load_queue(qk, nowms, prune)
+  local raw = redis.call('HGETALL', qk)
+  local live, dead = {}, {}
+  for i = 1, #raw, 2 do
+    local f = raw[i]
+    if f ~= '#' then
+      local seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
+      if seq and tonumber(dl) > nowms then
+        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h}
+      else
+        dead[#dead + 1] = f
+      end
+    end
+  end
+  if prune then
+    if #live == 0 then
+      if #raw > 0 then redis.call('DEL', qk) end
+    elseif #dead > 0 then
+      redis.call('HDEL', qk, unpack(dead))
+    end
+  end
+  table.sort(live, function(a, b) return a[2] < b[2] end)
+  return live
+end
+
+-- position returns token's 1-based place in live, or nil.
+local function position(live, token)
+  for i, e in ipairs(live) do
+    if e[1] == token then return i end
+  end
+  return nil
+end
+
+-- notify wakes a waiter: token on the key's channel ('' wakes every waiter).
+-- ARGV[1] is the channel, ARGV[2] '1' for sharded pub/sub (Cluster).
+local function notify(token)
+  if ARGV[2] == '1' then
+    redis.call('SPUBLISH', ARGV[1], token)
+  else
+    redis.call('PUBLISH', ARGV[1], token)
+  end
+end

@@ -1,0 +1,67 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// Configuration mistakes are errors wrapping leasehold.ErrMisconfigured,
+// never contention and never a transient failure, so a FailOpen Locker does
+// not run work without a lock on them. Each case is a real server refusing.
+func TestMisconfigurationErrors(t *testing.T) {
+	srv := testredis.Start(t, "--requirepass", "right-pass-123")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "right-pass-123"})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := t.Context()
+	// A user that may use the commands but not the store's keys (another prefix).
+	if err := admin.Do(ctx, "ACL", "SETUSER", "narrow", "on", ">narrow-pass-1", "resetkeys", "~other:*",
+		"resetchannels", "&other:*", "-@all", "+evalsha", "+eval", "+get", "+set", "+exists", "+ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := func(o redis.Options) *redis.Client {
+		o.Addr = srv.Addr
+		c := redis.NewClient(&o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	good := newStore(t, admin, redisstore.Options{})
+	if err := admin.HSet(ctx, good.LockKey("hash"), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *redis.Client
+		key  string
+		want string
+	}{
+		{"wrong password", client(redis.Options{Password: "wrong-pass-456"}), "k", "WRONGPASS"},
+		{"no password", client(redis.Options{}), "k", "NOAUTH"},
+		{"ACL denies the prefix", client(redis.Options{Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM"},
+		{"database that does not exist", client(redis.Options{Password: "right-pass-123", DB: 99}), "k", "DB index"},
+		{"lock key of another type", admin, "hash", "WRONGTYPE"},
+	} {
+		s := newStore(t, tc.c, redisstore.Options{})
+		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: tc.key, Token: "t", TTL: time.Minute})
+		if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Errorf("%s: expected an error wrapping ErrMisconfigured, got %v", tc.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: expected the error to say %s, got %v", tc.name, tc.want, err)
+		}
+		if strings.Contains(err.Error(), "pass-") {
+			t.Errorf("%s: the error shows a password: %v", tc.name, err)
+		}
+		if err := s.Release(ctx, tc.key, "t"); !errors.Is(err, leasehold.ErrMisconfigured) {
+			t.Errorf("%s: Release: expected ErrMisconfigured, got %v", tc.name, err)
+		}
+	}
+}

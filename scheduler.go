@@ -1,0 +1,404 @@
+package leasehold
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+)
+
+// scheduler owns the timing of every lease of one Locker: one goroutine and
+// one heap of deadlines, however many leases are held. The goroutine runs
+// while the Locker holds a lease (and idleLinger longer), until Close.
+//
+// Each held lease sits in the heap at its next deadline, the earliest of:
+//
+//	maxHoldAt   MaxHold since acquisition (until capped)
+//	validUntil  the local expiry guard (unless switched off by RenewalContinue)
+//	renewAt     the next automatic renewal (not while one is in flight)
+//
+// A lease's state, guarded by scheduler.mu:
+//
+//	held ──renewAt due──▶ held+renewing ──ok──────────▶ held (failures = 0, deadlines move on)
+//	                                    ──failed──────▶ held (failures+1, retry spread before the guard)
+//	                                    ──failed N────▶ over: ErrLeaseAbandoned
+//	                                    ──not owned───▶ over: ErrLeaseLost
+//	held(+renewing) ──validUntil due──▶ over: ErrLeaseExpired
+//	held(+renewing) ──maxHoldAt due──▶ held, capped: ErrMaxHoldReached, no more renewal
+//	held(+renewing) ──Release / Close──▶ over: ErrLeaseReleased / ErrLockerClosed
+//
+// over is final: the lease leaves the heap and the set, and whatever ended
+// it (the scheduler, a renewal goroutine, Release, Close) reports it once.
+// A renewal runs in a goroutine the scheduler owns (wg), never on the
+// scheduler's own goroutine, so a slow store cannot delay another lease's
+// guard. A renewal that comes back after its lease went over changes nothing;
+// if it succeeded on a lease that ended without releasing (expired,
+// abandoned) it is undone with a token-checked release, so no lock outlives
+// the lease that took it.
+//
+// Every report about a lease (observer, log, context cancel) made outside the
+// mutex is counted in Lease.acting; Release and Close wait until it is zero,
+// so nothing about a lease runs after they returned.
+type scheduler struct {
+	l *Locker
+
+	mu      sync.Mutex
+	cond    sync.Cond // broadcast when a Lease.acting drops to zero
+	q       leaseHeap
+	leases  map[*Lease]struct{}
+	closed  bool // Close began: no new leases, renewal outcomes are ignored
+	running bool
+
+	ctx    context.Context // parent of every renewal; cancelled by Close
+	cancel context.CancelFunc
+	wake   chan struct{} // capacity 1: the heap's head changed
+	stop   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+}
+
+func newScheduler(l *Locker) *scheduler {
+	s := &scheduler{l: l, leases: make(map[*Lease]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.cond.L = &s.mu
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// add registers a new lease and schedules it; false once Close began.
+func (s *scheduler) add(ls *Lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.leases[ls] = struct{}{}
+	ls.idx = -1
+	s.fix(ls)
+	if !s.running {
+		s.running = true
+		s.wg.Add(1)
+		go s.loop()
+	}
+	return true
+}
+
+// fix puts ls at its next deadline in the heap, or takes it out. s.mu held.
+func (s *scheduler) fix(ls *Lease) {
+	at := ls.nextDeadline()
+	switch {
+	case at.IsZero() || ls.over:
+		if ls.idx >= 0 {
+			heap.Remove(&s.q, ls.idx)
+		}
+		return
+	case ls.idx >= 0:
+		ls.at = at
+		heap.Fix(&s.q, ls.idx)
+	default:
+		ls.at = at
+		heap.Push(&s.q, ls)
+	}
+	if s.q[0] == ls {
+		s.signal()
+	}
+}
+
+// signal wakes the loop to look at the heap again.
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finish marks ls over with cause and takes it out of the schedule. It
+// reports false when ls was already over (someone else ends it). s.mu held.
+func (s *scheduler) finish(ls *Lease, cause error) bool {
+	if ls.over {
+		return false
+	}
+	ls.over, ls.cause = true, cause
+	s.fix(ls)
+	delete(s.leases, ls)
+	if len(s.leases) == 0 {
+		s.signal() // the loop can stop
+	}
+	return true
+}
+
+// loop is the scheduler goroutine: it sleeps until the earliest deadline,
+// handles every due lease and goes back to sleep.
+func (s *scheduler) loop() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next, idle := s.runDue(time.Now())
+		switch {
+		case idle:
+			t.Reset(idleLinger)
+		case next.IsZero():
+			t.Stop()
+		default:
+			t.Reset(time.Until(next))
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-t.C:
+			if idle && s.stopIdle() {
+				return // no lease for a while: add starts the loop again
+			}
+		}
+	}
+}
+
+// idleLinger is how long the scheduler goroutine waits for a new lease
+// after the last one ended before it exits, so that a Locker taking and
+// releasing one lease at a time does not start a goroutine per lease.
+const idleLinger = 100 * time.Millisecond
+
+// stopIdle marks the loop as not running if the Locker still holds no
+// lease, and reports whether it did.
+func (s *scheduler) stopIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leases) > 0 {
+		return false
+	}
+	s.running = false
+	return true
+}
+
+// step is one thing to report about a lease after runDue dropped the mutex.
+type step struct {
+	ls   *Lease
+	what stepKind
+}
+
+type stepKind int
+
+const (
+	stepMaxHold  stepKind = iota + 1 // capped: report, cancel with ErrMaxHoldReached
+	stepExpired                      // over by the guard: report and end
+	stepContinue                     // guard passed under RenewalContinue: report only
+)
+
+// runDue handles every lease whose deadline is not after now and returns
+// the next deadline (zero: none). It reports idle when no lease is left.
+func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
+	s.mu.Lock()
+	var steps []step
+	var renew []*Lease
+	for len(s.q) > 0 && !s.q[0].at.After(now) {
+		ls := s.q[0]
+		st, renewNow := ls.due(now, &s.l.opts)
+		if st != 0 {
+			if st == stepExpired {
+				s.finish(ls, ErrLeaseExpired)
+			}
+			ls.acting++
+			steps = append(steps, step{ls, st})
+		}
+		if renewNow {
+			renew = append(renew, ls)
+		}
+		if !ls.over {
+			s.fix(ls) // its next deadline, or out of the heap while renewing
+		}
+	}
+	batches := s.startRenewals(now, renew)
+	if len(s.q) > 0 {
+		next = s.q[0].at
+	}
+	idle = len(s.leases) == 0
+	s.mu.Unlock()
+	for _, st := range steps {
+		st.ls.report(st.what)
+		s.done(st.ls)
+	}
+	for _, b := range batches {
+		s.wg.Add(1)
+		go s.renew(b)
+	}
+	return next, idle
+}
+
+// done ends one report about ls (see acting).
+func (s *scheduler) done(ls *Lease) {
+	s.mu.Lock()
+	if ls.acting--; ls.acting == 0 {
+		s.cond.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+// quiet waits until nothing reports about ls. s.mu held.
+func (s *scheduler) quiet(ls *Lease) {
+	for ls.acting > 0 {
+		s.cond.Wait()
+	}
+}
+
+// maxBatch caps how many leases one batch renewal carries.
+const maxBatch = 256
+
+// renewal is one store call renewing one lease, or several in a batch.
+type renewal struct {
+	leases []*Lease
+	sent   time.Time
+}
+
+// startRenewals marks the due leases as renewing and groups them into store
+// calls. With a BatchRenewer, every other lease due within a quarter of
+// RenewInterval joins: renewing it a little early is harmless and saves
+// round trips. s.mu held.
+func (s *scheduler) startRenewals(now time.Time, due []*Lease) []renewal {
+	if len(due) == 0 {
+		return nil
+	}
+	_, batching := s.l.store.(BatchRenewer)
+	if !batching {
+		out := make([]renewal, len(due))
+		for i, ls := range due {
+			ls.renewing = true
+			out[i] = renewal{leases: []*Lease{ls}, sent: now}
+		}
+		return out
+	}
+	soon := now.Add(s.l.opts.RenewInterval / 4)
+	for ls := range s.leases {
+		// A lease retrying after a failure keeps its own spread schedule.
+		if !ls.renewing && ls.failures == 0 && !ls.renewAt.IsZero() && !ls.renewAt.After(soon) && !ls.over {
+			due = append(due, ls)
+		}
+	}
+	var out []renewal
+	for i := 0; i < len(due); i += maxBatch {
+		b := due[i:min(i+maxBatch, len(due))]
+		for _, ls := range b {
+			ls.renewing = true
+			s.fix(ls)
+		}
+		out = append(out, renewal{leases: b, sent: now})
+	}
+	return out
+}
+
+// renew makes one renewal store call and applies its outcome.
+func (s *scheduler) renew(r renewal) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithDeadline(s.ctx, r.sent.Add(s.l.opts.RenewTimeout))
+	defer cancel()
+	errs := s.call(ctx, r.leases)
+	for i, ls := range r.leases {
+		s.renewed(ls, r.sent, errs[i])
+	}
+}
+
+// call sends one Renew or RenewBatch and returns one error per lease.
+func (s *scheduler) call(ctx context.Context, leases []*Lease) []error {
+	if len(leases) == 1 {
+		ls := leases[0]
+		return []error{s.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)}
+	}
+	reqs := make([]RenewRequest, len(leases))
+	for i, ls := range leases {
+		reqs[i] = RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl}
+	}
+	errs := s.l.store.(BatchRenewer).RenewBatch(ctx, reqs)
+	if len(errs) != len(reqs) { // a broken store; never index past it
+		errs = make([]error, len(reqs))
+		for i := range errs {
+			errs[i] = errBatchLength
+		}
+	}
+	return errs
+}
+
+// renewed applies the outcome of an automatic renewal of ls sent at sent.
+func (s *scheduler) renewed(ls *Lease, sent time.Time, err error) {
+	s.mu.Lock()
+	ls.renewing = false
+	if s.closed || ls.over {
+		undo := err == nil && ls.over && !ls.released
+		s.mu.Unlock()
+		if undo {
+			ls.undo()
+		}
+		return
+	}
+	out := ls.outcome(sent, time.Now(), err, &s.l.opts)
+	if out.cause != nil {
+		s.finish(ls, out.cause)
+	} else {
+		s.fix(ls)
+	}
+	ls.acting++
+	s.mu.Unlock()
+	ls.reportRenewal(sent, err, out)
+	s.done(ls)
+}
+
+// end makes cause the end of ls unless it is already over, and waits until
+// nothing reports about ls any more. It reports whether this call ended it.
+func (s *scheduler) end(ls *Lease, cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	won := s.finish(ls, cause)
+	s.quiet(ls)
+	if won {
+		ls.released = true // the caller releases in the store (or must not)
+	}
+	return won
+}
+
+// all returns the held leases and marks the scheduler closed: renewal
+// outcomes from now on are ignored and no lease is added.
+func (s *scheduler) closeAll() []*Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	out := make([]*Lease, 0, len(s.leases))
+	for ls := range s.leases {
+		out = append(out, ls)
+	}
+	return out
+}
+
+// shutdown stops the scheduler goroutine and joins it and every renewal in
+// flight (cancelled first).
+func (s *scheduler) shutdown() {
+	s.cancel()
+	s.mu.Lock()
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// leaseHeap orders leases by their next deadline.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	ls := x.(*Lease)
+	ls.idx = len(*h)
+	*h = append(*h, ls)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	ls := old[len(old)-1]
+	old[len(old)-1] = nil
+	ls.idx = -1
+	*h = old[:len(old)-1]
+	return ls
+}
