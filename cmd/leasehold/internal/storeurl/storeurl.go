@@ -108,6 +108,9 @@ func Open(ctx context.Context, raw string) (*Opened, error) {
 // OpenEnv is Open with the environment read through getenv (for
 // $LEASEHOLD_STORE_PASSWORD_FILE).
 func OpenEnv(ctx context.Context, raw string, getenv func(string) string) (*Opened, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)
 	desc := Describe(raw)
