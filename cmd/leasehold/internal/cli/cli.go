@@ -197,7 +197,7 @@ Exit statuses:
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
 	a.logs.register(pf)
 
-	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
+	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
 	return root
 }
 
