@@ -2,22 +2,33 @@
 // command line takes it in --store or LEASEHOLD_STORE:
 //
 //	memory                                   the embedded, in-process store
-//	redis://[user:password@]host:port[/db][?prefix=P&<go-redis options>]
+//	redis://[user:password@]host:port[/db][?prefix=P&functions=true&<go-redis options>]
 //	rediss://…                               the same over TLS
 //	redis://host:port?addr=host2:port2&addr=…  a Redis Cluster (go-redis ParseClusterURL)
 //	etcd://[user:password@]host:port[,host:port…][?prefix=P]  an etcd cluster
+//	etcds://…                                the same over TLS
 //	postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]
 //	postgresql://…                           the same
 //
-// The prefix query parameter sets the key prefix of the store; every other
-// query parameter of a Redis URL is go-redis's (dial_timeout, read_timeout, …).
+// Every URL also takes password_file=PATH (the password, from a file rather
+// than the URL; $LEASEHOLD_STORE_PASSWORD_FILE does the same for a URL
+// without a password), and, over TLS, ca_file=, cert_file= and key_file=
+// (mutual TLS) and skip_verify=true (accepted with a warning in
+// Opened.Warnings). For PostgreSQL the TLS files map to sslrootcert, sslcert
+// and sslkey, and imply sslmode=verify-full.
+//
+// The prefix query parameter sets the key prefix of the store; functions=true
+// calls redisstore's scripts with FCALL (load them first with
+// LoadRedisFunctions); every other query parameter of a Redis URL is
+// go-redis's (dial_timeout, read_timeout, …).
 // For PostgreSQL, table and schema name the lock table (default
 // public.leasehold_locks), migrate=false skips creating it (for a user
 // without the CREATE privilege), and every other parameter is pgx's
 // (sslmode, connect_timeout, pool_max_conns, …).
 //
-// Passwords never appear in what this package returns: Describe redacts
-// them, and every error is scrubbed of them.
+// Passwords never appear in what this package returns: Describe masks
+// them, also in malformed URLs and libpq key=value strings, and every error
+// is scrubbed of them and of every piece of them of 3 or more characters.
 package storeurl
 
 import (
@@ -57,7 +68,7 @@ const (
 )
 
 // Supported lists the accepted URL forms, for error messages and help.
-const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], postgres://user@host:port/db"
+const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], etcds://host:port (TLS), postgres://user@host:port/db"
 
 // Opened is an open store. Close it when done.
 type Opened struct {
