@@ -265,14 +265,18 @@ func scrub(msg string, secrets []string) string {
 // every piece of one, replaced by "xxxxx". It keeps err's chain for
 // errors.Is and errors.As. Use it on any error that came from code given
 // raw (a client's URL parser, a dial) before it reaches output.
-// A *url.Error in err is reduced to what parseErr says (it quotes the whole
-// URL, escaped, where a search for the password could miss it).
+// A *url.Error in err quotes its URL, escaped, where a search for the
+// password could miss it: the URL is replaced by its description, and a
+// parse error by what parseErr says.
 func RedactError(err error, raw string) error {
 	raw = strings.TrimSpace(raw)
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		msg := strings.Replace(err.Error(), ue.Error(), ue.Op+": "+parseErr(ue, raw), 1)
-		err = &redactedError{msg: msg, err: err}
+		short := fmt.Sprintf("%s %q: %v", ue.Op, Describe(ue.URL), ue.Err)
+		if ue.Op == "parse" {
+			short = "parse: " + parseErr(ue, raw)
+		}
+		err = &redactedError{msg: strings.Replace(err.Error(), ue.Error(), short, 1), err: err}
 	}
 	return redact(err, secretsOf(raw))
 }

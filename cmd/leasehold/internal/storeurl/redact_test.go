@@ -3,6 +3,8 @@ package storeurl_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +69,10 @@ func TestRedactErrorScrubsPieces(t *testing.T) {
 	err := storeurl.RedactError(errors.New(`parse: invalid port ":QXAdef" after host "usr:abc"`), raw)
 	if strings.Contains(err.Error(), "QXA") || strings.Contains(err.Error(), "def") || strings.Contains(err.Error(), "abc") {
 		t.Errorf("RedactError left a piece of the password: %v", err)
+	}
+	get := &url.Error{Op: "Get", URL: "http://usr:QZJ%2FVK@127.0.0.1:1/api", Err: errors.New("connection refused")}
+	if msg := storeurl.RedactError(fmt.Errorf("prometheus: %w", get), get.URL).Error(); strings.Contains(msg, "QZJ") || !strings.Contains(msg, "connection refused") {
+		t.Errorf("RedactError of an HTTP error: expected the URL masked and the cause kept, got %s", msg)
 	}
 	wrapped := storeurl.RedactError(context.DeadlineExceeded, raw)
 	if !errors.Is(wrapped, context.DeadlineExceeded) {
