@@ -135,13 +135,11 @@ func secretSpans(s string) [][2]int {
 		start, end := m[1], len(s)
 		rest := s[start:]
 		switch {
+		case libpq:
+			end = start + libpqValueEnd(rest)
 		case strings.HasPrefix(rest, "'"):
 			if i := closingQuote(rest); i > 0 {
 				end = start + i + 1
-			}
-		case libpq:
-			if loc := nextKey.FindStringIndex(rest); loc != nil {
-				end = start + loc[0]
 			}
 		default:
 			if i := strings.IndexAny(rest, "& \t"); i >= 0 {
@@ -154,6 +152,25 @@ func secretSpans(s string) [][2]int {
 		spans = append(spans, [2]int{start, end})
 	}
 	return spans
+}
+
+// libpqValueEnd returns where the libpq value at the start of s ends: after
+// its closing quote (a quoted value), and in any case not before the next
+// key= (text between a closing quote and the next key belongs to no other
+// setting, so it is masked with the value).
+func libpqValueEnd(s string) int {
+	from := 0
+	if strings.HasPrefix(s, "'") {
+		if i := closingQuote(s); i > 0 {
+			from = i + 1
+		} else {
+			return len(s)
+		}
+	}
+	if loc := nextKey.FindStringIndex(s[from:]); loc != nil {
+		return from + loc[0]
+	}
+	return len(s)
 }
 
 // closingQuote returns the index of the quote that closes the libpq value
@@ -204,17 +221,7 @@ func secretsOf(raw string) []string {
 			out = append(out, u)
 		}
 	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 && !conninfo.MatchString(raw) {
-		info := raw[:at]
-		if _, rest, ok := strings.Cut(info, "://"); ok {
-			info = rest
-		} else if _, rest, ok := strings.Cut(info, ":"); ok {
-			info = strings.TrimLeft(rest, "/")
-		}
-		if _, pass, ok := strings.Cut(info, ":"); ok {
-			add(pass)
-		}
-	}
+	add(userInfoPassword(raw))
 	if u, err := url.Parse(raw); err == nil {
 		if p, ok := u.User.Password(); ok {
 			add(p)
@@ -231,6 +238,23 @@ func secretsOf(raw string) []string {
 		add(raw[sp[0]:sp[1]])
 	}
 	return out
+}
+
+// userInfoPassword returns the password in the user information of raw (up
+// to the last '@', after the scheme however it is written), or "".
+func userInfoPassword(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 || conninfo.MatchString(raw) {
+		return ""
+	}
+	info := raw[:at]
+	if _, rest, ok := strings.Cut(info, "://"); ok {
+		info = rest
+	} else if _, rest, ok := strings.Cut(info, ":"); ok {
+		info = strings.TrimLeft(rest, "/")
+	}
+	_, pass, _ := strings.Cut(info, ":")
+	return pass
 }
 
 // scrub replaces in msg every piece of a secret of minFragment characters or
