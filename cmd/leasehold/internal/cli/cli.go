@@ -198,7 +198,7 @@ Exit statuses:
 	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.permitsCmd())
 	return root
 }
 
