@@ -30,12 +30,13 @@ const (
 	notOwned      = "leasehold_not_owned_total"
 	storeErrors   = "leasehold_store_errors_total"
 	staleWrites   = "leasehold_stale_writes_rejected_total"
+	leasesHeld    = "leasehold_leases_held"
 )
 
 // seriesPerLocker is the number of series one locker name creates: 3 acquire
 // results + 7 held reasons + renew + 7 plain counters + 3 not-owned ops + 6
-// store ops.
-const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6
+// store ops + the leases-held gauge.
+const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1
 
 var errRenewDown = errors.New("injected renew failure")
 

@@ -176,3 +176,11 @@ func teeObservers(obs ...leasehold.Observer) leasehold.Observer {
 		}
 	})
 }
+
+// initSeriesOf creates the series of locker at zero when obs can
+// (prommetrics.Observer.Init), so the first event shows in increase().
+func initSeriesOf(obs leasehold.Observer, locker string) {
+	if in, ok := obs.(interface{ Init(string, ...string) }); ok {
+		in.Init(locker)
+	}
+}
