@@ -204,8 +204,8 @@ Exit statuses:
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
 	a.logs.register(pf)
 
-	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd(), a.setupCmd())
+	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd())
 	return root
 }
 
