@@ -222,7 +222,11 @@ func (a *App) storeFlagOrEnv() string {
 func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*storeurl.Opened, error) {
 	raw := a.storeFlagOrEnv()
 	if raw == "" {
-		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, storeurl.Supported)
+		supported := storeurl.Supported
+		if shared { // the memory store cannot serve this command: do not offer it
+			supported = strings.Replace(supported, "memory, ", "", 1)
+		}
+		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, supported)
 	}
 	o, err := storeurl.OpenEnv(ctx, raw, a.Getenv)
 	switch {
