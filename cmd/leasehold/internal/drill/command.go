@@ -37,12 +37,12 @@ func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
 // NewCommand is Command with options.
 func NewCommand(opts CommandOptions) *cobra.Command {
 	var (
-		cfg                       Config
-		storeURL, faults          string
-		onStoreErr, onRenewFail   string
-		fencing, timeline         string
+		cfg                              Config
+		storeURL, faults                 string
+		onStoreErr, onRenewFail          string
+		fencing, timeline                string
 		asJSON, verbose, logLocks, quiet bool
-		metricsOpts               MetricsOptions
+		metricsOpts                      MetricsOptions
 	)
 	workerCmd := newWorkerCommand()
 	cmd := &cobra.Command{
