@@ -34,6 +34,9 @@ const (
 	// etcdExpiryCheck is how often the etcd leader looks for expired leases
 	// (the lessor's fixed 500 ms), plus the raft round that deletes them.
 	etcdExpiryCheck = 600 * time.Millisecond
+	// etcdLeaseSlack is what etcdstore adds to a lock's TTL (whole seconds)
+	// when it grants the shared lease its locks of that TTL live on.
+	etcdLeaseSlack = 1
 )
 
 // etcdBackend runs the drill on etcd. Every replica process has its own
@@ -49,7 +52,7 @@ type etcdBackend struct {
 	direct    *clientv3.Client
 	obs       *etcdstore.Store
 	prefix    string
-	serverTTL time.Duration // the lease TTL etcd grants for cfg.TTL
+	serverTTL time.Duration // the TTL etcd grants the store's shared lease for cfg.TTL
 	ctx       context.Context
 
 	mu       sync.Mutex
@@ -102,9 +105,10 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if _, err := b.direct.Get(pctx, b.prefix, clientv3.WithCountOnly()); err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s does not answer: %v", ErrSetup, where, err)
 	}
-	// The TTL etcd grants: cfg.TTL rounded up to seconds, raised to the
+	// The TTL etcd grants the store's shared lease for cfg.TTL: rounded up
+	// to seconds plus etcdstore's one second of slack, raised to the
 	// cluster's minimum (1.5 × its election timeout).
-	secs := int64((cfg.TTL + time.Second - 1) / time.Second)
+	secs := int64((cfg.TTL+time.Second-1)/time.Second) + etcdLeaseSlack
 	g, err := b.direct.Grant(pctx, secs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s: grant a lease: %v", ErrSetup, where, err)
@@ -167,9 +171,15 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 		_ = cli.Close()
 		return nil, nil, err
 	}
+	// The process's end: its connections close first, as a dead process's
+	// do, so the store's Close cannot revoke its shared leases (a revoke
+	// deletes every lock on them at once: a crash would look like a
+	// release). What a holder left behind ends as it would after a real
+	// crash: etcd expires the lease (see expiryBound). A graceful end
+	// released every lock through the Locker before this runs.
 	return s, func() {
-		_ = s.Close()
 		_ = cli.Close()
+		_ = s.Close()
 	}, nil
 }
 
@@ -192,10 +202,17 @@ func (b *etcdBackend) lateness() time.Duration {
 	return late
 }
 
-// expiryBound: etcd expires a lease TTL (whole seconds, at least the
-// cluster's minimum) after its last grant or keep-alive, and the leader looks
-// for expired leases every 500 ms.
-func (b *etcdBackend) expiryBound() time.Duration { return b.serverTTL + etcdExpiryCheck }
+// expiryBound: while a replica's store reaches etcd it deletes a lock
+// nobody renews at its TTL; the store's shared lease is kept alive until
+// then. When the store dies or loses etcd (crash, outage), etcd expires the
+// lease its TTL (the lock's whole seconds + 1 s, at least the cluster's
+// minimum) after the last keep-alive, and the leader looks for expired
+// leases every 500 ms. So a lock ends at most TTL + lease TTL + that check
+// after its last applied acquire or renew (docs/etcd.md, "A lock nobody
+// renews").
+func (b *etcdBackend) expiryBound() time.Duration {
+	return b.cfg.TTL + b.serverTTL + etcdExpiryCheck
+}
 
 func (b *etcdBackend) setDown(down bool) {
 	for _, p := range b.proxies {
