@@ -9,6 +9,13 @@ import (
 	"time"
 )
 
+// firstBackoff is the first wait before retrying a key that the store says
+// is still held with no time left (Redis's PTTL rounds the last millisecond
+// down to 0) or cannot tell: the holder's expiry is at most a millisecond
+// away, so the head retries at once, doubling up to WaitCap. It was 25 ms,
+// which put half of the Redis crash takeovers 25 ms after the expiry.
+const firstBackoff = time.Millisecond
+
 // attempt is one call of TryAcquire, Acquire, Hold or Do's acquisition: one
 // token, possibly several store requests.
 type attempt struct {
@@ -35,7 +42,7 @@ func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
 	if l.ctx.Err() != nil {
 		return nil, ErrLockerClosed
 	}
-	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: 25 * time.Millisecond, ops: l.opsOf(spec)}
+	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: firstBackoff, ops: l.opsOf(spec)}
 	if err := a.enterGate(ctx); err != nil {
 		return nil, err
 	}
