@@ -205,7 +205,7 @@ Exit statuses:
 	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd(), a.benchChildCmd())
 	return root
 }
 
