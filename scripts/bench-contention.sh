@@ -56,7 +56,7 @@ GO
 set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
 if [ "${PEERS:-0}" = 1 ]; then
 	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
-	set -- "$@" --variant "redislock=$tmp/peers/child redislock" --variant "redsync=$tmp/peers/child redsync"
+	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync"
 fi
 
 # Servers.

@@ -45,7 +45,7 @@ func (o *contentionOpts) register(f *pflag.FlagSet) {
 	f.StringVar(&o.etcd, "etcd", "", "--contention: etcd URL")
 	f.StringVar(&o.etcdMetrics, "etcd-metrics", "", "--contention: the etcd server's /metrics URL, to count requests")
 	f.StringVar(&o.postgres, "postgres", "", "--contention: PostgreSQL URL (a server with pg_stat_statements preloaded, to count statements)")
-	f.StringArrayVar(&o.variants, "variant", nil, "--contention: NAME=COMMAND of a replica build to compare (repeatable); default: this binary as \"current\"")
+	f.StringArrayVar(&o.variants, "variant", nil, "--contention: NAME[@STORE]=COMMAND of a replica build to compare, on every store or only on STORE (redis, etcd, postgres; repeatable); default: this binary as \"current\"")
 }
 
 func (o *contentionOpts) check() error {
@@ -71,7 +71,8 @@ func (o *contentionOpts) variantList() ([]contention.Variant, error) {
 		if !ok || name == "" || strings.TrimSpace(command) == "" {
 			return nil, usage("--variant %q: want NAME=COMMAND", s)
 		}
-		vs = append(vs, contention.Variant{Name: name, Argv: strings.Fields(command)})
+		name, only, _ := strings.Cut(name, "@")
+		vs = append(vs, contention.Variant{Name: name, Only: only, Argv: strings.Fields(command)})
 	}
 	if len(vs) == 0 {
 		self, err := os.Executable()

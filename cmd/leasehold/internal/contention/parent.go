@@ -28,6 +28,9 @@ import (
 type Variant struct {
 	Name string
 	Argv []string
+	// Only, if set, names the one target the variant runs on (the peers
+	// are Redis libraries).
+	Only string
 }
 
 // Target is one store to run against. Count, when set, returns the number
@@ -105,6 +108,9 @@ func Run(ctx context.Context, cfg Config) ([]Cell, error) {
 				slices.Reverse(vs)
 			}
 			for _, v := range vs {
+				if v.Only != "" && v.Only != t.Name {
+					continue
+				}
 				c, err := runLoop(ctx, cfg, v, t)
 				if err != nil {
 					return cells, fmt.Errorf("pass %d, %s, %s: %w", p, t.Name, v.Name, err)
