@@ -157,7 +157,7 @@ func printContention(w io.Writer, cfg contention.Config, cells []contention.Cell
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, v.Name,
 				rangeOf(sel, func(c contention.Cell) float64 { return float64(c.Acquisitions) }, "%.0f"),
-				rangeOf(sel, contention.Cell.RequestsPerAcq, "%.1f"),
+				requestsRange(sel),
 				rangeOf(sel, contention.Cell.Fairness, "%.2f")+" ("+minMaxCounts(sel)+")",
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.WaitP99) }, "%.1fms"),
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.HandoffP50) * 1000 }, "%.0fµs"),
@@ -186,13 +186,21 @@ func rangeOf(cells []contention.Cell, f func(contention.Cell) float64, format st
 	for _, c := range cells[1:] {
 		lo, hi = min(lo, f(c)), max(hi, f(c))
 	}
-	if lo < 0 {
-		return "n/a"
-	}
 	if fmt.Sprintf(format, lo) == fmt.Sprintf(format, hi) {
 		return fmt.Sprintf(format, lo)
 	}
 	return fmt.Sprintf(format, lo) + "–" + fmt.Sprintf(format, hi)
+}
+
+// requestsRange is the range of requests per acquisition, n/a when a
+// cell was not counted.
+func requestsRange(cells []contention.Cell) string {
+	for _, c := range cells {
+		if c.RequestsPerAcq() < 0 {
+			return "n/a"
+		}
+	}
+	return rangeOf(cells, contention.Cell.RequestsPerAcq, "%.1f")
 }
 
 func minMaxCounts(cells []contention.Cell) string {
