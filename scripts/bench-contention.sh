@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # bench-contention.sh — the cross-process contention benchmark of issue 11
 # (BENCHMARKS.md, "Round 2: contention across processes").
 #
@@ -15,23 +15,36 @@
 #
 # Needs: go, git, redis-server, etcd, /usr/lib/postgresql/*/bin (see
 # scripts/install-test-deps.sh). Run from anywhere inside the repository.
-set -eu
+set -euo pipefail
 
 root=$(git rev-parse --show-toplevel)
 before=${BEFORE:-f7c9a25}
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
 tmp=$(mktemp -d /tmp/leasehold-contention.XXXXXX)
 pids=""
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
 	if [ -f "$tmp/pg/postmaster.pid" ]; then
-		runuser -u postgres -- "$pgbin/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1 || true
+		aspg "$pgbin/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1 || true
 	fi
 	git -C "$root" worktree remove --force "$tmp/before" >/dev/null 2>&1 || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
 
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# freeport prints a loopback port nobody listens on.
+freeport() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+}
+# aspg runs a PostgreSQL program as the postgres user when we are root
+# (PostgreSQL refuses to run as root).
+aspg() {
+	if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
 
 # Builds.
 echo "building after ($(git -C "$root" rev-parse --short HEAD)) and before ($before)" >&2
@@ -71,16 +84,15 @@ etcd --name b --data-dir "$tmp/etcd" \
 	--initial-cluster "b=http://127.0.0.1:$epeer" --heartbeat-interval 10 --election-timeout 100 \
 	--log-level error >"$tmp/etcd.log" 2>&1 &
 pids="$pids $!"
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
 pport=$(freeport)
 mkdir -p "$tmp/pg"
-chown postgres "$tmp" "$tmp/pg"
-runuser -u postgres -- "$pgbin/initdb" -D "$tmp/pg" -U postgres --auth=trust --no-sync >/dev/null
-runuser -u postgres -- "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w -o \
+[ "$(id -u)" -ne 0 ] || chown postgres "$tmp" "$tmp/pg"
+aspg "$pgbin/initdb" -D "$tmp/pg" -U postgres --auth=trust --no-sync >/dev/null
+aspg "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w -o \
 	"-p $pport -c listen_addresses=127.0.0.1 -c unix_socket_directories=$tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_preload_libraries=pg_stat_statements" \
 	start >/dev/null
 for _ in $(seq 50); do
-	redis-cli -p "$rport" ping >/dev/null 2>&1 && curl -sf "http://127.0.0.1:$eport/health" >/dev/null 2>&1 && break
+	redis-cli -p "$rport" ping >/dev/null 2>&1 && ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" endpoint health >/dev/null 2>&1 && break
 	sleep 0.2
 done
 

@@ -162,12 +162,19 @@ func printContention(w io.Writer, cfg contention.Config, cells []contention.Cell
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.WaitP99) }, "%.1fms"),
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.HandoffP50) * 1000 }, "%.0fµs"),
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(pctOf(c.TakeoverLags, 50)) }, "%.1fms"),
-				rangeOf(sel, func(c contention.Cell) float64 { return msOf(slices.Max(append(c.TakeoverLags, 0))) }, "%.1fms"),
+				rangeOf(sel, func(c contention.Cell) float64 { return msOf(maxOf(c.TakeoverLags)) }, "%.1fms"),
 				rangeOf(sel, func(c contention.Cell) float64 { return float64(c.Overlaps) }, "%.0f"),
 				rangeOf(sel, func(c contention.Cell) float64 { return float64(c.Errors) }, "%.0f"))
 		}
 	}
 	_ = tw.Flush()
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return slices.Max(ds)
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
