@@ -177,8 +177,22 @@ func Compute(in Input) (Result, error) {
 	return r, nil
 }
 
+// MaxInput is the longest duration Compute accepts in any field: far beyond
+// any sensible lease, and small enough that no sum of the inputs overflows
+// time.Duration (about 292 years).
+const MaxInput = 10000 * time.Hour
+
 // validate returns an error wrapping ErrInput naming the field to fix.
 func validate(in Input) error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"p99 critical section", in.P99}, {"jitter", in.Jitter}, {"guard", in.Guard},
+		{"detection jitter", in.DetectionJitter}, {"SLO", in.SLO}, {"renew timeout", in.RenewTimeout}} {
+		if f.d > MaxInput {
+			return fmt.Errorf("%w: %s must be at most %v, got %v", ErrInput, f.name, MaxInput, f.d)
+		}
+	}
 	switch {
 	case in.P99 <= 0:
 		return fmt.Errorf("%w: p99 critical section must be > 0, got %v", ErrInput, in.P99)

@@ -301,3 +301,15 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("Summarize: got %+v", sum)
 	}
 }
+
+// Durations whose sum would overflow are refused, naming the input, instead
+// of wrapping to a TTL of 0s that "meets" the SLO.
+func TestHugeInputsAreRefused(t *testing.T) {
+	_, err := Compute(Input{P99: 2562047*time.Hour + 47*time.Minute + 16*time.Second, Jitter: time.Second, Guard: time.Second, SLO: time.Hour})
+	if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "p99") {
+		t.Fatalf("expected ErrInput naming p99, got %v", err)
+	}
+	if _, err := Compute(Input{P99: time.Second, Jitter: MaxInput + 1}); !errors.Is(err, ErrInput) {
+		t.Fatalf("expected ErrInput for a jitter over MaxInput, got %v", err)
+	}
+}

@@ -98,6 +98,7 @@ type Observer struct {
 	maxHold       *prometheus.CounterVec
 	notOwned      *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
+	misconfigured *prometheus.CounterVec
 	staleWrites   *prometheus.CounterVec
 	leasesHeld    *prometheus.GaugeVec
 
@@ -122,6 +123,7 @@ type lockerSeries struct {
 	maxHold       prometheus.Counter
 	notOwned      [3]prometheus.Counter // by NotOwnedOps
 	storeErrors   [6]prometheus.Counter // by StoreOps
+	misconfigured prometheus.Counter
 	leasesHeld    prometheus.Gauge
 }
 
@@ -175,6 +177,8 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			"Releases and renewals answered \"lock not owned\", by operation.", "op"),
 		storeErrors: counter("store_errors_total",
 			"Failures of the lock store, by operation.", "op"),
+		misconfigured: counter("store_misconfigured_total",
+			"Store failures that are configuration errors (wrong password, missing permission, wrong key type, cross-slot keys, missing schema): never failed open; fix the configuration."),
 		staleWrites: counter("stale_writes_rejected_total",
 			"Writes rejected at a fenced boundary because their fence was older than the last accepted one, by resource.", "resource"),
 		leasesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -184,7 +188,7 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
-		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.staleWrites, m.leasesHeld,
+		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.misconfigured, m.staleWrites, m.leasesHeld,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register metrics: %w", err)
@@ -212,6 +216,7 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 		lost:          m.lost.WithLabelValues(name),
 		expired:       m.expired.WithLabelValues(name),
 		maxHold:       m.maxHold.WithLabelValues(name),
+		misconfigured: m.misconfigured.WithLabelValues(name),
 		leasesHeld:    m.leasesHeld.WithLabelValues(name),
 	}
 	for i, r := range Results {
@@ -288,6 +293,9 @@ func (m *Observer) Observe(e leasehold.Event) {
 		s.notOwned[opIndex(NotOwnedOps, e.Op)].Inc()
 	case leasehold.EventStoreError:
 		s.storeErrors[opIndex(StoreOps, e.Op)].Inc()
+		if errors.Is(e.Err, leasehold.ErrMisconfigured) {
+			s.misconfigured.Inc()
+		}
 	case leasehold.EventHeld:
 		s.held[reasonIndex(e.Err)].Observe(seconds(e))
 		s.leasesHeld.Dec()

@@ -36,7 +36,7 @@ const (
 // seriesPerLocker is the number of series one locker name creates: 3 acquire
 // results + 7 held reasons + renew + 7 plain counters + 3 not-owned ops + 6
 // store ops + the leases-held gauge.
-const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1
+const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 // + misconfigured
 
 var errRenewDown = errors.New("injected renew failure")
 

@@ -21,7 +21,7 @@ const LibraryName = "leasehold"
 // (FCALL then fails with "Function not found").
 var functionSuffix = func() string {
 	h := sha1.New()
-	for _, s := range []string{libSrc, acquireSrc, renewSrc, releaseSrc, inspectSrc, forceReleaseSrc} {
+	for _, s := range []string{libSrc, acquireSrc, renewSrc, releaseSrc, inspectSrc, forceReleaseSrc, semLibSrc, semAcquireSrc, semRenewSrc, semReleaseSrc, semPermitsSrc} {
 		h.Write([]byte(s))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:8]
@@ -40,7 +40,19 @@ var storeScripts = []struct {
 	{&releaseScript, "release", &releaseSrc, false},
 	{&forceReleaseScript, "forcerelease", &forceReleaseSrc, false},
 	{&inspectScript, "inspect", &inspectSrc, true},
+	{&semAcquireScript, "sem_acquire", &semAcquireFull, false},
+	{&semRenewScript, "sem_renew", &semRenewFull, false},
+	{&semReleaseScript, "sem_release", &semReleaseFull, false},
+	{&semPermitsScript, "sem_permits", &semPermitsFull, true},
 }
+
+// The semaphore scripts as sent (semaphore.go prepends their helpers).
+var (
+	semAcquireFull = semLibSrc + semAcquireSrc
+	semRenewFull   = semLibSrc + semRenewSrc
+	semReleaseFull = semLibSrc + semReleaseSrc
+	semPermitsFull = semLibSrc + semPermitsSrc
+)
 
 // functionName returns the FCALL name of sc.
 func functionName(sc *redis.Script) string {

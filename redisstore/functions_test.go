@@ -22,6 +22,8 @@ const (
 		"+fcall +fcall_ro +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time " +
 		"+subscribe +ssubscribe"
 	operatorACL = serviceACL + " +scan"
+	// semaphoreACL is what semaphores (Locker.Semaphore) add.
+	semaphoreACL = " +hget +lrange +lrem +rpush +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
 )
 
 func aclUser(t *testing.T, srv *testredis.Server, name, rule string) *redis.Client {
@@ -115,4 +117,42 @@ func TestLibraryNamesEveryScript(t *testing.T) {
 			t.Errorf("Library has no %s function", name)
 		}
 	}
+}
+
+// TestFunctionsSemaphore runs the semaphore suite in Functions mode as the
+// operator user. A restart without persistence loses the library, so Heal
+// loads it again (as an operator must; see README).
+func TestFunctionsSemaphore(t *testing.T) {
+	srv := testredis.Start(t)
+	if err := redisstore.LoadFunctions(t.Context(), srv.Client(t)); err != nil {
+		t.Fatalf("LoadFunctions: %v", err)
+	}
+	aclUser(t, srv, "op", operatorACL+semaphoreACL)
+	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
+		New: func(t *testing.T) leasehold.Semaphorer {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "op", Password: "pw-op", ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			return newStore(t, c, redisstore.Options{Functions: true})
+		},
+		Break: func(t *testing.T, _ leasehold.Semaphorer) { srv.Stop() },
+		Heal: func(t *testing.T, _ leasehold.Semaphorer) {
+			srv.Restart()
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer admin.Close()
+			if err := admin.Do(t.Context(), append([]any{"ACL", "SETUSER", "op", "on", ">pw-op"}, fieldsAny(operatorACL+semaphoreACL)...)...).Err(); err != nil {
+				t.Fatalf("ACL SETUSER after restart: %v", err)
+			}
+			if err := redisstore.LoadFunctions(t.Context(), admin); err != nil {
+				t.Fatalf("LoadFunctions after restart: %v", err)
+			}
+		},
+	})
+}
+
+func fieldsAny(s string) []any {
+	var out []any
+	for _, f := range strings.Fields(s) {
+		out = append(out, f)
+	}
+	return out
 }

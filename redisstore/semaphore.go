@@ -116,7 +116,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	if req.QueueTTL > 0 {
 		qms = max(qms, 1)
 	}
-	res, err := semAcquireScript.Run(ctx, s.c, s.SemaphoreKeys(req.Key),
+	res, err := s.run(ctx, semAcquireScript, s.SemaphoreKeys(req.Key),
 		req.Token, ms, req.Limit, qms, req.Holder, s.retention.Milliseconds()).Slice()
 	if err != nil {
 		return leasehold.Grant{}, s.fail("acquire permit", req.Key, err)
@@ -150,7 +150,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	if err != nil {
 		return err
 	}
-	n, err := semRenewScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, ms, s.retention.Milliseconds()).Int64()
+	n, err := s.run(ctx, semRenewScript, s.SemaphoreKeys(key), token, ms, s.retention.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return s.fail("renew permit", key, err)
@@ -166,7 +166,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := semReleaseScript.Run(ctx, s.c, s.SemaphoreKeys(key), token, s.PermitChannel(key), s.sharded).Int64()
+	n, err := s.run(ctx, semReleaseScript, s.SemaphoreKeys(key), token, s.PermitChannel(key), s.sharded).Int64()
 	switch {
 	case err != nil:
 		return s.fail("release permit", key, err)
@@ -181,7 +181,7 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 	if err := checkKey(key); err != nil {
 		return leasehold.PermitInfo{}, err
 	}
-	res, err := semPermitsScript.Run(ctx, s.c, s.SemaphoreKeys(key)).Slice()
+	res, err := s.run(ctx, semPermitsScript, s.SemaphoreKeys(key)).Slice()
 	if err != nil {
 		return leasehold.PermitInfo{}, s.fail("permits", key, err)
 	}

@@ -358,7 +358,7 @@ func TestRunLimit(t *testing.T) {
 	srv := testredis.Start(t)
 	env := storeEnv(srv)
 	log := filepath.Join(t.TempDir(), "log")
-	script := `echo "start $LEASEHOLD_FENCE" >> ` + log + `; sleep 0.5; echo "end $LEASEHOLD_FENCE" >> ` + log
+	script := `echo "start $LEASEHOLD_FENCE" >> ` + log + `; sleep 1.5; echo "end $LEASEHOLD_FENCE" >> ` + log
 	var procs []*proc
 	for range 4 {
 		procs = append(procs, start(t, env, "run", "--key", "e2e:limit", "--limit", "2", "--wait", "20s", "--ttl", "3s", "--", "sh", "-c", script))
@@ -366,6 +366,17 @@ func TestRunLimit(t *testing.T) {
 	waitFor(t, 10*time.Second, "two holders", func() bool { return strings.Count(readFile(t, log), "start") >= 2 })
 	if code, _, stderr := lh(t, env, "run", "--key", "e2e:limit", "--limit", "2", "--", "true"); code != 75 {
 		t.Errorf("a try while two permits are held: expected 75, got %d: %s", code, stderr)
+	}
+	code, stdout, stderr := lh(t, env, "permits", "e2e:limit", "--json")
+	var info struct {
+		Limit   int `json:"limit"`
+		Holders []struct {
+			Fence uint64 `json:"fence"`
+		} `json:"holders"`
+		Waiting int `json:"waiting"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &info); code != 0 || err != nil || info.Limit != 2 || len(info.Holders) < 1 || len(info.Holders) > 2 || info.Waiting > 2 {
+		t.Errorf("permits --json while two hold (and up to two wait): got exit %d %+v (%v)\n%s%s", code, info, err, stdout, stderr)
 	}
 	for i, p := range procs {
 		if code := p.wait(30 * time.Second); code != 0 {

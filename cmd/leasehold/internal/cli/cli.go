@@ -205,7 +205,8 @@ Exit statuses:
 	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd(), a.benchChildCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd(), a.permitsCmd())
+	root.AddCommand(a.benchChildCmd()) // hidden: one replica of bench --contention
 	return root
 }
 
@@ -222,7 +223,11 @@ func (a *App) storeFlagOrEnv() string {
 func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*storeurl.Opened, error) {
 	raw := a.storeFlagOrEnv()
 	if raw == "" {
-		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, storeurl.Supported)
+		supported := storeurl.Supported
+		if shared { // the memory store cannot serve this command: do not offer it
+			supported = strings.Replace(supported, "memory, ", "", 1)
+		}
+		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, supported)
 	}
 	o, err := storeurl.OpenEnv(ctx, raw, a.Getenv)
 	switch {

@@ -37,12 +37,12 @@ func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
 // NewCommand is Command with options.
 func NewCommand(opts CommandOptions) *cobra.Command {
 	var (
-		cfg                       Config
-		storeURL, faults          string
-		onStoreErr, onRenewFail   string
-		fencing, timeline         string
-		asJSON, verbose, logLocks bool
-		metricsOpts               MetricsOptions
+		cfg                              Config
+		storeURL, faults                 string
+		onStoreErr, onRenewFail          string
+		fencing, timeline                string
+		asJSON, verbose, logLocks, quiet bool
+		metricsOpts                      MetricsOptions
 	)
 	workerCmd := newWorkerCommand()
 	cmd := &cobra.Command{
@@ -110,6 +110,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 				cfg.NoFencing = true
 			default:
 				return fmt.Errorf("%w: --fencing must be on or off, got %q", ErrInvalidConfig, fencing)
+			}
+			if !quiet {
+				cfg.Progress = cmd.ErrOrStderr()
 			}
 			if logLocks {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -213,6 +216,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
 	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr (replicas starting, each fault starting and ending)")
 	if opts.Metrics != nil {
 		f.StringVar(&metricsOpts.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
 		f.StringVar(&metricsOpts.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")

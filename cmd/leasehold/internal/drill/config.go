@@ -163,6 +163,10 @@ type Config struct {
 	Register string
 	// Logger receives the lockers' log records. Default: discarded.
 	Logger *slog.Logger
+	// Progress, when set, receives a line as the replicas start, as each
+	// fault starts and ends (with what the replicas have done so far), and
+	// as the history is checked: `leasehold drill` writes it to stderr.
+	Progress io.Writer
 	// Observer, when set, also receives every event of the replicas' lockers
 	// (named "replica-N") and of the fenced register, e.g. a Prometheus
 	// adapter behind `leasehold drill --metrics-addr`.

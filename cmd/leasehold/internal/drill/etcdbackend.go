@@ -167,9 +167,13 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 		_ = cli.Close()
 		return nil, nil, err
 	}
+	// The closer ends a replica process, also a crashed one: its
+	// connections go first, so the store's Close (which revokes its session
+	// leases, a graceful goodbye) cannot reach etcd and the locks live out
+	// their TTL, as a crashed holder's do.
 	return s, func() {
-		_ = s.Close()
 		_ = cli.Close()
+		_ = s.Close()
 	}, nil
 }
 
@@ -192,10 +196,13 @@ func (b *etcdBackend) lateness() time.Duration {
 	return late
 }
 
-// expiryBound: etcd expires a lease TTL (whole seconds, at least the
-// cluster's minimum) after its last grant or keep-alive, and the leader looks
+// expiryBound: the store's locks share one lease per process (docs/etcd.md):
+// after a crash, etcd expires it at most TTL (whole seconds, at least the
+// cluster's minimum) + 1 s after its last keep-alive, and the leader looks
 // for expired leases every 500 ms.
-func (b *etcdBackend) expiryBound() time.Duration { return b.serverTTL + etcdExpiryCheck }
+func (b *etcdBackend) expiryBound() time.Duration {
+	return b.serverTTL + time.Second + etcdExpiryCheck
+}
 
 func (b *etcdBackend) setDown(down bool) {
 	for _, p := range b.proxies {

@@ -27,8 +27,10 @@ func (d *drill) inject(ctx context.Context) {
 	}
 	for _, f := range d.cfg.Faults {
 		start := d.rec.since()
+		d.progress("fault %s starts (%s)", f, d.activity())
 		note := d.injectOne(ctx, f)
 		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")})
+		d.progress("fault %s ended after %v: %s (%s)", f, (d.rec.since() - start).Round(time.Millisecond), note, d.activity())
 		if !sleep(ctx, d.cfg.gap()) {
 			return
 		}
@@ -244,4 +246,32 @@ func (c Config) plannedSchedule() time.Duration {
 		}
 	}
 	return p
+}
+
+// progress writes one line to Config.Progress, if set, stamped with the
+// drill's clock.
+func (d *drill) progress(format string, args ...any) {
+	if d.cfg.Progress == nil {
+		return
+	}
+	fmt.Fprintf(d.cfg.Progress, "drill %6.2fs: %s\n", d.rec.since().Seconds(), fmt.Sprintf(format, args...))
+}
+
+// activity says what the replicas have done so far: acquisitions and
+// fenced writes accepted and rejected.
+func (d *drill) activity() string {
+	var acq, ok, stale int
+	d.rec.count(func(h *History) {
+		acq = len(h.Acquisitions)
+		for _, op := range h.Ops {
+			switch {
+			case !op.Write:
+			case op.Accepted:
+				ok++
+			case op.Err == "":
+				stale++
+			}
+		}
+	})
+	return fmt.Sprintf("%d replicas: %d acquisitions, %d writes accepted, %d stale writes rejected so far", len(d.replicas), acq, ok, stale)
 }

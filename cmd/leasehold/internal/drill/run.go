@@ -65,6 +65,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	h := d.rec.snapshot()
+	d.progress("done (%s); checking the history", d.activity())
 	return Check(cfg, h), nil
 }
 
@@ -193,6 +194,7 @@ func (d *drill) run(parent context.Context) {
 			wg.Go(func() { d.supervise(work, r) })
 		}
 	}
+	d.progress("%d replicas working on %d jobs (TTL %v); faults: %v", len(d.replicas), d.cfg.Jobs, d.cfg.TTL, d.cfg.Faults)
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
 	injWG.Go(func() { d.inject(injCtx) })

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+)
+
+func (a *App) permitsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "permits KEY",
+		Short: "Show the permit holders and waiters of a semaphore (run --limit)",
+		Long: `permits shows the semaphore on KEY as the store sees it: its last limit,
+every live permit (owner token, holder identity, fence, remaining TTL), and
+the number of waiters with the identity of the one at the head.
+
+Exit status: 0 when at least one permit is held, 1 when none is, 69 when the
+store is unavailable, 2 on bad usage.`,
+		Example: `  leasehold permits tenant:7:runs --store redis://127.0.0.1:6379
+  leasehold permits tenant:7:runs --json | jq '.holders | length'`,
+		Args: exactArgs(1, "one KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := operatorKey(args[0])
+			if err != nil {
+				return err
+			}
+			st, err := a.openStore(cmd.Context(), "permits", true)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			sem, ok := st.Store.(leasehold.Semaphorer)
+			if !ok {
+				return Exit(ExitUsage, "this store has no semaphores")
+			}
+			info, err := sem.Permits(cmd.Context(), key)
+			if err != nil {
+				return storeFailure(st, "permits "+key, err)
+			}
+			if a.json {
+				if info.Holders == nil {
+					info.Holders = []leasehold.LockInfo{}
+				}
+				if err := writeJSON(a.Stdout, info); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "key\t%s\nlimit\t%d\nheld\t%d\nwaiting\t%d\tnext: %s\n",
+					quoteUnprintable(key), info.Limit, len(info.Holders), info.Waiting, quoteUnprintable(info.NextHolder))
+				fmt.Fprintln(tw, "\nFENCE\tTOKEN\tHOLDER\tREMAINING")
+				for _, h := range info.Holders {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", h.Fence, quoteUnprintable(h.Token), quoteUnprintable(h.Holder), h.Remaining)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if len(info.Holders) == 0 {
+				return Exit(ExitFailure, "no permit held on %q", key)
+			}
+			return nil
+		},
+	}
+}
