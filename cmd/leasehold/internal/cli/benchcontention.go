@@ -41,7 +41,7 @@ func (o *contentionOpts) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.ttl, "ttl", time.Second, "--contention: lease TTL (the takeover cells wait for it)")
 	f.IntVar(&o.passes, "passes", 3, "--contention: passes over every store and variant")
 	f.IntVar(&o.takeovers, "takeovers", 5, "--contention: kill -9 takeovers per cell (0: none)")
-	f.StringVar(&o.redis, "redis", "", "--contention: Redis URL (replicas count requests on the client)")
+	f.StringVar(&o.redis, "redis", "", "--contention: Redis URL (replicas count requests on the client, the server counts pub/sub commands)")
 	f.StringVar(&o.etcd, "etcd", "", "--contention: etcd URL")
 	f.StringVar(&o.etcdMetrics, "etcd-metrics", "", "--contention: the etcd server's /metrics URL, to count requests")
 	f.StringVar(&o.postgres, "postgres", "", "--contention: PostgreSQL URL (a server with pg_stat_statements preloaded, to count statements)")
@@ -85,10 +85,22 @@ func (o *contentionOpts) variantList() ([]contention.Variant, error) {
 }
 
 func (o *contentionOpts) targets(ctx context.Context) ([]contention.Target, func(), error) {
-	var ts []contention.Target
-	closeAll := func() {}
+	var (
+		ts      []contention.Target
+		closers []func()
+	)
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
 	if o.redis != "" {
-		ts = append(ts, contention.Target{Name: "redis", URL: o.redis})
+		count, closeFn, err := contention.RedisPubSubCounter(o.redis)
+		if err != nil {
+			return nil, nil, usage("--redis: %v", err)
+		}
+		closers = append(closers, closeFn)
+		ts = append(ts, contention.Target{Name: "redis", URL: o.redis, Count: count})
 	}
 	if o.etcd != "" {
 		t := contention.Target{Name: "etcd", URL: o.etcd}
@@ -100,9 +112,10 @@ func (o *contentionOpts) targets(ctx context.Context) ([]contention.Target, func
 	if o.postgres != "" {
 		count, closeFn, err := contention.PostgresCounter(ctx, o.postgres)
 		if err != nil {
+			closeAll()
 			return nil, nil, Exit(ExitUnavailable, "bench --contention: %v", err)
 		}
-		closeAll = closeFn
+		closers = append(closers, closeFn)
 		ts = append(ts, contention.Target{Name: "postgres", URL: o.postgres, Count: count, CountOverhead: 1})
 	}
 	return ts, closeAll, nil

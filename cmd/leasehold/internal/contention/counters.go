@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // EtcdCounter counts the gRPC requests an etcd server has received, from
@@ -63,4 +64,39 @@ func PostgresCounter(ctx context.Context, url string) (func(context.Context) (in
 		return n, err
 	}
 	return count, func() { _ = conn.Close(context.Background()) }, nil
+}
+
+// RedisPubSubCounter counts the pub/sub commands a Redis server has run
+// (SUBSCRIBE, UNSUBSCRIBE and their sharded and pattern forms, from INFO
+// commandstats). go-redis sends them on its pub/sub connection, past the
+// client hooks that count every other request in the replicas, so the two
+// counts add up to the requests sent.
+func RedisPubSubCounter(url string) (func(context.Context) (int64, error), func(), error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(opts)
+	count := func(ctx context.Context) (int64, error) {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, l := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+			cmd := strings.TrimPrefix(name, "cmdstat_")
+			if !ok || !strings.HasSuffix(cmd, "subscribe") {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			v, err := strconv.ParseInt(calls, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO commandstats %q: %w", l, err)
+			}
+			n += v
+		}
+		return n, nil
+	}
+	return count, func() { _ = c.Close() }, nil
 }

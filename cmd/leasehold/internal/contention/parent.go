@@ -34,8 +34,9 @@ type Variant struct {
 }
 
 // Target is one store to run against. Count, when set, returns the number
-// of requests the server has seen so far; nil means the replicas count on
-// the client.
+// of requests the server has seen so far; what the replicas count on their
+// clients is added to it (Redis: the clients count all but pub/sub
+// commands, the server counts those).
 type Target struct {
 	Name  string
 	URL   string
@@ -303,15 +304,15 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 		}
 		kids[k.idx] = nil
 	}
-	switch {
-	case t.Count != nil:
+	if t.Count != nil {
 		after, err := t.Count(ctx)
 		if err != nil {
 			return Cell{}, fmt.Errorf("counting requests: %w", err)
 		}
 		c.Requests = after - before - t.CountOverhead
-	case counted:
-		c.Requests = clientReqs
+	}
+	if counted { // the replicas' own counts add to the server's
+		c.Requests = max(c.Requests, 0) + clientReqs
 	}
 	summarize(&c, evs)
 	return c, nil
