@@ -247,17 +247,8 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 			}
 		}
 	}()
-	for i := range kids {
-		k, err := start(v, i, childArgs(cfg, t, key, "loop"), nil)
-		if err != nil {
-			return Cell{}, err
-		}
-		kids[i] = k
-	}
-	for _, k := range kids {
-		if err := k.ready(k.lines); err != nil {
-			return Cell{}, err
-		}
+	if err := startReady(kids, v, childArgs(cfg, t, key, "loop")); err != nil {
+		return Cell{}, err
 	}
 	var before int64
 	if t.Count != nil {
@@ -274,36 +265,17 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 		}
 	}
 	c := Cell{Target: t.Name, Variant: v.Name, PerReplica: make([]int, cfg.Replicas), Requests: -1}
-	var evs []event
-	var clientReqs int64
-	counted := false
+	var o output
 	for _, k := range kids {
 		for l := range k.lines {
-			f := strings.Fields(l)
-			switch {
-			case len(f) == 4 && f[0] == "e":
-				e := event{replica: k.idx}
-				e.call, _ = strconv.ParseInt(f[1], 10, 64)
-				e.got, _ = strconv.ParseInt(f[2], 10, 64)
-				e.rel, _ = strconv.ParseInt(f[3], 10, 64)
-				evs = append(evs, e)
-			case len(f) == 2 && f[0] == "rt":
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				clientReqs += n
-				counted = true
-			case len(f) >= 2 && f[0] == "errors":
-				n, _ := strconv.Atoi(f[1])
-				c.Errors += n
-				if c.FirstError == "" && len(f) > 2 {
-					c.FirstError = strings.Join(f[2:], " ")
-				}
-			}
+			o.parse(k.idx, l)
 		}
 		if err := k.cmd.Wait(); err != nil {
 			return Cell{}, fmt.Errorf("replica %d: %w %s", k.idx, err, tail(k.err.String()))
 		}
 		kids[k.idx] = nil
 	}
+	c.Errors, c.FirstError = o.errors, o.firstError
 	if t.Count != nil {
 		after, err := t.Count(ctx)
 		if err != nil {
@@ -311,11 +283,59 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 		}
 		c.Requests = after - before - t.CountOverhead
 	}
-	if counted { // the replicas' own counts add to the server's
-		c.Requests = max(c.Requests, 0) + clientReqs
+	if o.counted { // the replicas' own counts add to the server's
+		c.Requests = max(c.Requests, 0) + o.requests
 	}
-	summarize(&c, evs)
+	summarize(&c, o.events)
 	return c, nil
+}
+
+// startReady starts len(kids) replicas and waits for each to be ready.
+func startReady(kids []*child, v Variant, args []string) error {
+	for i := range kids {
+		k, err := start(v, i, args, nil)
+		if err != nil {
+			return err
+		}
+		kids[i] = k
+	}
+	for _, k := range kids {
+		if err := k.ready(k.lines); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// output is what the replicas of a loop cell printed.
+type output struct {
+	events     []event
+	requests   int64
+	counted    bool
+	errors     int
+	firstError string
+}
+
+func (o *output) parse(replica int, l string) {
+	f := strings.Fields(l)
+	switch {
+	case len(f) == 4 && f[0] == "e":
+		e := event{replica: replica}
+		e.call, _ = strconv.ParseInt(f[1], 10, 64)
+		e.got, _ = strconv.ParseInt(f[2], 10, 64)
+		e.rel, _ = strconv.ParseInt(f[3], 10, 64)
+		o.events = append(o.events, e)
+	case len(f) == 2 && f[0] == "rt":
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		o.requests += n
+		o.counted = true
+	case len(f) >= 2 && f[0] == "errors":
+		n, _ := strconv.Atoi(f[1])
+		o.errors += n
+		if o.firstError == "" && len(f) > 2 {
+			o.firstError = strings.Join(f[2:], " ")
+		}
+	}
 }
 
 func summarize(c *Cell, evs []event) {
@@ -359,73 +379,91 @@ func pct(ds []time.Duration, p float64) time.Duration {
 // at or after the key's expiry on the store, so the lag is slightly
 // understated (by the killed holder's acquire response time).
 func runCrash(ctx context.Context, cfg Config, v Variant, t Target) ([]time.Duration, error) {
-	key := randomKey("crash")
-	merged := make(chan line, 1024)
-	kids := map[int]*child{}
-	defer func() {
-		for _, k := range kids {
-			k.kill()
-		}
-		// drain, so that the reader goroutines can finish
-		for len(kids) > 0 {
-			select {
-			case <-merged:
-			case <-time.After(100 * time.Millisecond):
-				return
-			}
-		}
-	}()
-	end := Mono() + int64(time.Minute)
-	next := 0
-	spawn := func() error {
-		k, err := start(v, next, childArgs(cfg, t, key, "crash"), merged)
-		if err != nil {
-			return err
-		}
-		kids[next] = k
-		next++
-		return nil
-	}
+	r := &crashRun{cfg: cfg, v: v, t: t, key: randomKey("crash"), merged: make(chan line, 1024),
+		kids: map[int]*child{}, end: Mono() + int64(time.Minute)}
+	defer r.stop()
 	for range cfg.Replicas {
-		if err := spawn(); err != nil {
+		if err := r.spawn(); err != nil {
 			return nil, err
 		}
 	}
-	var lags []time.Duration
-	var prevGot int64
 	deadline := time.After(time.Duration(cfg.Takeovers+2) * (cfg.TTL + 10*time.Second))
-	for len(lags) < cfg.Takeovers {
-		var l line
+	for len(r.lags) < cfg.Takeovers {
 		select {
-		case l = <-merged:
+		case l := <-r.merged:
+			if err := r.handle(l); err != nil {
+				return r.lags, err
+			}
 		case <-deadline:
-			return lags, errors.New("takeover cell timed out")
+			return r.lags, errors.New("takeover cell timed out")
 		case <-ctx.Done():
-			return lags, ctx.Err()
-		}
-		k := kids[l.idx]
-		f := strings.Fields(l.text)
-		switch {
-		case k == nil:
-			continue
-		case l.text == "ready":
-			if _, err := fmt.Fprintf(k.stdin, "go %d %d\n", Mono(), end); err != nil {
-				return lags, err
-			}
-		case len(f) == 3 && f[0] == "got":
-			got, _ := strconv.ParseInt(f[2], 10, 64)
-			k.kill()
-			delete(kids, l.idx)
-			if prevGot != 0 {
-				lags = append(lags, time.Duration(got-prevGot-int64(cfg.TTL)))
-			}
-			prevGot = got
-			if err := spawn(); err != nil {
-				return lags, err
-			}
-		case l.text == "":
-			return lags, fmt.Errorf("replica %d exited: %s", l.idx, tail(k.err.String()))
+			return r.lags, ctx.Err()
 		}
 	}
-	return lags, nil
+	return r.lags, nil
+}
+
+// crashRun is the state of one takeover cell.
+type crashRun struct {
+	cfg     Config
+	v       Variant
+	t       Target
+	key     string
+	merged  chan line
+	kids    map[int]*child
+	next    int
+	end     int64
+	prevGot int64
+	lags    []time.Duration
+}
+
+func (r *crashRun) spawn() error {
+	k, err := start(r.v, r.next, childArgs(r.cfg, r.t, r.key, "crash"), r.merged)
+	if err != nil {
+		return err
+	}
+	r.kids[r.next] = k
+	r.next++
+	return nil
+}
+
+// handle is one line of a replica: ready (start it), got (record the lag,
+// kill it, start a replacement) or EOF.
+func (r *crashRun) handle(l line) error {
+	k := r.kids[l.idx]
+	f := strings.Fields(l.text)
+	switch {
+	case k == nil: // already killed
+		return nil
+	case l.text == "ready":
+		_, err := fmt.Fprintf(k.stdin, "go %d %d\n", Mono(), r.end)
+		return err
+	case len(f) == 3 && f[0] == "got":
+		got, _ := strconv.ParseInt(f[2], 10, 64)
+		k.kill()
+		delete(r.kids, l.idx)
+		if r.prevGot != 0 {
+			r.lags = append(r.lags, time.Duration(got-r.prevGot-int64(r.cfg.TTL)))
+		}
+		r.prevGot = got
+		return r.spawn()
+	case l.text == "":
+		return fmt.Errorf("replica %d exited: %s", l.idx, tail(k.err.String()))
+	}
+	return nil
+}
+
+// stop kills every replica and drains their output until it goes quiet, so
+// that the reader goroutines finish.
+func (r *crashRun) stop() {
+	for _, k := range r.kids {
+		k.kill()
+	}
+	for {
+		select {
+		case <-r.merged:
+		case <-time.After(100 * time.Millisecond):
+			return
+		}
+	}
 }
