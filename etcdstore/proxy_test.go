@@ -16,6 +16,7 @@ type freezer struct {
 
 	mu     sync.Mutex
 	thawed chan struct{} // nil while not frozen
+	down   bool          // cut: connections refused
 	conns  []net.Conn
 	wg     sync.WaitGroup
 }
@@ -42,6 +43,13 @@ func (f *freezer) accept() {
 		c, err := f.ln.Accept()
 		if err != nil {
 			return
+		}
+		f.mu.Lock()
+		down := f.down
+		f.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
 		}
 		u, err := net.Dial("tcp", f.upstream)
 		if err != nil {
@@ -97,6 +105,23 @@ func (f *freezer) freeze() (thaw func()) {
 			f.mu.Unlock()
 			close(ch)
 		})
+	}
+}
+
+// cut closes every connection and refuses new ones until the returned
+// restore is called: a request sent meanwhile never reaches the member.
+func (f *freezer) cut() (restore func()) {
+	f.mu.Lock()
+	f.down = true
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
+	f.conns = nil
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.down = false
+		f.mu.Unlock()
 	}
 }
 

@@ -42,7 +42,9 @@ const (
 // tracks every lock and queue entry the store wrote with a local deadline
 // (the lock's TTL after the reply of its last Acquire or Renew; the queue
 // TTL after the waiter's last Acquire) and deletes it, token-checked, when
-// the deadline passes. So a lock outlives its holder's last renewal by at
+// the deadline passes, again every tick while etcd does not answer (an
+// outage shorter than the lease would otherwise leave it on a lease the
+// store keeps alive). So a lock outlives its holder's last renewal by at
 // most its TTL plus one sweep (50 ms) while the store runs; if the store's
 // process dies, hangs or loses etcd, nobody keeps the lease alive and etcd
 // deletes everything on it at most TTL+1 s after the last keep-alive.
@@ -58,7 +60,12 @@ type session struct {
 	held    map[ref]*tracked // locks
 	waiting map[ref]*tracked // queue entries
 	swept   map[ref]bool     // locks whose sweep is in flight
-	isDone  bool
+	// Sweeps that got no answer from etcd (an outage): the lease may
+	// outlive the outage, so they are tried again every tick until etcd
+	// answers, the lease is gone, or the token is tracked again.
+	retryLocks   map[ref]*tracked
+	retryEntries map[ref]*tracked
+	isDone       bool
 }
 
 // ref names one lock or queue entry: a key and a token.
@@ -108,6 +115,9 @@ func newSession(s *Store) *session {
 		held:    map[ref]*tracked{},
 		waiting: map[ref]*tracked{},
 		swept:   map[ref]bool{},
+
+		retryLocks:   map[ref]*tracked{},
+		retryEntries: map[ref]*tracked{},
 	}
 	go ss.run()
 	return ss
@@ -315,8 +325,11 @@ func (ss *session) run() {
 		select {
 		case <-ss.stopc:
 			return
-		case now := <-t.C:
-			ss.round(now)
+		case <-t.C:
+			// Not the tick's time: a round that outlasts a tick (requests
+			// timing out in an outage) would leave the next one a tick
+			// behind, and sweeps late by a round.
+			ss.round(time.Now())
 		}
 	}
 }
@@ -380,25 +393,56 @@ func (ss *session) collect(now time.Time) (due, idle []*lease, locks, entries []
 		}
 		return out
 	}
-	locks = expired(ss.held)
+	locks = append(expired(ss.held), retries(ss.retryLocks, ss.held)...)
 	for _, sw := range locks {
 		ss.swept[sw.ref] = true
 	}
-	return due, idle, locks, expired(ss.waiting)
+	return due, idle, locks, append(expired(ss.waiting), retries(ss.retryEntries, ss.waiting)...)
+}
+
+// retries takes the failed sweeps of retry to run again, dropping those
+// whose lease is gone (etcd deleted what was on it) and those whose token
+// the store tracks again in m (a retried Acquire or Renew took it back);
+// ss.mu is held.
+func retries(retry, m map[ref]*tracked) []sweep {
+	var out []sweep
+	for r, t := range retry {
+		delete(retry, r)
+		if t.lease.dead || m[r] != nil {
+			continue
+		}
+		out = append(out, sweep{r, t})
+	}
+	return out
+}
+
+// failedSweep records a sweep etcd did not answer, to try it again next
+// tick.
+func (ss *session) failedSweep(retry map[ref]*tracked, sw sweep) {
+	if !ss.isDone {
+		retry[sw.ref] = sw.t
+	}
 }
 
 // sweepLock deletes an abandoned lock if it still holds its token.
 func (ss *session) sweepLock(ctx context.Context, sw sweep) {
 	k := ss.s.lockKey(sw.key)
-	_, _ = ss.s.cli.Txn(ctx).If(mine(k, sw.token)...).Then(clientv3.OpDelete(k)).Commit()
+	_, err := ss.s.cli.Txn(ctx).If(mine(k, sw.token)...).Then(clientv3.OpDelete(k)).Commit()
 	ss.mu.Lock()
 	delete(ss.swept, sw.ref)
+	if err != nil {
+		ss.failedSweep(ss.retryLocks, sw)
+	}
 	ss.mu.Unlock()
 }
 
 // sweepEntry deletes an abandoned queue entry.
 func (ss *session) sweepEntry(ctx context.Context, sw sweep) {
-	_, _ = ss.s.cli.Delete(ctx, ss.s.entryKey(sw.key, sw.token))
+	if _, err := ss.s.cli.Delete(ctx, ss.s.entryKey(sw.key, sw.token)); err != nil {
+		ss.mu.Lock()
+		ss.failedSweep(ss.retryEntries, sw)
+		ss.mu.Unlock()
+	}
 }
 
 // close stops the goroutine and revokes every lease.
@@ -422,6 +466,8 @@ func (ss *session) close() {
 	ss.leases = map[int64]*lease{}
 	ss.held = map[ref]*tracked{}
 	ss.waiting = map[ref]*tracked{}
+	ss.retryLocks = map[ref]*tracked{}
+	ss.retryEntries = map[ref]*tracked{}
 	ss.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // calls counts the gRPC requests of one client by method: unary calls and
@@ -210,4 +211,55 @@ func TestNothingLeftAfterClose(t *testing.T) {
 	if len(keys.Kvs) != 0 || len(ls.Leases) != 0 {
 		t.Fatalf("after %d cycles and Close: expected no key and no lease, got %d keys and %d leases", cycles.Load(), len(keys.Kvs), len(ls.Leases))
 	}
+}
+
+// A lock nobody renews whose deletion fails because etcd is out of reach is
+// deleted when etcd is back. The outage is shorter than the shared lease's
+// TTL (whole seconds + 1 s) and the store keeps the lease alive afterwards
+// (for its other and next locks; an unused lease for 10 s), so without a
+// retry of the failed deletion the lock would outlive its TTL by that long.
+func TestAbandonedLockEndsAfterAnOutage(t *testing.T) {
+	c := testetcd.Start(t)
+	proxy := startFreezer(t, c.Endpoints()[0])
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{proxy.Endpoint()},
+		Logger:    zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 100 * time.Millisecond},
+			MinConnectTimeout: 200 * time.Millisecond,
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	opts := testOptions
+	opts.RequestTimeout = 300 * time.Millisecond
+	s, err := etcdstore.New(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	observer := newStore(t, c) // a direct client: no outage
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "abandoned")
+	const ttl = 2 * time.Second // its lease: 3 s
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	// Out of reach from 300 ms before the lock's deadline (its TTL) to
+	// 1.3 s after it: the deletion fails, and the lease (3 s from the last
+	// keep-alive, at most 350 ms before the cut) outlives the outage.
+	time.Sleep(ttl - 300*time.Millisecond)
+	restore := proxy.cut()
+	time.Sleep(1600 * time.Millisecond)
+	restore()
+	back := time.Now()
+	for time.Since(back) < 4*time.Second {
+		if _, err := observer.Inspect(ctx, key); errors.Is(err, leasehold.ErrNotHeld) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("a %v lock nobody renews still held 4s after an outage that its deletion fell into", ttl)
 }

@@ -42,7 +42,7 @@ func testLostRowsClockBehind(t *testing.T, srv *testpg.Server) {
 	persistence := func(dsn string) string {
 		var p string
 		if err := testpg.Connect(t, dsn).QueryRow(ctx,
-			"SELECT string_agg(relpersistence::text, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'leasehold_locks%' AND relkind = 'r'").Scan(&p); err != nil {
+			"SELECT string_agg(relpersistence::text, ',' ORDER BY relname) FROM pg_class WHERE relname ~ '^leasehold_locks(_counter|_waiters)?$' AND relkind = 'r'").Scan(&p); err != nil {
 			t.Fatal(err)
 		}
 		return p

@@ -78,13 +78,19 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	ch := s.Channel(key)
+	return s.subscribe(ctx, "subscribe", key, s.Channel(key), key, token)
+}
+
+// subscribe joins channel ch for the waiter token registered under
+// waiterKey in the notifier's waiter set, and returns once Redis confirmed
+// the subscription, bounded by ctx. op names the call in errors.
+func (s *Store) subscribe(ctx context.Context, op, key, ch, waiterKey, token string) (<-chan struct{}, func(), error) {
 	g, err := s.notify.group(ctx, ch)
 	if err != nil {
 		return nil, nil, err
 	}
-	wake, unwake := s.notify.waiters.AddToken(key, token)
-	sub := s.notify.join(g, ch, key)
+	wake, unwake := s.notify.waiters.AddToken(waiterKey, token)
+	sub := s.notify.join(g, ch, waiterKey)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -96,12 +102,12 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	case <-sub.ready:
 		if sub.err != nil {
 			stop()
-			return nil, nil, s.fail("subscribe", key, sub.err)
+			return nil, nil, s.fail(op, key, sub.err)
 		}
 		return wake, stop, nil
 	case <-ctx.Done():
 		stop()
-		return nil, nil, s.fail("subscribe", key, ctx.Err())
+		return nil, nil, s.fail(op, key, ctx.Err())
 	case <-s.notify.done:
 		stop()
 		return nil, nil, ErrClosed

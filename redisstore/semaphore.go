@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,35 +66,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struc
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	ch := s.PermitChannel(key)
-	g, err := s.notify.group(ctx, ch)
-	if err != nil {
-		return nil, nil, err
-	}
-	wk := permitWaiterKey(key)
-	wake, unwake := s.notify.waiters.AddToken(wk, token)
-	sub := s.notify.join(g, ch, wk)
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			unwake()
-			s.notify.leave(g, ch)
-		})
-	}
-	select {
-	case <-sub.ready:
-		if sub.err != nil {
-			stop()
-			return nil, nil, s.fail("subscribe permits", key, sub.err)
-		}
-		return wake, stop, nil
-	case <-ctx.Done():
-		stop()
-		return nil, nil, s.fail("subscribe permits", key, ctx.Err())
-	case <-s.notify.done:
-		stop()
-		return nil, nil, ErrClosed
-	}
+	return s.subscribe(ctx, "subscribe permits", key, s.PermitChannel(key), permitWaiterKey(key), token)
 }
 
 // AcquirePermit implements leasehold.Semaphorer: one EVALSHA prunes expired

@@ -34,7 +34,7 @@ func TestBadInputExits2(t *testing.T) {
 		{"renew not below ttl", redisEnv, []string{"run", "--key", "k", "--ttl", "1s", "--renew-every", "1s", "--", "true"}, "--renew-every (1s) must be shorter than --ttl (1s)"},
 		{"zero failures", redisEnv, []string{"run", "--key", "k", "--max-renew-failures", "0", "--", "true"}, "--max-renew-failures must be >= 1"},
 		{"bad policy", redisEnv, []string{"run", "--key", "k", "--on-store-error", "maybe", "--", "true"}, "fail-closed or fail-open"},
-		{"missing command", redisEnv, []string{"run", "--key", "k"}, "missing command"},
+		{"command twice", redisEnv, []string{"run", "--key", "k", "-c", "true", "--", "true"}, "either after -- or with -c"},
 		{"args before dash", redisEnv, []string{"run", "--key", "k", "echo", "--", "hi"}, "put the whole command after --"},
 		{"no store", nil, []string{"run", "--key", "k", "--", "true"}, "no store"},
 		{"malformed URL", nil, []string{"--store", "redis://app:s3cretpw@host:notaport", "run", "--key", "k", "--", "true"}, "port"},

@@ -12,13 +12,15 @@ import (
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
+// runCommand runs the drill command quietly (no progress lines: stdout and
+// stderr share one buffer here) and returns what it printed.
 func runCommand(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := Command()
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
-	cmd.SetArgs(args)
+	cmd.SetArgs(append(args, "--quiet"))
 	err := cmd.ExecuteContext(t.Context())
 	return out.String(), err
 }

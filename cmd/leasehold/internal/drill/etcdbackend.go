@@ -34,6 +34,9 @@ const (
 	// etcdExpiryCheck is how often the etcd leader looks for expired leases
 	// (the lessor's fixed 500 ms), plus the raft round that deletes them.
 	etcdExpiryCheck = 600 * time.Millisecond
+	// etcdLeaseSlack is what etcdstore adds to a lock's TTL (whole seconds)
+	// when it grants the shared lease its locks of that TTL live on.
+	etcdLeaseSlack = 1
 )
 
 // etcdBackend runs the drill on etcd. Every replica process has its own
@@ -49,7 +52,7 @@ type etcdBackend struct {
 	direct    *clientv3.Client
 	obs       *etcdstore.Store
 	prefix    string
-	serverTTL time.Duration // the lease TTL etcd grants for cfg.TTL
+	serverTTL time.Duration // the TTL etcd grants the store's shared lease for cfg.TTL
 	ctx       context.Context
 
 	mu       sync.Mutex
@@ -102,9 +105,10 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if _, err := b.direct.Get(pctx, b.prefix, clientv3.WithCountOnly()); err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s does not answer: %v", ErrSetup, where, err)
 	}
-	// The TTL etcd grants: cfg.TTL rounded up to seconds, raised to the
+	// The TTL etcd grants the store's shared lease for cfg.TTL: rounded up
+	// to seconds plus etcdstore's one second of slack, raised to the
 	// cluster's minimum (1.5 × its election timeout).
-	secs := int64((cfg.TTL + time.Second - 1) / time.Second)
+	secs := int64((cfg.TTL+time.Second-1)/time.Second) + etcdLeaseSlack
 	g, err := b.direct.Grant(pctx, secs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s: grant a lease: %v", ErrSetup, where, err)
@@ -167,10 +171,12 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	// The closer ends a replica process, also a crashed one: its
-	// connections go first, so the store's Close (which revokes its session
-	// leases, a graceful goodbye) cannot reach etcd and the locks live out
-	// their TTL, as a crashed holder's do.
+	// The process's end: its connections close first, as a dead process's
+	// do, so the store's Close cannot revoke its shared leases (a revoke
+	// deletes every lock on them at once: a crash would look like a
+	// release). What a holder left behind ends as it would after a real
+	// crash: etcd expires the lease (see expiryBound). A graceful end
+	// released every lock through the Locker before this runs.
 	return s, func() {
 		_ = cli.Close()
 		_ = s.Close()
@@ -196,12 +202,16 @@ func (b *etcdBackend) lateness() time.Duration {
 	return late
 }
 
-// expiryBound: the store's locks share one lease per process (docs/etcd.md):
-// after a crash, etcd expires it at most TTL (whole seconds, at least the
-// cluster's minimum) + 1 s after its last keep-alive, and the leader looks
-// for expired leases every 500 ms.
+// expiryBound: while a replica's store reaches etcd it deletes a lock
+// nobody renews at its TTL; the store's shared lease is kept alive until
+// then. When the store dies or loses etcd (crash, outage), etcd expires the
+// lease its TTL (the lock's whole seconds + 1 s, at least the cluster's
+// minimum) after the last keep-alive, and the leader looks for expired
+// leases every 500 ms. So a lock ends at most TTL + lease TTL + that check
+// after its last applied acquire or renew (docs/etcd.md, "A lock nobody
+// renews").
 func (b *etcdBackend) expiryBound() time.Duration {
-	return b.serverTTL + time.Second + etcdExpiryCheck
+	return b.cfg.TTL + b.serverTTL + etcdExpiryCheck
 }
 
 func (b *etcdBackend) setDown(down bool) {

@@ -74,6 +74,9 @@ func parseRedis(raw, desc string, c common) (*redisURL, error) {
 }
 
 func redisClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, error) {
+	if q.Has("master_name") {
+		return sentinelClient(u, q, c)
+	}
 	if q.Has("addr") {
 		opts, err := redis.ParseClusterURL(u.String())
 		if err != nil {
@@ -94,6 +97,28 @@ func redisClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, err
 		return nil, err
 	}
 	return redis.NewClient(opts), nil
+}
+
+// sentinelClient builds a failover client (go-redis ParseFailoverURL): the
+// host and every addr= name sentinels, master_name= the master they
+// monitor. The URL's user and password authenticate to the sentinels and,
+// unless username= or password= say otherwise, to the master and replicas.
+func sentinelClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, error) {
+	if q.Get("master_name") == "" {
+		return nil, fmt.Errorf("master_name= is empty: name the master the sentinels monitor")
+	}
+	opts, err := redis.ParseFailoverURL(u.String())
+	if err != nil {
+		return nil, err
+	}
+	if !q.Has("username") && !q.Has("password") {
+		opts.Username, opts.Password = opts.SentinelUsername, opts.SentinelPassword
+	}
+	opts.ContextTimeoutEnabled = honourDeadlines(q, opts.ContextTimeoutEnabled)
+	if opts.TLSConfig, err = redisTLS(opts.TLSConfig, "", c); err != nil {
+		return nil, err
+	}
+	return redis.NewFailoverClient(opts), nil
 }
 
 // LoadRedisFunctions loads redisstore's Functions library (FUNCTION LOAD

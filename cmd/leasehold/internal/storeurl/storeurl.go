@@ -5,6 +5,7 @@
 //	redis://[user:password@]host:port[/db][?prefix=P&functions=true&<go-redis options>]
 //	rediss://…                               the same over TLS
 //	redis://host:port?addr=host2:port2&addr=…  a Redis Cluster (go-redis ParseClusterURL)
+//	redis://sentinel:port?master_name=M&addr=sentinel2:port…  Redis Sentinel (go-redis ParseFailoverURL)
 //	etcd://[user:password@]host:port[,host:port…][?prefix=P]  an etcd cluster
 //	etcds://…                                the same over TLS
 //	postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]
@@ -68,7 +69,7 @@ const (
 )
 
 // Supported lists the accepted URL forms, for error messages and help.
-const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], etcds://host:port (TLS), postgres://user@host:port/db"
+const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), redis://sentinel:port?master_name=M&addr=sentinel:port (Sentinel), etcd://host:port[,host:port], etcds://host:port (TLS), postgres://user@host:port/db"
 
 // Opened is an open store. Close it when done.
 type Opened struct {
