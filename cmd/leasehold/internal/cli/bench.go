@@ -86,6 +86,7 @@ func parseConcurrency(s string) ([]int, error) {
 func (a *App) benchCmd() *cobra.Command {
 	var (
 		o    benchOpts
+		co   contentionOpts
 		conc string
 	)
 	cmd := &cobra.Command{
@@ -108,6 +109,18 @@ Keys start with "leasehold-bench:" and are released at the end. The memory
 store is allowed (it measures the Locker alone). Progress goes to stderr: a
 live line on a terminal, else one dot per second.
 
+contention (--contention --replicas 8 --processes): --replicas child
+processes (each its own Locker and store client) loop Acquire, hold
+--hold, Release on one key for --cell, on each of --redis, --etcd and
+--postgres, --passes times, the --variant builds interleaved. It reports
+store requests per acquisition (Redis: counted in each replica's client;
+etcd: --etcd-metrics; PostgreSQL: pg_stat_statements), min/max
+acquisitions per replica, wait p99, hand-off p50 (Release sent to the next
+holder's Acquire returning, on the shared CLOCK_MONOTONIC), and the
+takeover lag after the holder is killed with SIGKILL (next acquire minus
+the killed holder's acquire + --ttl). scripts/bench-contention.sh starts
+the servers and builds an older commit and the peers as variants.
+
 --json output fields: store, duration_ms, acquire_release[]{concurrency,
 cycles, errors, cycles_per_sec, acquire{p50_ms, p90_ms, p99_ms, max_ms},
 release{…}}, handoff{waiters, handoffs, reacquired_by_releaser, errors,
@@ -117,9 +130,13 @@ max_acquisitions_per_waiter}.
 Exit status: 0, 69 when every operation failed (store unavailable), 2 on bad
 usage.`,
 		Example: `  leasehold bench --store redis://127.0.0.1:6379 --duration 5s --concurrency 1,16
-  leasehold bench --store memory --json`,
+  leasehold bench --store memory --json
+  leasehold bench --contention --replicas 8 --processes --redis redis://127.0.0.1:6379`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if co.on {
+				return a.benchContention(cmd.Context(), &co)
+			}
 			var err error
 			if o.concurrency, err = parseConcurrency(conc); err != nil {
 				return err
@@ -138,6 +155,7 @@ usage.`,
 	f.StringVar(&conc, "concurrency", "1,16", "comma-separated goroutine counts for acquire/release")
 	f.IntVar(&o.waiters, "waiters", 8, "goroutines contending in the hand-off part, each with its own Locker")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while it runs")
+	co.register(f)
 	return cmd
 }
 

@@ -206,6 +206,7 @@ Exit statuses:
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
 	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd(), a.permitsCmd())
+	root.AddCommand(a.benchChildCmd()) // hidden: one replica of bench --contention
 	return root
 }
 

@@ -1,0 +1,60 @@
+package contention
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	ms := int64(time.Millisecond)
+	evs := []event{
+		{replica: 0, call: 0, got: 1 * ms, rel: 2 * ms},
+		{replica: 1, call: 0, got: 3 * ms, rel: 4 * ms},       // hand-off 1 ms
+		{replica: 1, call: 4 * ms, got: 5 * ms, rel: 6 * ms},  // reacquired
+		{replica: 2, call: 1 * ms, got: 5500000, rel: 7 * ms}, // overlaps the previous holder
+	}
+	c := Cell{PerReplica: make([]int, 3)}
+	summarize(&c, evs)
+	if c.Acquisitions != 4 || c.Handoffs != 1 || c.Reacquired != 1 || c.Overlaps != 1 {
+		t.Fatalf("acquisitions %d hand-offs %d reacquired %d overlaps %d, want 4 1 1 1", c.Acquisitions, c.Handoffs, c.Reacquired, c.Overlaps)
+	}
+	if c.HandoffP50 != time.Millisecond {
+		t.Fatalf("hand-off p50 %v, want 1ms", c.HandoffP50)
+	}
+	if got := fmt.Sprint(c.PerReplica); got != "[1 2 1]" {
+		t.Fatalf("per replica %s", got)
+	}
+	if f := c.Fairness(); f != 0.5 {
+		t.Fatalf("fairness %v, want 0.5", f)
+	}
+}
+
+// TestChildLoop runs the replica loop on the memory store for 50 ms.
+func TestChildLoop(t *testing.T) {
+	start := Mono()
+	in := strings.NewReader(fmt.Sprintf("go %d %d\n", start, start+int64(50*time.Millisecond)))
+	var out bytes.Buffer
+	if code := ChildMain([]string{"-store", "memory", "-hold", "1ms"}, OpenLeasehold, in, &out); code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if lines[0] != "ready" || !strings.HasPrefix(lines[len(lines)-1], "errors 0") {
+		t.Fatalf("output: %q", out.String())
+	}
+	var n int
+	for _, l := range lines {
+		var call, got, rel int64
+		if _, err := fmt.Sscanf(l, "e %d %d %d", &call, &got, &rel); err == nil {
+			n++
+			if call > got || got+int64(time.Millisecond) > rel {
+				t.Fatalf("times out of order or hold shorter than 1 ms: %q", l)
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("%d acquisitions in 50 ms with a 1 ms hold", n)
+	}
+}

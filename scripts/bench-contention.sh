@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# bench-contention.sh — the cross-process contention benchmark of issue 11
+# (BENCHMARKS.md, "Round 2: contention across processes").
+#
+# Starts redis-server, an etcd binary (Debian etcd-server) and PostgreSQL 15
+# (with pg_stat_statements) on free loopback ports in a temporary
+# directory, builds this tree's leasehold binary ("after") and a replica
+# binary of BEFORE (default f7c9a25, the round-1 code) from a temporary git
+# worktree with this tree's replica loop copied in ("before"), optionally
+# the peers (PEERS=1: bsm/redislock and go-redsync in a throw-away module
+# outside the repository, Redis only), then runs
+#   leasehold bench --contention --replicas 8 --processes ...
+# with every variant interleaved. Extra arguments go to leasehold bench
+# (e.g. --passes 5 --cell 3s --takeovers 5 --json).
+#
+# Needs: go, git, redis-server, etcd, /usr/lib/postgresql/*/bin (see
+# scripts/install-test-deps.sh). Run from anywhere inside the repository.
+set -euo pipefail
+
+root=$(git rev-parse --show-toplevel)
+before=${BEFORE:-f7c9a25}
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
+tmp=$(mktemp -d /tmp/leasehold-contention.XXXXXX)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	if [ -f "$tmp/pg/postmaster.pid" ]; then
+		aspg "$pgbin/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1 || true
+	fi
+	git -C "$root" worktree remove --force "$tmp/before" >/dev/null 2>&1 || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# freeport prints a loopback port nobody listens on.
+freeport() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+}
+# aspg runs a PostgreSQL program as the postgres user when we are root
+# (PostgreSQL refuses to run as root).
+aspg() {
+	if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# Builds.
+echo "building after ($(git -C "$root" rev-parse --short HEAD)) and before ($before)" >&2
+(cd "$root/cmd/leasehold" && go build -o "$tmp/leasehold" .)
+git -C "$root" worktree add --detach "$tmp/before" "$before" >/dev/null 2>&1
+mkdir -p "$tmp/before/internal/contention" "$tmp/before/cmd/contention-child"
+cp "$root/cmd/leasehold/internal/contention/child.go" "$tmp/before/internal/contention/"
+sed 's#github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl#github.com/leasehold/leasehold/storeurl#' \
+	"$root/cmd/leasehold/internal/contention/open.go" >"$tmp/before/internal/contention/open.go"
+cat >"$tmp/before/cmd/contention-child/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"github.com/leasehold/leasehold/internal/contention"
+)
+
+func main() { os.Exit(contention.ChildMain(os.Args[1:], contention.OpenLeasehold, os.Stdin, os.Stdout)) }
+GO
+(cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
+set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
+if [ "${PEERS:-0}" = 1 ]; then
+	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
+	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync"
+fi
+
+# Servers.
+rport=$(freeport)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
+pids="$pids $!"
+eport=$(freeport)
+epeer=$(freeport)
+etcd --name b --data-dir "$tmp/etcd" \
+	--listen-client-urls "http://127.0.0.1:$eport" --advertise-client-urls "http://127.0.0.1:$eport" \
+	--listen-peer-urls "http://127.0.0.1:$epeer" --initial-advertise-peer-urls "http://127.0.0.1:$epeer" \
+	--initial-cluster "b=http://127.0.0.1:$epeer" --heartbeat-interval 10 --election-timeout 100 \
+	--log-level error >"$tmp/etcd.log" 2>&1 &
+pids="$pids $!"
+pport=$(freeport)
+mkdir -p "$tmp/pg"
+[ "$(id -u)" -ne 0 ] || chown postgres "$tmp" "$tmp/pg"
+aspg "$pgbin/initdb" -D "$tmp/pg" -U postgres --auth=trust --no-sync >/dev/null
+aspg "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w -o \
+	"-p $pport -c listen_addresses=127.0.0.1 -c unix_socket_directories=$tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_preload_libraries=pg_stat_statements" \
+	start >/dev/null
+for _ in $(seq 50); do
+	redis-cli -p "$rport" ping >/dev/null 2>&1 && ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" endpoint health >/dev/null 2>&1 && break
+	sleep 0.2
+done
+
+echo "load before the run: $(uptime)" >&2
+"$tmp/leasehold" bench --contention --replicas 8 --processes \
+	--redis "redis://127.0.0.1:$rport" \
+	--etcd "etcd://127.0.0.1:$eport" --etcd-metrics "http://127.0.0.1:$eport/metrics" \
+	--postgres "postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable" "$@"
+echo "load after the run: $(uptime)" >&2
