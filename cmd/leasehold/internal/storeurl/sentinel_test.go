@@ -36,7 +36,21 @@ func TestOpenRedisSentinel(t *testing.T) {
 	old := g.Master.Addr
 	g.Failover(t)
 	nw := g.WaitNewMaster(t, old, 30*time.Second)
+	// Sentinel promotes the new master before it demotes the old one: until
+	// then a write can still land on the old master (docs/failover.md). Wait
+	// for the demotion, so the lock below must land on the new master.
 	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := g.Server(old).Client(t).Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old master %s was not demoted within 20s: %v", old, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline = time.Now().Add(20 * time.Second)
 	var after leasehold.Grant
 	for {
 		// The client learns of the new master from the sentinels; until
