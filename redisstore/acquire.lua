@@ -20,7 +20,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
     local t = redis.call('TIME')
     local now = t[1] .. string.sub('00000' .. t[2], -6)
     local last = redis.pcall('SET', KEYS[2], now, 'PX', fexp, 'GET')
-    if not last or ((#last < #now or (#last == #now and last < now)) and string.find(last, '^[1-9]%d*$')) then
+    if not last or (type(last) == 'string' and (#last < #now or (#last == #now and last < now)) and string.find(last, '^[1-9]%d*$')) then
       return now
     end
     redis.call('DEL', KEYS[1]) -- the careful path below decides, or fails without a lock left behind

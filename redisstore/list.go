@@ -90,7 +90,7 @@ func (s *Store) inspectAll(ctx context.Context, c Client, names []string) (out [
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = inspectScript.Eval(ctx, pipe, s.inspectKeys(k))
+		cmds[i] = s.runPiped(ctx, pipe, true, inspectScript, s.inspectKeys(k))
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	out = make([]leasehold.LockInfo, 0, len(keys))

@@ -36,17 +36,22 @@ func TestMisconfigurationErrors(t *testing.T) {
 	if err := admin.HSet(ctx, good.LockKey("hash"), "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := admin.HSet(ctx, good.FenceKey("hashfence"), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name string
-		c    *redis.Client
-		key  string
-		want string
+		name    string
+		c       *redis.Client
+		key     string
+		want    string
+		release error // what Release then says
 	}{
-		{"wrong password", client(redis.Options{Password: "wrong-pass-456"}), "k", "WRONGPASS"},
-		{"no password", client(redis.Options{}), "k", "NOAUTH"},
-		{"ACL denies the prefix", client(redis.Options{Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM"},
-		{"database that does not exist", client(redis.Options{Password: "right-pass-123", DB: 99}), "k", "DB index"},
-		{"lock key of another type", admin, "hash", "WRONGTYPE"},
+		{"wrong password", client(redis.Options{Password: "wrong-pass-456"}), "k", "WRONGPASS", leasehold.ErrMisconfigured},
+		{"no password", client(redis.Options{}), "k", "NOAUTH", leasehold.ErrMisconfigured},
+		{"ACL denies the prefix", client(redis.Options{Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM", leasehold.ErrMisconfigured},
+		{"database that does not exist", client(redis.Options{Password: "right-pass-123", DB: 99}), "k", "DB index", leasehold.ErrMisconfigured},
+		{"lock key of another type", admin, "hash", "WRONGTYPE", leasehold.ErrMisconfigured},
+		{"fence key of another type", admin, "hashfence", "WRONGTYPE", leasehold.ErrNotHeld}, // no lock left behind
 	} {
 		s := newStore(t, tc.c, redisstore.Options{})
 		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: tc.key, Token: "t", TTL: time.Minute})
@@ -60,8 +65,8 @@ func TestMisconfigurationErrors(t *testing.T) {
 		if strings.Contains(err.Error(), "pass-") {
 			t.Errorf("%s: the error shows a password: %v", tc.name, err)
 		}
-		if err := s.Release(ctx, tc.key, "t"); !errors.Is(err, leasehold.ErrMisconfigured) {
-			t.Errorf("%s: Release: expected ErrMisconfigured, got %v", tc.name, err)
+		if err := s.Release(ctx, tc.key, "t"); !errors.Is(err, tc.release) {
+			t.Errorf("%s: Release: expected %v, got %v", tc.name, tc.release, err)
 		}
 	}
 }

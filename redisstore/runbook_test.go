@@ -59,12 +59,26 @@ func TestRunbook(t *testing.T) {
 	if err := s.Release(t.Context(), key, "owner-token"); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("Release after DEL: expected ErrNotHeld, got %v", err)
 	}
-	// A key with braces and a percent sign: its tag escapes them.
+}
+
+// TestRunbookEscapedKey checks the runbook's escaping of a key with braces
+// and a percent sign: redis-cli finds its lock under the escaped tag.
+func TestRunbookEscapedKey(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal("redis-cli not found: run scripts/install-test-deps.sh (Debian package redis-tools)")
+	}
+	srv := testredis.Start(t)
+	s := newStore(t, srv.Client(t), redisstore.Options{})
 	const odd = "}50%{x"
 	if _, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: odd, Token: "t2", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if got := run("GET", "leasehold:{%7D50%25%7Bx}:lock"); got != "t2" {
-		t.Fatalf("GET of the escaped lock key: expected t2, got %q", got)
+	out, err := exec.Command(cli, "-p", strconv.Itoa(srv.Port), "GET", "leasehold:{%7D50%25%7Bx}:lock").CombinedOutput()
+	if got := strings.TrimSpace(string(out)); err != nil || got != "t2" {
+		t.Fatalf("GET of the escaped lock key: expected t2, got %q, %v", got, err)
+	}
+	if got := s.LockKey(odd); got != "leasehold:{%7D50%25%7Bx}:lock" {
+		t.Fatalf("LockKey(%q): expected leasehold:{%%7D50%%25%%7Bx}:lock, got %s", odd, got)
 	}
 }

@@ -95,6 +95,14 @@ type Options struct {
 	// bounds how far back the Redis server's clock may step without fences
 	// going backward.
 	FenceRetention time.Duration
+
+	// Functions calls the store's scripts with FCALL from the Redis
+	// Functions library (Library) instead of EVALSHA/EVAL, so the service
+	// user needs +fcall and no +eval (which would let it run any script).
+	// An operator loads the library first (LoadFunctions, or `leasehold
+	// setup redis`); until then every call fails with ErrMisconfigured.
+	// Redis 7 or later.
+	Functions bool
 }
 
 // Store is a leasehold.Store, Inspector, Notifier, BatchRenewer and
@@ -106,6 +114,7 @@ type Store struct {
 	sharded   string        // "1" with sharded pub/sub, for the scripts
 	prefix    string
 	retention time.Duration
+	fcall     fcaller // nil unless Options.Functions
 
 	notify notifier
 }
@@ -131,6 +140,13 @@ func New(client Client, opts Options) (*Store, error) {
 	s := &Store{c: client, sharded: "0", prefix: opts.Prefix, retention: opts.FenceRetention}
 	if cc, ok := client.(clusterClient); ok {
 		s.cluster, s.sharded = cc, "1"
+	}
+	if opts.Functions {
+		fc, ok := client.(fcaller)
+		if !ok {
+			return nil, fmt.Errorf("%w: redisstore: Functions needs a client with FCall, got %T", leasehold.ErrInvalidOptions, client)
+		}
+		s.fcall = fc
 	}
 	s.notify.init(s)
 	return s, nil
@@ -221,7 +237,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		value += "|" + req.Holder
 	}
 	base := s.base(req.Key)
-	res, err := acquireScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"},
+	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
 		value, ms, ms+s.retention.Milliseconds(), qms).Result()
 	if err != nil {
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
@@ -281,7 +297,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err != nil {
 		return err
 	}
-	n, err := renewScript.Run(ctx, s.c, s.keys(key), token, ms, ms+s.retention.Milliseconds()).Int64()
+	n, err := s.run(ctx, renewScript, s.keys(key), token, ms, ms+s.retention.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return s.fail("renew", key, err)
@@ -311,11 +327,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 				continue
 			}
 			args := []any{r.Token, ms, ms + s.retention.Milliseconds()}
-			if eval {
-				cmds[i] = renewScript.Eval(ctx, pipe, s.keys(r.Key), args...)
-			} else {
-				cmds[i] = renewScript.EvalSha(ctx, pipe, s.keys(r.Key), args...)
-			}
+			cmds[i] = s.runPiped(ctx, pipe, eval, renewScript, s.keys(r.Key), args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 	}
@@ -351,7 +363,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	base := s.base(key)
-	n, err := releaseScript.Run(ctx, s.c, []string{base + ":lock", base + ":queue"}, base+":wake", s.sharded, token).Int64()
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue"}, base+":wake", s.sharded, token).Int64()
 	switch {
 	case err != nil:
 		return s.fail("release", key, err)
@@ -372,7 +384,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 		return leasehold.LockInfo{}, err
 	}
 	base := s.base(key)
-	res, err := forceReleaseScript.Run(ctx, s.c, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
+	res, err := s.run(ctx, forceReleaseScript, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
@@ -394,7 +406,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, er
 	if err := checkKey(key); err != nil {
 		return leasehold.LockInfo{}, err
 	}
-	res, err := inspectScript.Run(ctx, s.c, s.inspectKeys(key)).Slice()
+	res, err := s.run(ctx, inspectScript, s.inspectKeys(key)).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld

@@ -24,6 +24,7 @@ func (r *runner) queue(t *testing.T) {
 	t.Run("HolderRecorded", r.queueHolder)
 	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)
 	t.Run("ReleaseWakesOnlyTheHead", r.queueWakesHead)
+	t.Run("LockersWakeOnlyTheHead", r.queueLockersWakeHead)
 	t.Run("NotificationDeadlineHolds", r.queueNotifyDeadline)
 	t.Run("HungStoreIsNotContention", r.queueHungStore)
 }
@@ -361,6 +362,11 @@ func (r *runner) queueHungStore(t *testing.T) {
 	s := r.store(t)
 	key := r.key(t, "k")
 	mustAcquire(t, s, key, "h", time.Minute)
+	lk, err := leasehold.New(s, leasehold.Options{Name: "storetest", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
 	thaw := r.h.Freeze(t, s)
 	defer thaw()
 	const deadline = 300 * time.Millisecond
@@ -381,6 +387,20 @@ func (r *runner) queueHungStore(t *testing.T) {
 			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: r.key(t, "free"), Token: "x", TTL: time.Minute})
 			return err
 		}},
+		{"Locker.TryAcquire (held key)", func(ctx context.Context) error {
+			_, err := lk.TryAcquire(ctx, key)
+			if err != nil && !errors.Is(err, leasehold.ErrStore) {
+				return fmt.Errorf("expected an error wrapping ErrStore, got %w", err)
+			}
+			return err
+		}},
+		{"Locker.Acquire (held key, waiting)", func(ctx context.Context) error {
+			_, err := lk.Acquire(ctx, key)
+			if err != nil && !errors.Is(err, leasehold.ErrStore) {
+				return fmt.Errorf("expected an error wrapping ErrStore, got %w", err)
+			}
+			return err
+		}},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), deadline)
 		start := time.Now()
@@ -396,4 +416,121 @@ func (r *runner) queueHungStore(t *testing.T) {
 			t.Errorf("%s on a frozen store with a %v deadline returned after %v (bound %v)", tc.name, deadline, el, bound)
 		}
 	}
+}
+
+// countingStore counts the Acquire calls one replica's Locker makes.
+type countingStore struct {
+	fullStore
+	n        leasehold.Notifier
+	acquires atomic.Int64
+}
+
+func (c *countingStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	c.acquires.Add(1)
+	return c.fullStore.Acquire(ctx, req)
+}
+
+func (c *countingStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	return c.n.WaitRelease(ctx, key, token)
+}
+
+// queueLockersWakeHead checks the queue under Lockers, one per replica: a
+// release makes only the head's Locker call the store; the others stay
+// asleep (no store call) until their turn.
+func (r *runner) queueLockersWakeHead(t *testing.T) {
+	const n = 3
+	rs := r.replicas(t, n+1)
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 60*time.Second)
+	mustAcquire(t, rs[0], key, "h", time.Minute)
+	counts, results := r.queueLockers(t, ctx, rs, key, n)
+	release := func() { mustRelease(t, rs[0], key, "h") }
+	for i := range n {
+		before := settle(counts)
+		release()
+		var l *leasehold.Lease
+		select {
+		case l = <-results[i]:
+		case <-time.After(5*time.Second + r.h.Slack):
+			t.Fatalf("Locker %d, the head, did not get the key within 5s of the release", i)
+		}
+		if l == nil {
+			t.FailNow()
+		}
+		time.Sleep(300 * time.Millisecond)
+		for j := i + 1; j < n; j++ {
+			if d := counts[j].acquires.Load() - before[j]; d != 0 {
+				t.Fatalf("hand-off %d: Locker %d, not the head, made %d Acquire calls (a release must wake only the head)", i, j, d)
+			}
+		}
+		release = func() {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+	release()
+}
+
+// settle waits until no Locker has called the store for 200 ms (a Locker may
+// retry once right after it subscribed) and returns the counts.
+func settle(counts []*countingStore) []int64 {
+	snap := func() []int64 {
+		out := make([]int64, len(counts))
+		for j, c := range counts {
+			out[j] = c.acquires.Load()
+		}
+		return out
+	}
+	last := snap()
+	for range 50 {
+		time.Sleep(200 * time.Millisecond)
+		now := snap()
+		if fmt.Sprint(now) == fmt.Sprint(last) {
+			return now
+		}
+		last = now
+	}
+	return last
+}
+
+// queueLockers starts n Lockers, one per replica rs[1..n], blocked in
+// Acquire(key) and queued in that order; each result arrives on its channel.
+func (r *runner) queueLockers(t *testing.T, ctx context.Context, rs []fullStore, key string, n int) ([]*countingStore, []chan *leasehold.Lease) {
+	t.Helper()
+	counts := make([]*countingStore, n)
+	results := make([]chan *leasehold.Lease, n)
+	for i := range n {
+		nt, ok := rs[i+1].(leasehold.Notifier)
+		if !ok {
+			t.Skip("store does not implement leasehold.Notifier")
+		}
+		counts[i] = &countingStore{fullStore: rs[i+1], n: nt}
+		// A long waiter TTL and wait cap: no refresh or poll falls in the test's windows.
+		lk, err := leasehold.New(counts[i], leasehold.Options{Name: "storetest", TTL: time.Minute, WaiterTTL: 30 * time.Second, WaitCap: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		results[i] = make(chan *leasehold.Lease, 1)
+		go func() {
+			l, err := lk.Acquire(ctx, key)
+			if err != nil {
+				t.Errorf("Locker %d: Acquire: %v", i, err)
+			}
+			results[i] <- l
+		}()
+		deadline := time.Now().Add(10*time.Second + r.h.Slack)
+		for { // join the queue in order
+			info, err := rs[0].Inspect(ctx, key)
+			if err == nil && info.Waiting == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Locker %d did not join the queue within 10s: %+v, %v", i, info, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return counts, results
 }

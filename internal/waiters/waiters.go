@@ -13,8 +13,8 @@ type Set struct {
 	m  map[string]map[chan struct{}]string // key -> channel -> token ("" for Add)
 }
 
-// Add registers a waiter for key with no token: it is woken by Wake(key) and
-// WakeAll, never by WakeToken. See AddToken.
+// Add registers an observer of key (a waiter with no token): it is woken by
+// Wake(key), by WakeToken(key, any token) and by WakeAll. See AddToken.
 func (s *Set) Add(key string) (ch <-chan struct{}, stop func()) {
 	return s.AddToken(key, "")
 }
@@ -59,8 +59,9 @@ func (s *Set) Wake(key string) {
 	}
 }
 
-// WakeToken wakes the waiters that registered key with token (and no
-// other), without blocking. It reports whether any was registered.
+// WakeToken wakes the waiters that registered key with token, and key's
+// observers (registered with no token), without blocking; other tokens'
+// waiters stay asleep. It reports whether a waiter of token was registered.
 func (s *Set) WakeToken(key, token string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -85,8 +85,11 @@ func TestWakeTokenReachesOnlyThatToken(t *testing.T) {
 	if !received(w1) {
 		t.Fatal("expected t1's waiter of k to wake")
 	}
-	if received(w2) || received(other) || received(anon) {
-		t.Fatal("expected WakeToken(k, t1) to wake t1's waiter of k only")
+	if received(w2) || received(other) {
+		t.Fatal("expected WakeToken(k, t1) to wake t1's waiter of k only, and no other token's")
+	}
+	if !received(anon) {
+		t.Fatal("expected WakeToken(k, t1) to wake k's observer (a waiter with no token) too")
 	}
 	if s.WakeToken("k", "nobody") {
 		t.Fatal("WakeToken of an unregistered token: expected false")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	"github.com/prometheus/common/model"
 	"github.com/spf13/pflag"
 
@@ -53,13 +55,13 @@ func (p *promSource) read(ctx context.Context, in *calibrate.Input, jitterSet bo
 	}
 	base, err := url.Parse(p.url)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, usage("--prometheus %q: an http:// or https:// URL of a Prometheus server", redactURL(p.url))
+		return nil, usage("--prometheus %q: an http:// or https:// URL of a Prometheus server", storeurl.Describe(p.url))
 	}
 	q := promQuerier{base: base, at: time.Now()}
 	sel := "locker=" + strconv.Quote(p.locker)
 	held := fmt.Sprintf(`leasehold_held_seconds_%%s{%s, reason="released"}`, sel)
 	renew := fmt.Sprintf(`leasehold_renew_seconds_%%s{%s}`, sel)
-	out := &promCalibration{URL: redactURL(p.url), Locker: p.locker, Window: w.String(), JitterFrom: "flag"}
+	out := &promCalibration{URL: storeurl.Describe(p.url), Locker: p.locker, Window: w.String(), JitterFrom: "flag"}
 	if out.Held, err = q.count(ctx, fmt.Sprintf(held, "count"), w); err != nil {
 		return nil, err
 	}
@@ -106,11 +108,11 @@ func (q promQuerier) scalar(ctx context.Context, expr string) (float64, error) {
 	u.RawQuery = url.Values{"query": {expr}, "time": {strconv.FormatFloat(float64(q.at.UnixMilli())/1000, 'f', 3, 64)}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return 0, Exit(ExitFailure, "prometheus: %v", redactURL(err.Error()))
+		return 0, Exit(ExitFailure, "prometheus: %v", storeurl.RedactError(err, q.base.String()))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, Exit(ExitFailure, "prometheus: %v", redactURL(err.Error()))
+		return 0, Exit(ExitFailure, "prometheus: %v", storeurl.RedactError(err, q.base.String()))
 	}
 	defer resp.Body.Close()
 	var body struct {

@@ -187,7 +187,14 @@ Exit statuses:
 	}
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetHelpCommand(a.helpCmd())
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usage("unknown command %q; run 'leasehold help' for the commands", args[0])
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usage("%v", err)
 	})
@@ -197,7 +204,8 @@ Exit statuses:
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log informational records of the locker to stderr")
 	a.logs.register(pf)
 
-	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
+	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd())
 	return root
 }
 
@@ -216,12 +224,15 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	if raw == "" {
 		return nil, usage("no store: pass --store URL or set %s (one of: %s)", EnvStore, storeurl.Supported)
 	}
-	o, err := storeurl.Open(ctx, raw)
+	o, err := storeurl.OpenEnv(ctx, raw, a.Getenv)
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
 		return nil, &ExitError{Code: ExitUnavailable, Err: err}
 	case err != nil:
 		return nil, usage("--store: %v", err)
+	}
+	for _, w := range o.Warnings {
+		fmt.Fprintf(a.Stderr, "leasehold: warning: %s\n", w)
 	}
 	if shared && !o.Shared {
 		_ = o.Close()

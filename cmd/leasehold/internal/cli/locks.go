@@ -18,9 +18,13 @@ import (
 // lockJSON is the --json form of a lock: stable snake_case field names.
 type lockJSON struct {
 	Key         string            `json:"key"`
-	Token       string            `json:"token"`
-	Fence       uint64            `json:"fence"`
+	Held        bool              `json:"held"`
+	Token       string            `json:"token,omitempty"`
+	Holder      string            `json:"holder,omitempty"`
+	Fence       uint64            `json:"fence,omitempty"`
 	RemainingMS int64             `json:"remaining_ms"`
+	Waiting     int               `json:"waiting"`
+	NextHolder  string            `json:"next_holder,omitempty"`
 	Facts       map[string]string `json:"facts"`
 }
 
@@ -29,7 +33,8 @@ func toJSON(li leasehold.LockInfo) lockJSON {
 	if facts == nil {
 		facts = map[string]string{}
 	}
-	return lockJSON{Key: li.Key, Token: li.Token, Fence: li.Fence, RemainingMS: li.Remaining.Milliseconds(), Facts: facts}
+	return lockJSON{Key: li.Key, Held: true, Token: li.Token, Holder: li.Holder, Fence: li.Fence,
+		RemainingMS: li.Remaining.Milliseconds(), Waiting: li.Waiting, NextHolder: li.NextHolder, Facts: facts}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -53,10 +58,16 @@ func human(d time.Duration) string {
 
 const lockFields = `Output fields (--json uses these names):
   key           the lock key
+  held          true when a lock exists (inspect --json prints {"key":…,"held":false}
+                and exits 1 when none does)
   token         the owner token of the current holder
+  holder        the holder's identity (hostname/pid unless the locker set another)
   fence         the fence token of the current acquisition
   remaining_ms  milliseconds until the lock expires unless renewed
-  facts         store-specific facts, e.g. the Redis key names for redis-cli`
+  waiting       waiters queued for the key; next_holder: the identity at the head
+  facts         store-specific facts, e.g. the Redis key names for redis-cli
+Keys, tokens and identities with unprintable characters are shown Go-quoted
+("\x1b[2J"); pass such a key quoted the same way to inspect or release it.`
 
 func (a *App) inspectCmd() *cobra.Command {
 	return &cobra.Command{
@@ -73,9 +84,9 @@ process and would always be empty.`,
   leasehold inspect scheduler:job:42 --json | jq .fence`,
 		Args: exactArgs(1, "one KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key := args[0]
-			if err := leasehold.ValidateKey(key); err != nil {
-				return usage("%v", err)
+			key, err := operatorKey(args[0])
+			if err != nil {
+				return err
 			}
 			st, err := a.openStore(cmd.Context(), "inspect", true)
 			if err != nil {
@@ -89,7 +100,7 @@ process and would always be empty.`,
 			li, err := insp.Inspect(cmd.Context(), key)
 			if errors.Is(err, leasehold.ErrNotHeld) {
 				if a.json {
-					_ = writeJSON(a.Stdout, nil)
+					_ = writeJSON(a.Stdout, lockJSON{Key: key, Facts: map[string]string{}})
 				}
 				return Exit(ExitFailure, "no lock held on %q", key)
 			}
@@ -100,12 +111,17 @@ process and would always be empty.`,
 				return writeJSON(a.Stdout, toJSON(li))
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "key\t%s\n", li.Key)
-			fmt.Fprintf(tw, "token\t%s\n", li.Token)
+			fmt.Fprintf(tw, "key\t%s\n", quoteUnprintable(li.Key))
+			fmt.Fprintf(tw, "token\t%s\n", quoteUnprintable(li.Token))
+			fmt.Fprintf(tw, "holder\t%s\n", quoteUnprintable(li.Holder))
 			fmt.Fprintf(tw, "fence\t%d\n", li.Fence)
 			fmt.Fprintf(tw, "remaining\t%s\n", human(li.Remaining))
+			fmt.Fprintf(tw, "waiting\t%d\n", li.Waiting)
+			if li.Waiting > 0 {
+				fmt.Fprintf(tw, "next holder\t%s\n", quoteUnprintable(li.NextHolder))
+			}
 			for _, k := range slices.Sorted(maps.Keys(li.Facts)) {
-				fmt.Fprintf(tw, "%s\t%s\n", k, li.Facts[k])
+				fmt.Fprintf(tw, "%s\t%s\n", quoteUnprintable(k), quoteUnprintable(li.Facts[k]))
 			}
 			return tw.Flush()
 		},
@@ -142,7 +158,11 @@ unavailable, 2 on bad usage. The memory store is refused.`,
 				return err
 			}
 			locks, err := insp.List(cmd.Context(), prefix)
-			if err != nil {
+			switch {
+			case errors.Is(err, leasehold.ErrBadEntry):
+				// The good entries are listed; the bad ones are named on stderr.
+				fmt.Fprintf(a.Stderr, "leasehold ls: skipped entries the store cannot decode: %s\n", quoteUnprintable(short(st.Redact(err))))
+			case err != nil:
 				return storeFailure(st, "ls", err)
 			}
 			if a.json {
@@ -157,9 +177,10 @@ unavailable, 2 on bad usage. The memory store is refused.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tFENCE\tREMAINING\tTOKEN")
+			fmt.Fprintln(tw, "KEY\tFENCE\tREMAINING\tHOLDER\tWAITING\tTOKEN")
 			for _, li := range locks {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", li.Key, li.Fence, human(li.Remaining), li.Token)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", quoteUnprintable(li.Key), li.Fence, human(li.Remaining),
+					quoteUnprintable(li.Holder), li.Waiting, quoteUnprintable(li.Token))
 			}
 			return tw.Flush()
 		},
@@ -207,7 +228,10 @@ store that cannot force-release). The memory store is refused.`,
   leasehold release scheduler:job:42 --force`,
 		Args: exactArgs(1, "one KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key := args[0]
+			key, err := operatorKey(args[0])
+			if err != nil {
+				return err
+			}
 			switch {
 			case force && cmd.Flags().Changed("token"):
 				return usage("give either --token or --force, not both")
@@ -215,9 +239,6 @@ store that cannot force-release). The memory store is refused.`,
 				return usage("missing --token TOKEN (the owner token, see 'leasehold inspect %s') or --force", key)
 			case !force && token == "":
 				return usage("--token is empty")
-			}
-			if err := leasehold.ValidateKey(key); err != nil {
-				return usage("%v", err)
 			}
 			st, err := a.openStore(cmd.Context(), "release", true)
 			if err != nil {
@@ -229,14 +250,16 @@ store that cannot force-release). The memory store is refused.`,
 				err := st.Store.Release(ctx, key, token)
 				switch {
 				case errors.Is(err, leasehold.ErrNotOwned):
-					return Exit(ExitFailure, "lock not owned: %q is not held by that token; nothing was changed", key)
+					return Exit(ExitFailure, "lock not owned: %q is held by another token; nothing was changed", key)
+				case errors.Is(err, leasehold.ErrNotHeld):
+					return Exit(ExitFailure, "no lock held on %q (released or expired already); nothing was changed", key)
 				case err != nil:
 					return storeFailure(st, "release "+key, err)
 				}
 				if a.json {
 					return writeJSON(a.Stdout, releaseJSON{Key: key, Released: true})
 				}
-				fmt.Fprintf(a.Stdout, "released %s\n", key)
+				fmt.Fprintf(a.Stdout, "released %s\n", quoteUnprintable(key))
 				return nil
 			}
 			fr, ok := st.Store.(leasehold.ForceReleaser)
@@ -254,8 +277,8 @@ store that cannot force-release). The memory store is refused.`,
 				return writeJSON(a.Stdout, releaseJSON{Key: key, Released: true, Forced: true,
 					Token: li.Token, Fence: li.Fence, RemainingMS: li.Remaining.Milliseconds()})
 			}
-			fmt.Fprintf(a.Stdout, "force-released %s: deleted the lock of owner token %s (fence %d, %s left)\n",
-				key, li.Token, li.Fence, human(li.Remaining))
+			fmt.Fprintf(a.Stdout, "force-released %s: deleted the lock of %s, owner token %s (fence %d, %s left)\n",
+				quoteUnprintable(key), quoteUnprintable(li.Holder), quoteUnprintable(li.Token), li.Fence, human(li.Remaining))
 			return nil
 		},
 	}

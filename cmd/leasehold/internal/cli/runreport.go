@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/push"
 	"github.com/spf13/pflag"
@@ -125,7 +127,7 @@ func (r *runReport) finish(a *App, err error) error {
 	}
 	if r.pushURL != "" {
 		if perr := push.New(r.pushURL, "leasehold_run").Grouping("run", r.name).Gatherer(r.reg).Push(); perr != nil {
-			fmt.Fprintf(a.Stderr, "leasehold run: --push: %v\n", redactURL(perr.Error()))
+			fmt.Fprintf(a.Stderr, "leasehold run: --push: %v\n", storeurl.RedactError(perr, r.pushURL))
 		}
 	}
 	return err
@@ -152,11 +154,6 @@ func runOutcome(code int) string {
 var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
 func fileSafe(name string) string { return unsafeFileChars.ReplaceAllString(name, "_") }
-
-// redactURL hides a user:password@ in URLs within s.
-var userinfoRE = regexp.MustCompile(`://[^/@\s]+@`)
-
-func redactURL(s string) string { return userinfoRE.ReplaceAllString(s, "://xxxxx@") }
 
 // teeObservers returns an Observer that calls each non-nil one (nil when
 // there is none).

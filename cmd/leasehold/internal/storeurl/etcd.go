@@ -2,6 +2,7 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 )
 
 // checkEtcd validates the endpoints of etcd://[user:password@]host:port[,…]
+// (etcds:// is rewritten to etcd:// before)
 // more strictly than the etcd client does, so a typo is a bad URL rather
 // than a connection timeout.
 func checkEtcd(raw, desc string) error {
@@ -52,12 +54,17 @@ const etcdDialTimeout = 5 * time.Second
 // openEtcd connects to etcd and checks that a quorum answers. It dials the
 // client itself, with a dial timeout, because authenticating a user blocks in
 // clientv3.New otherwise.
-func openEtcd(ctx context.Context, raw, desc string) (*Opened, error) {
+func openEtcd(ctx context.Context, raw, desc string, c common) (*Opened, error) {
+	scheme, rest, _ := strings.Cut(raw, "://")
+	raw = "etcd://" + rest
 	if err := checkEtcd(raw, desc); err != nil {
 		return nil, err
 	}
 	cfg, prefix, err := etcdstore.ParseURL(raw)
 	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	}
+	if err := etcdTLS(&cfg, strings.EqualFold(scheme, "etcds"), c); err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	}
 	if prefix == "" {
@@ -85,5 +92,26 @@ func openEtcd(ctx context.Context, raw, desc string) (*Opened, error) {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	}
 	// The store before the client it uses.
-	return &Opened{Store: st, Kind: Etcd, Shared: true, closers: []io.Closer{st, cli}}, nil
+	return &Opened{Store: st, Kind: Etcd, Shared: true, closers: []io.Closer{st, cli}, Warnings: c.warnings()}, nil
+}
+
+// etcdTLS sets up TLS for an etcds:// URL: https endpoints (gRPC checks
+// each member's certificate against the member's host name) and the URL's
+// CA, client certificate and key.
+func etcdTLS(cfg *clientv3.Config, on bool, c common) error {
+	if !on {
+		if c.wantsTLS() {
+			return errors.New("ca_file, cert_file, key_file and skip_verify need etcds:// (TLS)")
+		}
+		return nil
+	}
+	t, err := c.tlsConfig("")
+	if err != nil {
+		return err
+	}
+	cfg.TLS = t
+	for i, ep := range cfg.Endpoints {
+		cfg.Endpoints[i] = "https://" + ep
+	}
+	return nil
 }

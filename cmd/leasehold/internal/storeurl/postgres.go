@@ -19,10 +19,10 @@ const pgConnectTimeout = 5 * time.Second
 // openPostgres opens a postgres:// or postgresql:// URL with pgstore.Open,
 // after taking out our own parameters (table, schema, migrate); the rest is
 // pgx's (sslmode, connect_timeout, pool_max_conns, …).
-func openPostgres(ctx context.Context, raw, desc string) (*Opened, error) {
-	u, err := url.Parse(raw)
+func openPostgres(ctx context.Context, raw, desc string, c common) (*Opened, error) {
+	u, err := parseURL(raw, desc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %s", ErrBadURL, desc, parseErr(err))
+		return nil, err
 	}
 	q := u.Query()
 	var opts pgstore.Options
@@ -49,6 +49,9 @@ func openPostgres(ctx context.Context, raw, desc string) (*Opened, error) {
 		}
 		q.Del("migrate")
 	}
+	if err := pgTLS(q, c); err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	}
 	u.RawQuery = q.Encode()
 
 	octx, cancel := context.WithTimeout(ctx, pgConnectTimeout)
@@ -61,5 +64,29 @@ func openPostgres(ctx context.Context, raw, desc string) (*Opened, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
 	}
 	// Close stops the LISTEN connection and closes the pool Open created.
-	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}}, nil
+	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}, Warnings: c.warnings()}, nil
+}
+
+// pgTLS maps the common TLS parameters to libpq's: ca_file to sslrootcert,
+// cert_file and key_file to sslcert and sslkey. With any of them and no
+// sslmode, sslmode is verify-full (certificate and host name checked);
+// skip_verify means sslmode=require (encrypted, nothing checked).
+func pgTLS(q url.Values, c common) error {
+	for _, p := range []struct{ from, to string }{
+		{c.caFile, "sslrootcert"}, {c.certFile, "sslcert"}, {c.keyFile, "sslkey"},
+	} {
+		if p.from != "" {
+			q.Set(p.to, p.from)
+		}
+	}
+	mode := q.Get("sslmode")
+	switch {
+	case c.skipVerify && (mode == "verify-ca" || mode == "verify-full"):
+		return fmt.Errorf("skip_verify=true contradicts sslmode=%s", mode)
+	case c.skipVerify:
+		q.Set("sslmode", "require")
+	case c.wantsTLS() && mode == "":
+		q.Set("sslmode", "verify-full")
+	}
+	return nil
 }

@@ -2,22 +2,33 @@
 // command line takes it in --store or LEASEHOLD_STORE:
 //
 //	memory                                   the embedded, in-process store
-//	redis://[user:password@]host:port[/db][?prefix=P&<go-redis options>]
+//	redis://[user:password@]host:port[/db][?prefix=P&functions=true&<go-redis options>]
 //	rediss://…                               the same over TLS
 //	redis://host:port?addr=host2:port2&addr=…  a Redis Cluster (go-redis ParseClusterURL)
 //	etcd://[user:password@]host:port[,host:port…][?prefix=P]  an etcd cluster
+//	etcds://…                                the same over TLS
 //	postgres://[user:password@]host:port/db[?sslmode=…&table=T&schema=S&migrate=false]
 //	postgresql://…                           the same
 //
-// The prefix query parameter sets the key prefix of the store; every other
-// query parameter of a Redis URL is go-redis's (dial_timeout, read_timeout, …).
+// Every URL also takes password_file=PATH (the password, from a file rather
+// than the URL; $LEASEHOLD_STORE_PASSWORD_FILE does the same for a URL
+// without a password), and, over TLS, ca_file=, cert_file= and key_file=
+// (mutual TLS) and skip_verify=true (accepted with a warning in
+// Opened.Warnings). For PostgreSQL the TLS files map to sslrootcert, sslcert
+// and sslkey, and imply sslmode=verify-full.
+//
+// The prefix query parameter sets the key prefix of the store; functions=true
+// calls redisstore's scripts with FCALL (load them first with
+// LoadRedisFunctions); every other query parameter of a Redis URL is
+// go-redis's (dial_timeout, read_timeout, …).
 // For PostgreSQL, table and schema name the lock table (default
 // public.leasehold_locks), migrate=false skips creating it (for a user
 // without the CREATE privilege), and every other parameter is pgx's
 // (sslmode, connect_timeout, pool_max_conns, …).
 //
-// Passwords never appear in what this package returns: Describe redacts
-// them, and every error is scrubbed of them.
+// Passwords never appear in what this package returns: Describe masks
+// them, also in malformed URLs and libpq key=value strings, and every error
+// is scrubbed of them and of every piece of them of 3 or more characters.
 package storeurl
 
 import (
@@ -25,7 +36,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/leasehold/leasehold"
@@ -56,7 +68,7 @@ const (
 )
 
 // Supported lists the accepted URL forms, for error messages and help.
-const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], postgres://user@host:port/db"
+const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://host:port?addr=host:port (Cluster), etcd://host:port[,host:port], etcds://host:port (TLS), postgres://user@host:port/db"
 
 // Opened is an open store. Close it when done.
 type Opened struct {
@@ -69,6 +81,9 @@ type Opened struct {
 	Shared bool
 	// Desc is the URL with its password redacted, safe to print.
 	Desc string
+	// Warnings are about the URL's settings (skip_verify=true), for the
+	// caller to print.
+	Warnings []string
 
 	secrets []string
 	closers []io.Closer
@@ -92,37 +107,25 @@ func (o *Opened) Redact(err error) error {
 	return redact(err, o.secrets)
 }
 
-func redact(err error, secrets []string) error {
-	if err == nil {
-		return nil
-	}
-	msg := scrub(err.Error(), secrets)
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// redactedError keeps the error chain for errors.Is but prints the scrubbed
-// message.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
 // Open parses raw and opens the store it names. A Redis store is not
 // contacted (failures surface on first use); etcd and PostgreSQL are, and
 // one that does not answer returns an error wrapping ErrUnavailable. An unusable
 // URL returns an error wrapping ErrBadURL (ErrUnknownScheme for an unknown
 // scheme) that names the problem. No error contains the password.
 func Open(ctx context.Context, raw string) (*Opened, error) {
+	return OpenEnv(ctx, raw, os.Getenv)
+}
+
+// OpenEnv is Open with the environment read through getenv (for
+// $LEASEHOLD_STORE_PASSWORD_FILE).
+func OpenEnv(ctx context.Context, raw string, getenv func(string) string) (*Opened, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)
 	desc := Describe(raw)
-	o, err := open(ctx, raw, desc)
+	o, err := open(ctx, raw, desc, &secrets, getenv)
 	if err != nil {
 		return nil, redact(err, secrets)
 	}
@@ -130,7 +133,7 @@ func Open(ctx context.Context, raw string) (*Opened, error) {
 	return o, nil
 }
 
-func open(ctx context.Context, raw, desc string) (*Opened, error) {
+func open(ctx context.Context, raw, desc string, secrets *[]string, getenv func(string) string) (*Opened, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: empty; want one of: %s", ErrBadURL, Supported)
 	}
@@ -139,131 +142,74 @@ func open(ctx context.Context, raw, desc string) (*Opened, error) {
 	}
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("%w: %q has no scheme; want one of: %s", ErrBadURL, desc, Supported)
+		return nil, fmt.Errorf("%w: %s has no scheme; want one of: %s", ErrBadURL, quoteDesc(desc), Supported)
 	}
-	switch strings.ToLower(scheme) {
+	scheme = strings.ToLower(scheme)
+	if !knownScheme(scheme) {
+		if scheme == "memory" {
+			return nil, fmt.Errorf("%w: the memory store takes no address: write just \"memory\"", ErrBadURL)
+		}
+		return nil, fmt.Errorf("%w %s in %q; want one of: %s", ErrUnknownScheme, quoteScheme(scheme), desc, Supported)
+	}
+	raw, c, err := prepare(raw, desc, secrets, getenv)
+	if err != nil {
+		return nil, err
+	}
+	switch scheme {
 	case "redis", "rediss", "unix":
-		return openRedis(ctx, raw, desc)
-	case "etcd":
-		return openEtcd(ctx, raw, desc)
-	case "postgres", "postgresql":
-		return openPostgres(ctx, raw, desc)
-	case "memory":
-		return nil, fmt.Errorf("%w: the memory store takes no address: write just \"memory\"", ErrBadURL)
+		return openRedis(ctx, raw, desc, c)
+	case "etcd", "etcds":
+		return openEtcd(ctx, raw, desc, c)
 	}
-	return nil, fmt.Errorf("%w %q in %q; want one of: %s", ErrUnknownScheme, scheme, desc, Supported)
+	return openPostgres(ctx, raw, desc, c)
 }
 
-// Describe returns raw with any password replaced by "xxxxx", for logs and
-// output. It works on malformed URLs too.
-func Describe(raw string) string {
-	raw = strings.TrimSpace(raw)
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
-		q := u.Query()
-		changed := false
-		for k := range q {
-			if isSecretParam(k) {
-				q.Set(k, "xxxxx")
-				changed = true
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
-		return u.Redacted()
+func knownScheme(s string) bool {
+	switch s {
+	case "redis", "rediss", "unix", "etcd", "etcds", "postgres", "postgresql":
+		return true
 	}
-	return redactRaw(raw)
+	return false
 }
 
-// redactRaw redacts the userinfo of a URL that url.Parse rejects.
-func redactRaw(raw string) string {
-	_, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+// quoteScheme quotes an unknown scheme only when it looks like one: text
+// before "://" in a mangled URL may be anything, a password included.
+func quoteScheme(s string) string {
+	if validScheme(s) {
+		return strconv.Quote(s)
 	}
-	start := len(raw) - len(rest)
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		// A password with '/', '?' or '#' in it also ends up here; be safe.
-		if at = strings.LastIndex(rest, "@"); at < 0 {
-			return raw
-		}
-	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return raw
-	}
-	return raw[:start] + user + ":xxxxx" + rest[at:]
+	return "(not a scheme)"
 }
 
-func isSecretParam(k string) bool {
-	k = strings.ToLower(k)
-	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token")
+// quoteDesc quotes a description of a string that is not a URL, unless it
+// may carry a secret that Describe could not find: then it is left out.
+func quoteDesc(desc string) string {
+	if strings.ContainsAny(desc, "@=") && !strings.Contains(desc, mask) {
+		return "the store URL"
+	}
+	return strconv.Quote(desc)
 }
 
-// secretsOf returns the password(s) in raw, in raw and unescaped form.
-func secretsOf(raw string) []string {
-	var out []string
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if u, err := url.PathUnescape(s); err == nil && u != s {
-			out = append(out, u)
-		}
-		if u, err := url.QueryUnescape(s); err == nil && u != s {
-			out = append(out, u)
-		}
+// prepare takes out the parameters common to every scheme and puts the
+// password of a password file (the URL's password_file= or
+// $LEASEHOLD_STORE_PASSWORD_FILE) into the URL, adding it to secrets.
+func prepare(raw, desc string, secrets *[]string, getenv func(string) string) (string, common, error) {
+	raw, c, err := takeCommon(raw, desc)
+	if err != nil {
+		return "", c, err
 	}
-	if _, rest, ok := strings.Cut(raw, "://"); ok {
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
-				add(pass)
-			}
-		}
+	file := c.passwordFile
+	if file == "" && !hasPassword(raw) {
+		file = getenv(EnvPasswordFile)
 	}
-	if u, err := url.Parse(raw); err == nil {
-		if p, ok := u.User.Password(); ok {
-			add(p)
-		}
-		for k, vs := range u.Query() {
-			if isSecretParam(k) {
-				for _, v := range vs {
-					add(v)
-				}
-			}
-		}
+	if file == "" {
+		return raw, c, nil
 	}
-	return out
-}
-
-func scrub(msg string, secrets []string) string {
-	for _, s := range secrets {
-		if len(s) > 0 {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
+	raw, pw, err := withPassword(raw, desc, file)
+	if err != nil {
+		return "", c, err
 	}
-	return msg
-}
-
-// RedactError returns err's message without the secrets of the store URL
-// raw (its password, secret query parameters). A url.Error is reduced to its
-// cause first: it quotes the whole URL, escaped, where a plain search would
-// miss the password.
-func RedactError(err error, raw string) string {
-	return scrub(parseErr(err), secretsOf(raw))
-}
-
-// parseErr describes a url.Parse failure without repeating the URL.
-func parseErr(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
+	*secrets = append(*secrets, secretsOf(raw)...)
+	*secrets = append(*secrets, pw)
+	return raw, c, nil
 }

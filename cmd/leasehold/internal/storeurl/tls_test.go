@@ -1,0 +1,130 @@
+package storeurl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/internal/testpg"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/internal/testtls"
+)
+
+// tlsParams returns the query parameters for CA ca and, with client, the
+// client certificate of f.
+func tlsParams(ca string, f testtls.Files, client bool) string {
+	q := "ca_file=" + ca
+	if client {
+		q += "&cert_file=" + f.ClientCert + "&key_file=" + f.ClientKey
+	}
+	return q
+}
+
+// acquireOnce opens raw and acquires one key, bounded by a few seconds.
+func acquireOnce(t *testing.T, raw string) (*storeurl.Opened, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	o, err := storeurl.Open(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = o.Close() })
+	tok := fmt.Sprint(time.Now().UnixNano())
+	_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "tls-" + tok, Token: tok, TTL: 5 * time.Second})
+	return o, err
+}
+
+func expectCertError(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: expected the connection refused, got none", what)
+		return
+	}
+	if !strings.Contains(err.Error(), "certificate") && !strings.Contains(err.Error(), "tls") {
+		t.Errorf("%s: expected a certificate error, got %v", what, err)
+	}
+}
+
+// TestRedisTLS runs redis-server with mutual TLS and a CA the test makes.
+func TestRedisTLS(t *testing.T) {
+	f, other := testtls.New(t), testtls.New(t)
+	srv := testredis.StartTLS(t, f.ServerCert, f.ServerKey, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes")
+	base := "rediss://" + srv.Addr + "/0?prefix=tls:&"
+
+	if o, err := acquireOnce(t, base+tlsParams(f.CA, f, true)); err != nil {
+		t.Fatalf("mutual TLS with the test CA: %v", err)
+	} else if len(o.Warnings) != 0 {
+		t.Errorf("expected no warnings, got %q", o.Warnings)
+	}
+	_, err := acquireOnce(t, base+tlsParams(f.CA, f, false))
+	expectCertError(t, "no client certificate", err)
+	_, err = acquireOnce(t, base+tlsParams(other.CA, f, true))
+	expectCertError(t, "server certificate from an untrusted CA", err)
+
+	o, err := acquireOnce(t, base+tlsParams(other.CA, f, true)+"&skip_verify=true")
+	if err != nil {
+		t.Errorf("skip_verify=true: expected the untrusted server accepted, got %v", err)
+	} else if len(o.Warnings) != 1 || !strings.Contains(o.Warnings[0], "skip_verify") {
+		t.Errorf("skip_verify=true: expected a warning, got %q", o.Warnings)
+	}
+
+	_, err = storeurl.Open(t.Context(), "redis://"+srv.Addr+"?"+tlsParams(f.CA, f, true))
+	if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "rediss://") {
+		t.Errorf("TLS parameters on redis://: expected ErrBadURL naming rediss://, got %v", err)
+	}
+	_, err = storeurl.Open(t.Context(), base+"cert_file="+f.ClientCert)
+	if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "key_file") {
+		t.Errorf("cert_file without key_file: expected ErrBadURL, got %v", err)
+	}
+}
+
+// TestEtcdTLS runs an etcd member that requires client certificates.
+func TestEtcdTLS(t *testing.T) {
+	f, other := testtls.New(t), testtls.New(t)
+	m := testetcd.StartTLS(t, f.CA, f.ServerCert, f.ServerKey)
+	base := "etcds://" + m.Addr + "?prefix=tls/&"
+
+	if _, err := acquireOnce(t, base+tlsParams(f.CA, f, true)); err != nil {
+		t.Fatalf("mutual TLS with the test CA: %v", err)
+	}
+	if _, err := acquireOnce(t, base+tlsParams(f.CA, f, false)); err == nil {
+		t.Errorf("no client certificate: expected the connection refused")
+	}
+	if _, err := acquireOnce(t, base+tlsParams(other.CA, f, true)); err == nil {
+		t.Errorf("server certificate from an untrusted CA: expected the connection refused")
+	}
+	if _, err := acquireOnce(t, "etcd://"+m.Addr+"?prefix=tls/"); err == nil {
+		t.Errorf("plain etcd:// to a TLS member: expected no connection")
+	}
+	_, err := storeurl.Open(t.Context(), "etcd://"+m.Addr+"?"+tlsParams(f.CA, f, true))
+	if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "etcds://") {
+		t.Errorf("TLS parameters on etcd://: expected ErrBadURL naming etcds://, got %v", err)
+	}
+}
+
+// TestPostgresTLS turns on TLS in a test cluster; ca_file alone means
+// sslmode=verify-full.
+func TestPostgresTLS(t *testing.T) {
+	f, other := testtls.New(t), testtls.New(t)
+	srv := testpg.Start(t)
+	srv.EnableTLS(f.ServerCert, f.ServerKey)
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		base := fmt.Sprintf("postgres://%s@%s:%d/postgres?table=tls_locks&", testpg.Superuser, host, srv.Port)
+		if _, err := acquireOnce(t, base+tlsParams(f.CA, f, false)); err != nil {
+			t.Fatalf("TLS to %s with the test CA: %v", host, err)
+		}
+		_, err := acquireOnce(t, base+tlsParams(other.CA, f, false))
+		expectCertError(t, "server certificate from an untrusted CA", err)
+	}
+	_, err := storeurl.Open(t.Context(), fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=verify-full&skip_verify=true", testpg.Superuser, srv.Port))
+	if !errors.Is(err, storeurl.ErrBadURL) {
+		t.Errorf("skip_verify with sslmode=verify-full: expected ErrBadURL, got %v", err)
+	}
+}

@@ -1,0 +1,67 @@
+package testpg
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnableTLS turns on TLS (ssl=on) with the server certificate certFile and
+// its key keyFile, copied into the server's directory for the user the
+// server runs as, and reloads the configuration. Clients may still connect
+// without TLS (pg_hba allows both); a client asking for sslmode=verify-full
+// checks the certificate.
+func (s *Server) EnableTLS(certFile, keyFile string) {
+	s.tb.Helper()
+	cert, key := filepath.Join(s.Dir, "server.crt"), filepath.Join(s.Dir, "server.key")
+	for _, f := range [][2]string{{certFile, cert}, {keyFile, key}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			s.tb.Fatalf("testpg: %v", err)
+		}
+		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			s.tb.Fatalf("testpg: %v", err)
+		}
+		if s.cred != nil {
+			if err := os.Chown(f[1], int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+				s.tb.Fatalf("testpg: %v", err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		s.tb.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		"ALTER SYSTEM SET ssl_cert_file = '" + cert + "'",
+		"ALTER SYSTEM SET ssl_key_file = '" + key + "'",
+		"ALTER SYSTEM SET ssl = on",
+		"SELECT pg_reload_conf()",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			s.tb.Fatalf("testpg: %s: %v", q, err)
+		}
+	}
+	// The reload is asynchronous: wait until a new session sees ssl on.
+	for {
+		var on string
+		c, err := pgx.Connect(ctx, s.DSN())
+		if err == nil {
+			err = c.QueryRow(ctx, "SHOW ssl").Scan(&on)
+			_ = c.Close(ctx)
+		}
+		if on == "on" {
+			return
+		}
+		if ctx.Err() != nil {
+			s.tb.Fatalf("testpg: ssl not on after the reload: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,120 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+)
+
+// LibraryName is the name of the Redis Functions library that Library
+// returns and LoadFunctions loads.
+const LibraryName = "leasehold"
+
+// functionSuffix ends every function name: the first 8 hex digits of the
+// SHA-1 of the scripts, so a store never calls a library of another version
+// (FCALL then fails with "Function not found").
+var functionSuffix = func() string {
+	h := sha1.New()
+	for _, s := range []string{libSrc, acquireSrc, renewSrc, releaseSrc, inspectSrc, forceReleaseSrc} {
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:8]
+}()
+
+// storeScripts lists every script with its function name (without the
+// suffix) and whether it only reads.
+var storeScripts = []struct {
+	script   **redis.Script
+	name     string
+	src      *string
+	readOnly bool
+}{
+	{&acquireScript, "acquire", &acquireSrc, false},
+	{&renewScript, "renew", &renewSrc, false},
+	{&releaseScript, "release", &releaseSrc, false},
+	{&forceReleaseScript, "forcerelease", &forceReleaseSrc, false},
+	{&inspectScript, "inspect", &inspectSrc, true},
+}
+
+// functionName returns the FCALL name of sc.
+func functionName(sc *redis.Script) string {
+	for _, s := range storeScripts {
+		if *s.script == sc {
+			return LibraryName + "_" + s.name + "_" + functionSuffix
+		}
+	}
+	panic("redisstore: script without a function name")
+}
+
+// Library returns the source of the Redis Functions library that holds the
+// store's scripts, for FUNCTION LOAD REPLACE. Each script becomes one
+// function whose name ends with a digest of the scripts, so a store only
+// calls the library of its own version.
+func Library() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\n", LibraryName)
+	for _, s := range storeScripts {
+		flags := ""
+		if s.readOnly {
+			flags = ", flags = {'no-writes'}"
+		}
+		fmt.Fprintf(&b, "redis.register_function{function_name = '%s_%s_%s'%s, callback = function(KEYS, ARGV)\n%s\nend}\n",
+			LibraryName, s.name, functionSuffix, flags, strings.Replace(*s.src, "-- @lib\n", libSrc, 1))
+	}
+	return b.String()
+}
+
+// FunctionLoader is what LoadFunctions needs: a *redis.Client, or one node
+// of a Cluster (load the library on every primary).
+type FunctionLoader interface {
+	FunctionLoadReplace(ctx context.Context, code string) *redis.StringCmd
+}
+
+// LoadFunctions loads Library into Redis with FUNCTION LOAD REPLACE. An
+// operator runs it once per server (and after every upgrade of leasehold),
+// with a user allowed FUNCTION; the service user then needs +fcall and
+// no +eval (Options.Functions).
+func LoadFunctions(ctx context.Context, c FunctionLoader) error {
+	return c.FunctionLoadReplace(ctx, Library()).Err()
+}
+
+// fcaller is what Functions mode needs of the client.
+type fcaller interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+}
+
+// run runs sc: EVALSHA (EVAL on NOSCRIPT) by default, FCALL of its function
+// with Options.Functions.
+func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.fcall == nil {
+		return sc.Run(ctx, s.c, keys, args...)
+	}
+	return functionMissing(s.fcall.FCall(ctx, functionName(sc), keys, args...))
+}
+
+// runPiped queues sc on pipe: EVAL or EVALSHA (eval chooses), or FCALL.
+func (s *Store) runPiped(ctx context.Context, pipe redis.Pipeliner, eval bool, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	switch {
+	case s.fcall != nil:
+		return pipe.FCall(ctx, functionName(sc), keys, args...)
+	case eval:
+		return sc.Eval(ctx, pipe, keys, args...)
+	}
+	return sc.EvalSha(ctx, pipe, keys, args...)
+}
+
+// functionMissing turns "Function not found" into a configuration error
+// that says what to do.
+func functionMissing(cmd *redis.Cmd) *redis.Cmd {
+	if err := cmd.Err(); err != nil && strings.Contains(err.Error(), "Function not found") {
+		cmd.SetErr(fmt.Errorf("%w: redisstore: the Functions library of this leasehold version (%s) is not loaded: run `leasehold setup redis` (FUNCTION LOAD REPLACE) as an operator: %w",
+			leasehold.ErrMisconfigured, functionSuffix, err))
+	}
+	return cmd
+}
