@@ -29,8 +29,11 @@ modgraph:
 rules:
 	@if [ -d deploy/prometheus ]; then promtool check rules deploy/prometheus/alerts.yml && promtool test rules deploy/prometheus/alerts_test.yml; fi
 
+# grpcnotrace drops grpc's golang.org/x/net/trace, whose html/template use
+# turns off the linker's dead-method elimination for the whole binary
+# (41.9 MB -> 28.7 MB; see README, "Modules").
 build:
-	cd cmd/leasehold && $(GO) build -o ../../bin/leasehold .
+	cd cmd/leasehold && $(GO) build -tags grpcnotrace -o ../../bin/leasehold .
 
 drill:
 	cd cmd/leasehold && $(GO) run . drill

@@ -102,7 +102,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.sess.close()
-		s.watches.wg.Wait() // they end with the session's context
+		s.watches.close() // they end with the session's context
 		if s.owned {
 			err = s.cli.Close()
 		}

@@ -33,8 +33,10 @@ const (
 // token's entry is its oldest. So a release wakes only the head of the
 // queue, and a waiter behind it sleeps until its predecessors got the key
 // or left; a token that left the queue (or never joined it) is woken only
-// when nobody is queued. The channel also gets a value when the watch
-// breaks (its revision was compacted): every waiter re-checks while the
+// when nobody is queued. An empty token subscribes an observer (an
+// election's Observe), woken each time the lock becomes free, queue or not.
+// The channel also gets a value when the watch breaks (its revision was
+// compacted): every waiter re-checks while the
 // watch restarts. The client resumes a watch on another member when the one
 // it used fails, without losing events.
 //
@@ -43,13 +45,18 @@ const (
 // subscription, and so does the end of ctx; call stop exactly once (later
 // calls do nothing).
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	if err := checkNames(key, token, ""); err != nil {
+	observer := token == "" // not a waiter: woken whenever the lock is free
+	if !observer {
+		if err := checkNames(key, token, ""); err != nil {
+			return nil, nil, err
+		}
+	} else if err := checkNames(key, "observer", ""); err != nil {
 		return nil, nil, err
 	}
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{entry: s.entryKey(key, token), wake: make(chan struct{}, 1)}
+	sb := &subscriber{entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.timeout
 	if start <= 0 {
@@ -84,9 +91,19 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 
 // watches are the store's key watches.
 type watches struct {
-	mu   sync.Mutex
-	keys map[string]*keyWatch
-	wg   sync.WaitGroup // one per keyWatch goroutine
+	mu     sync.Mutex
+	keys   map[string]*keyWatch
+	wg     sync.WaitGroup // one per keyWatch goroutine
+	closed bool           // no new keyWatch: the store is closing
+}
+
+// close stops new key watches and waits for the running ones, which end
+// with the session's context.
+func (w *watches) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wg.Wait()
 }
 
 // keyWatch is the watch of one key and the model it maintains.
@@ -104,9 +121,10 @@ type keyWatch struct {
 
 // subscriber is one WaitRelease.
 type subscriber struct {
-	entry string // the token's queue entry key
-	wake  chan struct{}
-	was   bool // could take the key at the last check
+	entry    string // the token's queue entry key
+	observer bool   // token "": woken whenever the lock becomes free
+	wake     chan struct{}
+	was      bool // could take the key at the last check
 }
 
 func (sb *subscriber) signal() {
@@ -124,7 +142,10 @@ func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *k
 		w.keys = map[string]*keyWatch{}
 	}
 	kw := w.keys[key]
-	if kw == nil {
+	if w.closed {
+		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}, err: ErrClosed}
+		close(kw.ready)
+	} else if kw == nil {
 		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 		w.keys[key] = kw
 		w.wg.Add(1)
@@ -148,7 +169,7 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return !kw.held && headIs(kw.queue, sb.entry)
+	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
 }
 
 // headIs reports whether entry is the oldest of queue, or queue is empty.
@@ -175,6 +196,10 @@ func (kw *keyWatch) run(snap *queueSnap) {
 	ctx := kw.s.sess.ctx
 	for first := true; ; first = false {
 		wch, cancel, err := kw.start(ctx, snap)
+		if err != nil && snap != nil && ctx.Err() == nil {
+			// The snapshot's revision may be compacted: start from a read.
+			wch, cancel, err = kw.start(ctx, nil)
+		}
 		snap = nil
 		if first {
 			kw.err = err

@@ -94,7 +94,17 @@ func (l *listener) start() (<-chan struct{}, error) {
 	case !l.started:
 		ctx, cancel := context.WithCancel(context.Background())
 		l.started, l.cancel, l.done = true, cancel, make(chan struct{})
-		go l.run(ctx)
+		go func() {
+			defer close(l.done)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.refresh(ctx)
+			}()
+			l.run(ctx)
+			wg.Wait()
+		}()
 	}
 	return l.up, nil
 }
@@ -139,8 +149,9 @@ func poke(c chan struct{}) {
 }
 
 // dispatch wakes the waiters a notification payload names: "N:" followed by
-// a token of N bytes and the key (the key's new queue head), or "*:" and the
-// key (every subscriber of the key).
+// a token of N bytes and the key (the key's new queue head, and the key's
+// observers, subscribed with an empty token), or "*:" and the key (every
+// subscriber of the key).
 func (l *listener) dispatch(payload string) {
 	n, rest, ok := strings.Cut(payload, ":")
 	if !ok {
@@ -157,7 +168,7 @@ func (l *listener) dispatch(payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c, tok := range l.subs[key] {
-		if all || tok == token {
+		if all || tok == token || tok == "" { // observers see every hand-off
 			poke(c)
 		}
 	}
@@ -215,7 +226,6 @@ func closeConn(conn *pgx.Conn) {
 // run keeps a LISTEN connection open and dispatches its notifications until
 // ctx ends.
 func (l *listener) run(ctx context.Context) {
-	defer close(l.done)
 	log := l.s.opts.Logger
 	for again := false; ; again = true {
 		conn := l.reconnect(ctx, again)
@@ -276,6 +286,37 @@ func (l *listener) reconnect(ctx context.Context, pause bool) *pgx.Conn {
 		l.lastErr = err
 		l.mu.Unlock()
 		l.s.opts.Logger.Warn("pgstore: cannot open the LISTEN connection", "channel", l.s.channel, "err", err)
+	}
+}
+
+// refresh renews the subscription rows of every registered waiter every
+// subscribeTTL/3 until ctx ends, so a long wait (an observer's) keeps
+// releases of its key notifying.
+func (l *listener) refresh(ctx context.Context) {
+	t := time.NewTicker(subscribeTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		var subs [][2]string
+		for key, byKey := range l.subs {
+			for _, tok := range byKey {
+				subs = append(subs, [2]string{key, tok})
+			}
+		}
+		l.mu.Unlock()
+		for _, kt := range subs {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := l.s.db.Exec(rctx, l.s.subscribeSQL, kt[0], kt[1], subscribeTTL.Microseconds())
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				l.s.opts.Logger.Warn("pgstore: cannot renew a WaitRelease subscription", "key", kt[0], "err", err)
+			}
+		}
 	}
 }
 

@@ -53,6 +53,7 @@ var (
 	_ poolConfiger = (*pgxpool.Pool)(nil)
 
 	_ leasehold.Store         = (*Store)(nil)
+	_ leasehold.Inspector     = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)

@@ -101,13 +101,13 @@ func TestRunbookEtcdCommandsAsWritten(t *testing.T) {
 }
 
 // The runbook's psql commands, as written: the table query shows a held
-// lock, and the LISTEN pipeline prints a release as it happens (issue 16:
-// a bare LISTEN in psql prints nothing until the next command).
+// lock, and the LISTEN pipeline prints a hand-off to a waiter as it happens
+// (issue 16: a bare LISTEN in psql prints nothing until the next command).
 func TestRunbookPsqlCommandsAsWritten(t *testing.T) {
 	srv := testpg.Start(t)
 	env := []string{"LEASEHOLD_STORE=" + srv.DSN()}
 	pgEnv := []string{"PGURL=" + srv.DSN()}
-	holder := start(t, env, "run", "--key", "scheduler:job:42", "--ttl", "20s", "--", "sleep", "2")
+	holder := start(t, env, "run", "--key", "scheduler:job:42", "--ttl", "20s", "--", "sleep", "3")
 
 	lines := runbookLines(t, func(l string) bool { return strings.Contains(l, `psql "$PGURL"`) })
 	if len(lines) != 2 {
@@ -120,16 +120,25 @@ func TestRunbookPsqlCommandsAsWritten(t *testing.T) {
 	waitFor(t, 10*time.Second, "the lock row", func() bool {
 		return strings.HasPrefix(shell(t, 5*time.Second, pgEnv, query), "scheduler:job:42|")
 	})
+	// A waiter queues behind the holder: the release hands the key to it.
+	waiter := start(t, env, "run", "--key", "scheduler:job:42", "--ttl", "20s", "--wait", "20s", "--", "true")
+	waitFor(t, 10*time.Second, "the waiter in the queue", func() bool {
+		out := shell(t, 5*time.Second, pgEnv, `psql "$PGURL" -Atc "SELECT count(*) FROM leasehold_locks_waiters WHERE queued"`)
+		return strings.TrimSpace(out) == "1"
+	})
 
-	// Watch while the holder ends (its release notifies).
+	// Watch while the holder ends (its release notifies the waiter).
 	watched := make(chan string)
 	go func() { watched <- shell(t, 6*time.Second, pgEnv, listen) }()
 	if code := holder.wait(20 * time.Second); code != 0 {
 		t.Fatalf("holder exit %d: %s", code, holder.stderr)
 	}
 	out := <-watched
-	if !strings.Contains(out, `Asynchronous notification "public.leasehold_locks" with payload "scheduler:job:42" received`) {
-		t.Errorf("expected the release notification from the runbook's LISTEN pipeline, got:\n%s", out)
+	if !strings.Contains(out, `Asynchronous notification "public.leasehold_locks" with payload "`) || !strings.Contains(out, `scheduler:job:42" received`) {
+		t.Errorf("expected the hand-off notification from the runbook's LISTEN pipeline, got:\n%s", out)
+	}
+	if code := waiter.wait(20 * time.Second); code != 0 {
+		t.Fatalf("waiter exit %d: %s", code, waiter.stderr)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/internal/resourcetest"
 	"github.com/leasehold/leasehold/fence/pgfence"
+	"github.com/leasehold/leasehold/fencetest"
 	"github.com/leasehold/leasehold/internal/testpg"
 )
 
@@ -279,4 +280,22 @@ func TestPostgres(t *testing.T) {
 			t.Fatalf("expected a non-stale error wrapping context.Canceled, got %v", err)
 		}
 	})
+}
+
+// fencetest drives the table like a fleet of lease holders, some paused past
+// their TTL, and checks the history with porcupine.
+func TestPostgresHistory(t *testing.T) {
+	pool := testpg.Start(t).Pool(t)
+	tbl, err := pgfence.NewTable(pool, pgfence.TableOptions{Table: newTable(t, pool, "text", "bytea")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fencetest.Run(t.Context(), tbl, tbl.Read, fencetest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d ops: %d accepted, %d rejected as stale", len(res.Ops), res.Accepted, res.Rejected)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/internal/resourcetest"
 	"github.com/leasehold/leasehold/fence/redisfence"
+	"github.com/leasehold/leasehold/fencetest"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
@@ -169,4 +170,22 @@ func TestRedisInjectedFailure(t *testing.T) {
 	if len(obs.Stale()) != 0 {
 		t.Fatal("a failed write must not be counted as stale")
 	}
+}
+
+// fencetest drives the Redis resource like a fleet of lease holders, some
+// paused past their TTL, and checks the history with porcupine.
+func TestRedisHistory(t *testing.T) {
+	srv := testredis.Start(t)
+	r, err := redisfence.NewRedis(srv.Client(t), redisfence.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fencetest.Run(t.Context(), r, r.Read, fencetest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d ops: %d accepted, %d rejected as stale", len(res.Ops), res.Accepted, res.Rejected)
 }

@@ -187,7 +187,14 @@ Exit statuses:
 	}
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetHelpCommand(a.helpCmd())
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usage("unknown command %q; run 'leasehold help' for the commands", args[0])
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usage("%v", err)
 	})
@@ -198,7 +205,7 @@ Exit statuses:
 	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.manCmd())
 	return root
 }
 

@@ -196,7 +196,7 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 	}
 	child := exec.Command(e.args[0], e.args[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease)
+	child.Env = childEnv(os.Environ(), lease, false)
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := child.Start(); err != nil {
 		code := ExitCannotExec

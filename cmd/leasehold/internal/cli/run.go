@@ -32,6 +32,10 @@ type runOpts struct {
 	metricsAddr  string
 	name         string
 	report       runReport
+	conflictCode int    // exit status when another owner holds the key
+	command      string // -c: a command line for sh -c
+	keepStore    bool   // keep LEASEHOLD_STORE in the child's environment
+	quiet        bool
 }
 
 // Environment variables run gives the child.
@@ -45,7 +49,7 @@ const (
 func (a *App) runCmd() *cobra.Command {
 	var o runOpts
 	cmd := &cobra.Command{
-		Use:   "run --key KEY [flags] -- COMMAND [ARG...]",
+		Use:   "run --key KEY [flags] [-- COMMAND [ARG...] | -c 'COMMAND LINE']",
 		Short: "Run a command under a lease, renewing it; stop the command if the lease is lost",
 		Long: `run acquires a lease on --key, starts COMMAND, keeps the lease renewed while
 COMMAND runs and releases it when COMMAND exits: flock(1) across machines.
@@ -61,8 +65,23 @@ whole group.
 
 SIGINT, SIGTERM and SIGHUP sent to run are forwarded to COMMAND.
 
-The store must be shared between processes (redis://, rediss://, etcd://);
-the memory store is refused.
+-c 'COMMAND LINE' runs the line through sh -c (flock's -c). With no command at
+all run holds the lock: it prints the lease, keeps it renewed until SIGINT or
+SIGTERM, releases it and exits 0 (79 if the lease ends first).
+
+While it waits (--wait) run prints a line on stderr every few seconds: who
+holds the key, how many wait, when it expires (--quiet: silent). With --json it
+prints one result object on stdout when it ends: key, outcome, exit_code,
+fence, token_prefix, holder, waited_ms, held_ms, child_exit_code, and the cause
+when the lease ended early.
+
+When the lease ends early run says why: lost to another owner (naming it),
+released in the store by someone else (an operator's release), abandoned after
+N failed renewals, expired locally, or --max-hold reached.
+
+The store must be shared between processes (redis://, rediss://, etcd://,
+postgres://); the memory store is refused. LEASEHOLD_STORE is removed from
+COMMAND's environment (it may hold a password) unless --keep-store-env.
 
 COMMAND sees these environment variables:
   LEASEHOLD_KEY       the key
@@ -75,11 +94,14 @@ COMMAND sees these environment variables:
 
 Exit status:
   COMMAND's own status (128+N when signal N ended it)
-  75   not acquired within --wait (another owner held the key)
+  75   not acquired within --wait (another owner held the key; see
+       --conflict-exit-code)
   69   the store was unavailable and --on-store-error is fail-closed:
        COMMAND did not run
-  79   the lease was lost, abandoned or expired while COMMAND ran (COMMAND
-       was stopped), or at release the lock was no longer ours
+  79   the lease ended while COMMAND ran (lost to another owner, released by
+       someone else, abandoned, expired locally, --max-hold reached: the
+       message says which; COMMAND was stopped), or at release another owner
+       had the key
   126/127  COMMAND could not be executed / was not found
   2    bad usage
   128+N  run itself was interrupted by signal N while waiting`,
@@ -89,13 +111,14 @@ Exit status:
 			if dash := cmd.ArgsLenAtDash(); dash > 0 {
 				return usage("arguments before --: %q; put the whole command after --, e.g. leasehold run --key K -- %s", args[:dash], strings.Join(args, " "))
 			}
-			if len(args) == 0 {
-				return usage("missing command: put it after --, e.g. leasehold run --key K -- ./job.sh")
+			if o.command != "" && len(args) > 0 {
+				return usage("give the command either after -- or with -c, not both")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.report.finish(a, a.run(cmd, &o, args))
+			res := &runResult{Key: o.key}
+			return o.report.finish(a, res.emit(a, a.run(cmd, &o, args, res)))
 		},
 	}
 	f := cmd.Flags()
@@ -110,6 +133,10 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
+	f.IntVar(&o.conflictCode, "conflict-exit-code", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
+	f.StringVarP(&o.command, "command", "c", "", "run this command line through sh -c")
+	f.BoolVar(&o.keepStore, "keep-store-env", false, "keep "+EnvStore+" (it may hold a password) in the command's environment")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting lines on stderr")
 	addReportFlags(f, &o.report)
 	return cmd
 }
@@ -128,6 +155,8 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 		return 0, usage("--wait must be >= 0, got %v", o.wait)
 	case o.renewEvery < 0:
 		return 0, usage("--renew-every must be > 0, got %v", o.renewEvery)
+	case o.renewEvery == 0 && o.ttl > 0 && o.ttl/3 < leasehold.MinRenewInterval:
+		return 0, usage("--ttl %v is too short: the lease renews every TTL/3, at least every %v, so --ttl must be at least %v", o.ttl, leasehold.MinRenewInterval, 3*leasehold.MinRenewInterval)
 	case o.renewEvery >= o.ttl:
 		return 0, usage("--renew-every (%v) must be shorter than --ttl (%v)", o.renewEvery, o.ttl)
 	case o.renewTimeout < 0:
@@ -142,6 +171,8 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 		return 0, usage("--grace must be >= 0, got %v", o.grace)
 	case o.name == "":
 		return 0, usage("--name must not be empty")
+	case o.conflictCode < 0 || o.conflictCode > 255:
+		return 0, usage("--conflict-exit-code must be 0 to 255, got %d", o.conflictCode)
 	}
 	switch o.onStoreError {
 	case "fail-closed":
@@ -152,10 +183,13 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 	return 0, usage("--on-store-error must be fail-closed or fail-open, got %q", o.onStoreError)
 }
 
-func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
+func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult) error {
 	policy, err := o.validate(cmd)
 	if err != nil {
 		return err
+	}
+	if o.command != "" {
+		args = []string{"sh", "-c", o.command}
 	}
 	ctx := cmd.Context()
 	stderr := a.Stderr
@@ -196,7 +230,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		Logger: a.logger(), Observer: obs,
 	})
 	if err != nil {
-		return usage("%v", err)
+		return usage("%v", optionError(err))
 	}
 	defer locker.Close()
 
@@ -218,6 +252,10 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		case <-acquiring:
 		}
 	})
+	if o.wait > 0 && !o.quiet {
+		wg.Go(func() { waitingLine(actx, stderr, st.Store, o.key, 2*time.Second, acquiring) })
+	}
+	started := time.Now()
 	var lease *leasehold.Lease
 	if o.wait > 0 {
 		lease, err = locker.Acquire(actx, o.key)
@@ -233,10 +271,13 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		case interrupted != nil:
 			return Exit(128+signum(interrupted), "interrupted by %v while acquiring %q", interrupted, o.key)
 		case errors.Is(err, leasehold.ErrNotAcquired):
+			res.Outcome = "not_acquired"
 			if o.wait > 0 {
-				return Exit(ExitNotAcquired, "not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
+				return Exit(o.conflictCode, "not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
 			}
-			return Exit(ExitNotAcquired, "%s (use --wait to wait for it)", short(err))
+			return Exit(o.conflictCode, "%s (use --wait to wait for it)", short(err))
+		case errors.Is(err, leasehold.ErrMisconfigured):
+			return usage("store %s refused the request; fix the store URL or the store's configuration (nothing ran): %s", st.Desc, short(err))
 		case errors.Is(err, leasehold.ErrStore):
 			return Exit(ExitUnavailable, "store %s unavailable, and --on-store-error is fail-closed, so the command did not run: %s", st.Desc, short(err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
@@ -244,25 +285,55 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string) error {
 		}
 		return Exit(ExitFailure, "acquire %q: %v", o.key, err)
 	}
+	res.leased(lease, locker.Options().Identity, time.Since(started))
+	defer func() { res.HeldMS = ms(time.Since(started)) - res.WaitedMS }()
+	if len(args) == 0 {
+		return a.hold(cmd.Context(), lease, st.Store, o, sigs, res)
+	}
 	if lease.Degraded() {
 		logf("store %s unavailable: running %q WITHOUT a lock (--on-store-error fail-open, LEASEHOLD_DEGRADED=1); other replicas may run the same work", st.Desc, args[0])
 	} else if a.verbose {
 		logf("acquired %q fence %d", o.key, lease.Fence())
 	}
-	return a.supervise(lease, args, sigs, o.grace, logf)
+	return a.supervise(lease, args, sigs, o, st.Store, logf, res)
+}
+
+// hold is run without a command: it holds the lease until a signal, then
+// releases it.
+func (a *App) hold(ctx context.Context, lease *leasehold.Lease, store leasehold.Store, o *runOpts, sigs <-chan os.Signal, res *runResult) error {
+	if !a.json {
+		fmt.Fprintf(a.Stdout, "holding %s: fence %d, token %s, holder %s; until SIGINT or SIGTERM\n",
+			quoteUnprintable(lease.Key()), lease.Fence(), lease.Token(), quoteUnprintable(res.Holder))
+	}
+	select {
+	case <-sigs:
+	case <-lease.Done():
+		cause := context.Cause(lease.Context())
+		res.Cause = short(cause)
+		return Exit(ExitLeaseLost, "lease on %q ended: %s", lease.Key(), endStory(ctx, store, lease.Key(), cause, o.maxFailures))
+	}
+	if err := lease.Release(context.Background()); errors.Is(err, leasehold.ErrNotOwned) {
+		return Exit(ExitLeaseLost, "at release: %s", lostStory(ctx, store, lease.Key()))
+	}
+	return nil
 }
 
 // supervise runs the child under lease and returns run's exit.
-func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, grace time.Duration, logf func(string, ...any)) error {
+func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, o *runOpts, store leasehold.Store, logf func(string, ...any), res *runResult) error {
+	grace := o.grace
+	story := func(cause error) string {
+		return endStory(context.Background(), store, lease.Key(), cause, o.maxFailures)
+	}
 	release := func() error {
 		// The lease may have ended between the child's exit and now.
 		if cause := lease.Err(); cause != nil && !errors.Is(cause, leasehold.ErrLeaseReleased) {
-			return Exit(ExitLeaseLost, "lease on %q ended before it was released: %s; the command's work may have overlapped another owner's", lease.Key(), short(cause))
+			res.Cause = short(cause)
+			return Exit(ExitLeaseLost, "lease on %q ended before it was released: %s; the command's work may have overlapped another owner's", lease.Key(), story(cause))
 		}
 		err := lease.Release(context.Background())
 		switch {
 		case errors.Is(err, leasehold.ErrNotOwned):
-			return Exit(ExitLeaseLost, "lock not owned at release: the lease on %q had expired and another owner may have overlapped the command", lease.Key())
+			return Exit(ExitLeaseLost, "at release the lock on %q was not ours: %s", lease.Key(), lostStory(context.Background(), store, lease.Key()))
 		case err != nil:
 			logf("release failed (the lock expires by its TTL): %v", err)
 		}
@@ -271,7 +342,7 @@ func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Si
 
 	child := exec.Command(args[0], args[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease)
+	child.Env = childEnv(os.Environ(), lease, o.keepStore)
 	group := !a.StdinIsTerminal
 	if group {
 		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -313,7 +384,8 @@ loop:
 		case <-ended:
 			ended = nil
 			cause = context.Cause(lease.Context())
-			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), short(cause), pid, grace)
+			res.Cause = short(cause)
+			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), story(cause), pid, grace)
 			signalChild(syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
@@ -327,11 +399,12 @@ loop:
 		}
 	}
 	code := exitCode(waitErr)
+	res.ChildExit = &code
 	if cause != nil {
 		if group { // nothing of the job may keep working without the lease
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
-		return Exit(ExitLeaseLost, "lease on %q ended while the command ran (%s); the command was stopped (its status: %d)", lease.Key(), short(cause), code)
+		return Exit(ExitLeaseLost, "lease on %q ended while the command ran; the command was stopped (its status: %d)", lease.Key(), code)
 	}
 	if err := release(); err != nil {
 		return err
@@ -342,13 +415,17 @@ loop:
 	return nil
 }
 
-func childEnv(env []string, lease *leasehold.Lease) []string {
+func childEnv(env []string, lease *leasehold.Lease, keepStore bool) []string {
 	out := make([]string, 0, len(env)+4)
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case EnvKey, EnvToken, EnvFence, EnvDegraded:
 			continue
+		case EnvStore:
+			if !keepStore {
+				continue
+			}
 		}
 		out = append(out, kv)
 	}

@@ -87,6 +87,9 @@ func TestRunbookLogCommandsOnRealLogs(t *testing.T) {
 	for _, r := range logRecords(log.String()) {
 		if r["msg"] == "leasehold: lease lost" {
 			token, _ = r["token"].(string)
+			if h, _ := r["holder"].(string); h == "" || r["key"] != "report:daily" || r["fence"] == nil {
+				t.Errorf("the lease-lost record should name the key, holder and fence: %v", r)
+			}
 		}
 	}
 	if len(token) != 8 {

@@ -75,7 +75,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			cfg.Store = storeURL
-			if cfg.isEtcd() {
+			if cfg.kind().etcd() {
 				// etcd leases are whole seconds: unless given, the TTL and
 				// the outage take etcd's defaults (Config.WithDefaults).
 				if !cmd.Flags().Changed("ttl") {
@@ -149,7 +149,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 				}
 			}
 			cmd.SilenceUsage = true
-			if cfg.isRedis() {
+			if cfg.kind().redis() {
 				// go-redis logs dial failures (expected during the outage)
 				// to stderr by default; route them to --log or nowhere.
 				redis.SetLogger(redisLogger{cfg.Logger})

@@ -186,7 +186,7 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Jobs == 0 {
 		c.Jobs = 40
 	}
-	if c.isEtcd() {
+	if c.kind().etcd() {
 		def(&c.TTL, etcdDefaultTTL)
 		def(&c.Outage, c.TTL*5/2) // as 1 s is to the default 400 ms TTL
 	}
@@ -224,21 +224,19 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.TimeLimit <= 0:
 		return bad("time limit must be > 0, got %v", c.TimeLimit)
 	}
-	switch {
-	case c.Store == "" || c.Store == "memory" || c.Store == StoreRedisServer:
-	case strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://"):
+	switch c.kind() {
+	case storeRedis:
 		if _, err := redisOptions(c.Store); err != nil {
 			return c, err
 		}
-	case c.Store == StoreEtcdServer:
-	case strings.HasPrefix(c.Store, "etcd://"):
+	case storeEtcd:
 		if _, _, err := etcdEndpoints(c.Store); err != nil {
 			return c, err
 		}
-	default:
+	case storeUnknown:
 		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q", StoreRedisServer, StoreEtcdServer, storeurl.Describe(c.Store))
 	}
-	if c.isEtcd() && c.TTL < etcdMinTTL {
+	if c.kind().etcd() && c.TTL < etcdMinTTL {
 		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
 	}
 	if err := checkRegister(c.Register); err != nil {
@@ -249,9 +247,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Processes {
 		switch {
-		case c.isEtcd():
+		case c.kind().etcd():
 			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
-		case !c.isRedis():
+		case !c.kind().redis():
 			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
 		case !processesSupported:
 			return bad("--processes needs SIGSTOP and SIGCONT, which this operating system does not have")
@@ -271,39 +269,62 @@ func (c Config) WithDefaults() (Config, error) {
 	return c, nil
 }
 
-// isRedis reports whether the drill runs on Redis.
-func (c Config) isRedis() bool {
-	return c.Store == StoreRedisServer || strings.HasPrefix(c.Store, "redis://") || strings.HasPrefix(c.Store, "rediss://")
+// storeKind is the kind of lock store Config.Store names: the one place
+// that reads the string.
+type storeKind int
+
+const (
+	storeMemory   storeKind = iota // "" or "memory": the embedded store
+	storeOwnRedis                  // StoreRedisServer: a redis-server the drill starts and restarts
+	storeRedis                     // redis:// or rediss://: an existing Redis
+	storeOwnEtcd                   // StoreEtcdServer: an etcd the drill starts and restarts
+	storeEtcd                      // etcd://: an existing etcd cluster
+	storeUnknown
+)
+
+// kind classifies c.Store.
+func (c Config) kind() storeKind {
+	switch s := c.Store; {
+	case s == "" || s == "memory":
+		return storeMemory
+	case s == StoreRedisServer:
+		return storeOwnRedis
+	case strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://"):
+		return storeRedis
+	case s == StoreEtcdServer:
+		return storeOwnEtcd
+	case strings.HasPrefix(s, "etcd://"):
+		return storeEtcd
+	}
+	return storeUnknown
 }
 
-// isEtcd reports whether the drill runs on etcd.
-func (c Config) isEtcd() bool {
-	return c.Store == StoreEtcdServer || strings.HasPrefix(c.Store, "etcd://")
-}
+func (k storeKind) redis() bool { return k == storeOwnRedis || k == storeRedis }
+func (k storeKind) etcd() bool  { return k == storeOwnEtcd || k == storeEtcd }
 
 // viaProxy reports whether the replicas reach the store through a fault
 // proxy (every store but memory).
-func (c Config) viaProxy() bool { return c.isRedis() || c.isEtcd() }
+func (k storeKind) viaProxy() bool { return k.redis() || k.etcd() }
 
 // storeLabel names the store for the report, without a password.
 func (c Config) storeLabel() string {
-	switch {
-	case c.Store == StoreEtcdServer:
+	switch c.kind() {
+	case storeOwnEtcd:
 		return "etcd (own etcd process) via fault proxy"
-	case c.isEtcd():
+	case storeEtcd:
 		if e, _, err := etcdEndpoints(c.Store); err == nil {
 			return "etcd " + strings.Join(e.Endpoints, ",") + " via fault proxy"
 		}
 		return "etcd"
-	case !c.isRedis():
-		return "memory"
-	case c.Store == StoreRedisServer:
+	case storeOwnRedis:
 		return "redis (own redis-server) via fault proxy"
+	case storeRedis:
+		if o, err := redisOptions(c.Store); err == nil {
+			return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)
+		}
+		return "redis"
 	}
-	if o, err := redisOptions(c.Store); err == nil {
-		return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)
-	}
-	return "redis"
+	return "memory"
 }
 
 // renewTimeout is the lockers' renew timeout: the leasehold default for TTL.

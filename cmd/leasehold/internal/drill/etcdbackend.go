@@ -75,7 +75,7 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 		}
 	}()
 	basePrefix := ""
-	if cfg.Store == StoreEtcdServer {
+	if cfg.kind() == storeOwnEtcd {
 		if b.server, err = etcdproc.Start(ctx); err != nil {
 			if errors.Is(err, etcdproc.ErrNoBinary) {
 				return nil, fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)

@@ -52,7 +52,7 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		d.be.setDown(true)
 		sleep(ctx, d.cfg.Outage)
 		d.be.setDown(false)
-		if d.cfg.viaProxy() {
+		if d.cfg.kind().viaProxy() {
 			return fmt.Sprintf("fault proxy down for %v: connections cut and refused", d.cfg.Outage)
 		}
 		return fmt.Sprintf("store down for %v", d.cfg.Outage)
@@ -60,10 +60,10 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		d.be.setLatency(d.cfg.Latency)
 		sleep(ctx, d.cfg.Window)
 		d.be.setLatency(0)
-		if d.cfg.isEtcd() {
+		if d.cfg.kind().etcd() {
 			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout and etcd request timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
 		}
-		if d.cfg.viaProxy() {
+		if d.cfg.kind().viaProxy() {
 			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout %v, client timeout %v)", d.cfg.Latency, d.cfg.renewTimeout(), d.cfg.clientTimeout())
 		}
 		return fmt.Sprintf("+%v per store call (renew timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
@@ -72,7 +72,7 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		d.be.dropReplies(rate)
 		sleep(ctx, d.cfg.Window)
 		d.be.dropReplies(0)
-		if d.cfg.viaProxy() {
+		if d.cfg.kind().viaProxy() {
 			return fmt.Sprintf("fault proxy forwards requests and drops %.0f%% of replies (a connection that lost one loses the rest until it is cut)", 100*rate)
 		}
 		return fmt.Sprintf("%.0f%% of acquire/renew/release replies dropped after the store applied them", 100*rate)

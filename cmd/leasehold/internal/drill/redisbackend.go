@@ -63,7 +63,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		}
 	}()
 	var opts *redis.Options
-	if cfg.Store == StoreRedisServer {
+	if cfg.kind() == storeOwnRedis {
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
 			return nil, err
 		}

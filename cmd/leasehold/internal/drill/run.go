@@ -40,8 +40,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer ext.close()
 		d.reg = ext
 	}
-	switch {
-	case cfg.isEtcd():
+	switch k := cfg.kind(); {
+	case k.etcd():
 		eb, err := newEtcdBackend(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// timeout: from then on, each lock may live that long plus its TTL.
 		eb.setOnRevive(func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
 		d.be = eb
-	case cfg.isRedis():
+	case k.redis():
 		rb, err := newRedisBackend(ctx, cfg)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+)
+
+// versionInfo is what `leasehold version` prints, from the build info Go
+// embeds in the binary.
+type versionInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Time     string `json:"commit_time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+}
+
+func buildVersion() versionInfo {
+	v := versionInfo{Version: "(devel)"}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	v.Go = bi.GoVersion
+	if bi.Main.Version != "" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Commit = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+func (a *App) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and Go version of this binary",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := buildVersion()
+			if a.json {
+				return writeJSON(a.Stdout, v)
+			}
+			commit := v.Commit
+			if commit == "" {
+				commit = "unknown"
+			}
+			if v.Modified {
+				commit += " (modified)"
+			}
+			fmt.Fprintf(a.Stdout, "leasehold %s\ncommit %s\n%s\n", v.Version, commit, v.Go)
+			return nil
+		},
+	}
+}
+
+// manCmd writes man pages for every command into DIR (hidden: for
+// packagers, `make man`).
+func (a *App) manCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write man pages (leasehold.1, leasehold-run.1, …) into DIR",
+		Hidden: true,
+		Args:   exactArgs(1, "DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return usage("man: %v", err)
+			}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			if err := doc.GenManTree(root, &doc.GenManHeader{Title: "LEASEHOLD", Section: "1", Source: "leasehold " + buildVersion().Version}, args[0]); err != nil {
+				return Exit(ExitFailure, "man: %v", err)
+			}
+			return nil
+		},
+	}
+}
+
+// helpCmd is `leasehold help [COMMAND]`; an unknown topic is bad usage (exit
+// 2), not a cheerful exit 0.
+func (a *App) helpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [COMMAND]",
+		Short: "Help about any command",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, rest, err := cmd.Root().Find(args)
+			if err != nil || target == nil || len(rest) > 0 {
+				return usage("unknown help topic %q; run 'leasehold help' for the commands", args)
+			}
+			return target.Help()
+		},
+	}
+}
