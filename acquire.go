@@ -17,6 +17,7 @@ type attempt struct {
 	token string
 	start time.Time
 	gate  *gateEntry
+	ops   keyOps
 
 	seen    bool // a store answer showed another owner (or waiters ahead)
 	queued  bool // the store may hold our token in the key's queue
@@ -34,7 +35,7 @@ func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
 	if l.ctx.Err() != nil {
 		return nil, ErrLockerClosed
 	}
-	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: 25 * time.Millisecond}
+	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: 25 * time.Millisecond, ops: l.opsOf(spec)}
 	if err := a.enterGate(ctx); err != nil {
 		return nil, err
 	}
@@ -50,6 +51,9 @@ func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
 // acquire, else at once or not at all.
 func (a *attempt) enterGate(ctx context.Context) error {
 	l := a.l
+	if !a.ops.gated() {
+		return nil
+	}
 	if !a.spec.wait {
 		entry, ok := l.gate.tryLock(a.spec.key)
 		if !ok {
@@ -76,7 +80,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	l := a.l
 	for {
 		sent := time.Now()
-		g, err := l.store.Acquire(ctx, a.request())
+		g, err := a.ops.acquire(ctx, a.request())
 		switch {
 		case err == nil:
 			return a.granted(ctx, g, sent)
@@ -131,7 +135,7 @@ func (a *attempt) gaveUp() error {
 // applies after another owner was seen, nor to a misconfigured store.
 func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
 	l, key := a.l, a.spec.key
-	l.background(ctx, key, a.token)
+	l.background(ctx, a.ops, key, a.token)
 	if cerr := ctx.Err(); cerr != nil && a.seen {
 		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
 	}
@@ -201,11 +205,11 @@ func earliest(a, b time.Time) time.Time {
 // subscribe subscribes to the key's wake-ups the first time it is called,
 // bounded by ctx. It reports whether it subscribed just now.
 func (a *attempt) subscribe(ctx context.Context) bool {
-	if a.subDone || a.l.notifier == nil {
+	if a.subDone || !a.ops.canWait() {
 		return false
 	}
 	a.subDone = true
-	ch, stop, err := a.l.notifier.WaitRelease(ctx, a.spec.key, a.token)
+	ch, stop, err := a.ops.wait(ctx, a.spec.key, a.token)
 	if err != nil {
 		a.l.opts.Logger.DebugContext(ctx, "leasehold: no release notifications; polling", slog.String("locker", a.l.opts.Name),
 			slog.String("key", a.spec.key), slog.Any("error", err))
@@ -225,7 +229,7 @@ func (a *attempt) unsubscribe() {
 // raced with giving up), in the background, owned by the Locker.
 func (a *attempt) leave(ctx context.Context) {
 	if a.queued {
-		a.l.background(ctx, a.spec.key, a.token)
+		a.l.background(ctx, a.ops, a.spec.key, a.token)
 	}
 }
 

@@ -224,3 +224,37 @@ func ExampleElection() {
 	// leader: replica-a fenced: true
 	// vacant after resigning: true
 }
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	store := memstore.New()
+	lk, _ := leasehold.New(store, leasehold.Options{Name: "runs", TTL: 30 * time.Second})
+	defer lk.Close()
+
+	// At most two concurrent runs for tenant 7, across every replica that
+	// uses the same key and limit.
+	sem, err := lk.Semaphore("tenant:7:runs", 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	first, _ := sem.TryAcquire(ctx)
+	second, _ := sem.TryAcquire(ctx)
+	fmt.Println("two permits, fences increase:", second.Fence() > first.Fence())
+
+	_, err = sem.TryAcquire(ctx)
+	fmt.Println("third contended:", errors.Is(err, leasehold.ErrNotAcquired))
+
+	_ = first.Release(ctx)
+	err = sem.Do(ctx, func(ctx context.Context, permit *leasehold.Lease) error {
+		// permit is a full lease: renewed automatically, ctx ends if it is lost.
+		fmt.Println("run with fence above both:", permit.Fence() > second.Fence())
+		return nil
+	})
+	fmt.Println("Do:", err)
+	// Output:
+	// two permits, fences increase: true
+	// third contended: true
+	// run with fence above both: true
+	// Do: <nil>
+}

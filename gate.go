@@ -95,6 +95,9 @@ func (g *gate) lock(ctx context.Context, key string, closing <-chan struct{}) (*
 // unlock frees a gate taken by tryLock or lock, handing it to the oldest
 // waiter if there is one. Call it exactly once per lock.
 func (g *gate) unlock(e *gateEntry) {
+	if e == nil { // a semaphore's permit takes no gate
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(e.queue) > 0 {

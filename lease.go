@@ -26,7 +26,8 @@ type Lease struct {
 	drift    time.Duration
 	acquired time.Time
 	kind     leaseKind
-	degraded bool // fail-open, local-only
+	degraded bool   // fail-open, local-only
+	ops      keyOps // the store operations it renews and releases through
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -61,7 +62,8 @@ type leaseSpec struct {
 	key  string
 	ttl  time.Duration
 	kind leaseKind
-	wait bool // wait in the key's queue (Acquire, Do) rather than try once
+	wait bool   // wait in the key's queue (Acquire, Do) rather than try once
+	ops  keyOps // nil: the Store's lock operations (see semaphore.go)
 }
 
 // grant is a successful store acquisition (or a fail-open stand-in).
@@ -78,7 +80,7 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 	o := &l.opts
 	ls := &Lease{
 		l: l, key: spec.key, token: g.token, fence: g.fence, ttl: spec.ttl, drift: o.drift(spec.ttl),
-		acquired: g.sent, kind: spec.kind, degraded: g.degraded,
+		acquired: g.sent, kind: spec.kind, degraded: g.degraded, ops: l.opsOf(spec),
 		ctx: lctx, cancel: cancel, gate: g.gate,
 	}
 	if !g.degraded || spec.kind == held {
@@ -93,7 +95,7 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 	if !l.sched.add(ls) {
 		cancel(ErrLockerClosed)
 		if !g.degraded {
-			l.release(ctx, spec.key, g.token)
+			l.release(ctx, ls.ops, spec.key, g.token)
 		}
 		return nil, ErrLockerClosed // the caller frees the gate
 	}
@@ -170,7 +172,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 	sent := time.Now()
 	var err error
 	if !ls.degraded {
-		err = ls.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)
+		err = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
 	}
 	s.mu.Lock()
 	if ls.over {
@@ -284,7 +286,7 @@ func (ls *Lease) finishEnd(cause error) {
 func (ls *Lease) storeRelease(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(detach(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
-	err := ls.l.store.Release(rctx, ls.key, ls.token)
+	err := ls.ops.release(rctx, ls.key, ls.token)
 	switch {
 	case err == nil:
 		return nil
@@ -303,7 +305,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 // undo deletes (token-checked) a lock that a renewal extended after the lease
 // had already ended without releasing it, so no lock outlives its lease.
 func (ls *Lease) undo() {
-	ls.l.release(ls.ctx, ls.key, ls.token)
+	ls.l.release(ls.ctx, ls.ops, ls.key, ls.token)
 }
 
 // detach returns ctx's values without its cancellation.

@@ -157,10 +157,10 @@ func (l *Locker) enterWait() bool {
 // release deletes key's lock if token holds it, or takes token out of key's
 // queue, on ctx's values bounded by ReleaseTimeout. It is a clean-up: its
 // outcome is only logged.
-func (l *Locker) release(ctx context.Context, key, token string) {
+func (l *Locker) release(ctx context.Context, ops keyOps, key, token string) {
 	rctx, cancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
-	err := l.store.Release(rctx, key, token)
+	err := ops.release(rctx, key, token)
 	if err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNotOwned) {
 		l.opts.Logger.DebugContext(ctx, "leasehold: clean-up release failed", slog.String("locker", l.opts.Name),
 			slog.String("key", key), slog.String("token", tokenPrefix(token)), slog.Any("error", err))
@@ -172,18 +172,18 @@ func (l *Locker) release(ctx context.Context, key, token string) {
 // Close, bounded by ReleaseTimeout, so it survives Close. Once Close began it
 // runs in the caller's goroutine instead (Close waits for a waiting Acquire
 // to get there; an acquire call racing Close finishes it before it returns).
-func (l *Locker) background(ctx context.Context, key, token string) {
+func (l *Locker) background(ctx context.Context, ops keyOps, key, token string) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.release(ctx, key, token)
+		l.release(ctx, ops, key, token)
 		return
 	}
 	l.bg.Add(1)
 	l.mu.Unlock()
 	go func() {
 		defer l.bg.Done()
-		l.release(ctx, key, token)
+		l.release(ctx, ops, key, token)
 	}()
 }
 

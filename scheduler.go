@@ -300,7 +300,10 @@ func (s *scheduler) renew(r renewal) {
 func (s *scheduler) call(ctx context.Context, leases []*Lease) []error {
 	if len(leases) == 1 {
 		ls := leases[0]
-		return []error{s.l.store.Renew(ctx, ls.key, ls.token, ls.ttl)}
+		return []error{ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)}
+	}
+	if !batchable(leases) {
+		return renewEach(ctx, leases)
 	}
 	reqs := make([]RenewRequest, len(leases))
 	for i, ls := range leases {

@@ -88,6 +88,9 @@ type Store struct {
 	last    uint64              // the last fence handed out, for any key
 	ops     int
 	waiters waiters.Set
+
+	sems       map[string]*semaphore // semaphore.go
+	semWaiters waiters.Set
 }
 
 type entry struct {
@@ -143,6 +146,7 @@ func (s *Store) SetDown(down bool) {
 	s.faultMu.Unlock()
 	if was && !down {
 		s.waiters.WakeAll()
+		s.semWaiters.WakeAll()
 	}
 }
 
@@ -160,10 +164,12 @@ func (s *Store) SetLatency(d time.Duration) {
 func (s *Store) Restart() {
 	s.mu.Lock()
 	s.locks = make(map[string]*entry)
+	s.sems = nil
 	s.queues = make(map[string][]waiter)
 	s.last = 0
 	s.mu.Unlock()
 	s.waiters.WakeAll()
+	s.semWaiters.WakeAll()
 }
 
 func (s *Store) before(ctx context.Context, op Op, key string) (Fault, error) {

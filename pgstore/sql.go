@@ -92,7 +92,7 @@ func (s *Store) migrateSQL() string {
 	h := fnv.New64a()
 	h.Write([]byte("leasehold.pgstore.migrate:" + s.n.locks))
 	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n", int64(h.Sum64())) +
-		MigrationSQL(s.opts)
+		MigrationSQL(s.opts) + SemaphoreMigrationSQL(s.opts.Schema, s.opts.Table)
 }
 
 // MigrationSQL returns the DDL that creates the store's objects for opts

@@ -350,3 +350,44 @@ func grep(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Four runs with --limit 2 --wait on one key: never more than two run at
+// once, two do run together, and every permit has its own fence. A fifth
+// run without --wait while two hold exits 75.
+func TestRunLimit(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	log := filepath.Join(t.TempDir(), "log")
+	script := `echo "start $LEASEHOLD_FENCE" >> ` + log + `; sleep 0.5; echo "end $LEASEHOLD_FENCE" >> ` + log
+	var procs []*proc
+	for range 4 {
+		procs = append(procs, start(t, env, "run", "--key", "e2e:limit", "--limit", "2", "--wait", "20s", "--ttl", "3s", "--", "sh", "-c", script))
+	}
+	waitFor(t, 10*time.Second, "two holders", func() bool { return strings.Count(readFile(t, log), "start") >= 2 })
+	if code, _, stderr := lh(t, env, "run", "--key", "e2e:limit", "--limit", "2", "--", "true"); code != 75 {
+		t.Errorf("a try while two permits are held: expected 75, got %d: %s", code, stderr)
+	}
+	for i, p := range procs {
+		if code := p.wait(30 * time.Second); code != 0 {
+			t.Errorf("run %d: expected exit 0, got %d\nstderr: %s", i, code, p.stderr)
+		}
+	}
+	running, most := 0, 0
+	fences := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, log)), "\n") {
+		what, fence, _ := strings.Cut(line, " ")
+		if what == "start" {
+			running++
+			if fences[fence] || fence == "0" {
+				t.Errorf("fence %s repeated or zero", fence)
+			}
+			fences[fence] = true
+		} else {
+			running--
+		}
+		most = max(most, running)
+	}
+	if most != 2 || len(fences) != 4 {
+		t.Fatalf("expected at most and at least 2 runs at once and 4 fences, got %d at once, %d fences", most, len(fences))
+	}
+}

@@ -36,6 +36,7 @@ type runOpts struct {
 	command      string // -c: a command line for sh -c
 	keepStore    bool   // keep LEASEHOLD_STORE in the child's environment
 	quiet        bool
+	limit        int
 }
 
 // Environment variables run gives the child.
@@ -138,6 +139,7 @@ Exit status:
 	f.BoolVar(&o.keepStore, "keep-store-env", false, "keep "+EnvStore+" (it may hold a password) in the command's environment")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting lines on stderr")
 	addReportFlags(f, &o.report)
+	f.IntVar(&o.limit, "limit", 0, "run as one of at most N holders of the key (a semaphore of N permits, like consul lock -n; every run of the key must pass the same N); 0 = a plain lock")
 	return cmd
 }
 
@@ -153,6 +155,8 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 		return 0, usage("--ttl must be > 0, got %v", o.ttl)
 	case o.wait < 0:
 		return 0, usage("--wait must be >= 0, got %v", o.wait)
+	case o.limit < 0:
+		return 0, usage("--limit must be >= 1 (or 0 for a plain lock), got %d", o.limit)
 	case o.renewEvery < 0:
 		return 0, usage("--renew-every must be > 0, got %v", o.renewEvery)
 	case o.renewEvery == 0 && o.ttl > 0 && o.ttl/3 < leasehold.MinRenewInterval:
@@ -256,12 +260,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 		wg.Go(func() { waitingLine(actx, stderr, st.Store, o.key, 2*time.Second, acquiring) })
 	}
 	started := time.Now()
-	var lease *leasehold.Lease
-	if o.wait > 0 {
-		lease, err = locker.Acquire(actx, o.key)
-	} else {
-		lease, err = locker.TryAcquire(actx, o.key)
-	}
+	lease, err := acquireFor(actx, locker, o)
 	close(acquiring)
 	wg.Wait()
 	cancel()
@@ -460,4 +459,23 @@ func signum(s os.Signal) int {
 		return int(n)
 	}
 	return 1
+}
+
+// acquireFor takes the key as o says: a permit of a semaphore with --limit,
+// else the lock; waiting in the queue with --wait, else one attempt.
+func acquireFor(ctx context.Context, locker *leasehold.Locker, o *runOpts) (*leasehold.Lease, error) {
+	if o.limit > 0 {
+		sem, err := locker.Semaphore(o.key, o.limit)
+		if err != nil {
+			return nil, err
+		}
+		if o.wait > 0 {
+			return sem.Acquire(ctx)
+		}
+		return sem.TryAcquire(ctx)
+	}
+	if o.wait > 0 {
+		return locker.Acquire(ctx, o.key)
+	}
+	return locker.TryAcquire(ctx, o.key)
 }

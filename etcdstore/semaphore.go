@@ -1,0 +1,432 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold"
+)
+
+var (
+	_ leasehold.Semaphorer     = (*Store)(nil)
+	_ leasehold.PermitNotifier = (*Store)(nil)
+)
+
+// maxPermitRetries bounds the optimistic retries of one AcquirePermit when
+// other acquirers keep changing the semaphore between its read and its
+// transaction.
+const maxPermitRetries = 32
+
+// errPermitContended is returned when maxPermitRetries ran out.
+var errPermitContended = errors.New("semaphore changed under every attempt")
+
+// SemaphorePrefix returns the etcd prefix of key's semaphore. Its keys live
+// beside the lock keys, under the store prefix without its trailing "/" plus
+// "#sem/", so that List never mistakes them for locks:
+//
+//	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value the identity, on the permit's lease;
+//	                            its create revision is the permit's fence
+//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on a lease of the
+//	                            queue TTL; queue order is create revision order
+//	PREFIX#sem/LEN:KEY/g        the guard: value the last limit; every grant and
+//	                            every new waiter rewrites it, and a grant's
+//	                            transaction requires it unchanged since its read
+//
+// LEN is len(KEY) in bytes, so no key's keys are a prefix of another's.
+// Expired holders and waiters are deleted by etcd itself when their lease
+// runs out: no sweeper process.
+func (s *Store) SemaphorePrefix(key string) string {
+	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
+}
+
+// semState is one read of a semaphore.
+type semState struct {
+	holders  []*mvccpb.KeyValue // by create revision
+	queue    []*mvccpb.KeyValue // by create revision
+	guardRev int64              // mod revision of the guard, 0 if absent
+	limit    int
+}
+
+func (st *semState) holder(tok string, hp string) *mvccpb.KeyValue {
+	for _, kv := range st.holders {
+		if string(kv.Key) == hp+tok {
+			return kv
+		}
+	}
+	return nil
+}
+
+// position returns tok's index in the queue and the number of waiters ahead
+// (the whole queue when tok is absent).
+func (st *semState) position(tok, qp string) (int, int) {
+	for i, kv := range st.queue {
+		if string(kv.Key) == qp+tok {
+			return i, i
+		}
+	}
+	return -1, len(st.queue)
+}
+
+// readSem reads holders, waiters and guard in one transaction.
+func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
+	p := s.SemaphorePrefix(key)
+	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(p+"h/", byCreate...),
+		clientv3.OpGet(p+"q/", byCreate...),
+		clientv3.OpGet(p+"g"),
+	).Commit()
+	if err != nil {
+		return semState{}, err
+	}
+	st := semState{
+		holders: resp.Responses[0].GetResponseRange().GetKvs(),
+		queue:   resp.Responses[1].GetResponseRange().GetKvs(),
+	}
+	if g := resp.Responses[2].GetResponseRange().GetKvs(); len(g) == 1 {
+		st.guardRev = g[0].ModRevision
+		st.limit, _ = strconv.Atoi(string(g[0].Value))
+	}
+	return st, nil
+}
+
+// AcquirePermit implements leasehold.Semaphorer: read the semaphore, then
+// commit the grant in a transaction that requires the guard unchanged since
+// the read (retried with jitter when another grant or a new waiter got in
+// between). A permit's etcd lease is granted only once a read shows a
+// permit for the token. The fence is the holder key's create revision.
+// Expiry only ever lowers the count, so a stale read never admits too many.
+func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+	if req.Limit < 1 {
+		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return leasehold.Grant{}, err
+	}
+	defer end()
+	secs, err := ttlSeconds(req.TTL)
+	if err != nil {
+		return leasehold.Grant{}, err
+	}
+	pa := &permitAttempt{s: s, req: req, secs: secs}
+	for attempt := range maxPermitRetries {
+		g, done, err := pa.try(ctx)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			pa.id = clientv3.NoLease // the retries outlasted the lease: a new one
+			continue
+		}
+		if err != nil || done {
+			return g, err
+		}
+		// Another acquirer got in between: back off a random while (up to
+		// 16 ms) so a burst of acquirers does not retry in lockstep.
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4))))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
+		}
+	}
+	return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, errPermitContended)
+}
+
+// permitAttempt is one AcquirePermit: its request and the etcd lease granted
+// for it (NoLease until a read showed a permit for it).
+type permitAttempt struct {
+	s    *Store
+	req  leasehold.PermitRequest
+	secs int64
+	id   clientv3.LeaseID
+}
+
+// lease returns the attempt's lease, granting it the first time.
+func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
+	if pa.id == clientv3.NoLease {
+		lg, err := pa.s.cli.Grant(ctx, pa.secs)
+		if err != nil {
+			return 0, err
+		}
+		pa.id = lg.ID
+	}
+	return pa.id, nil
+}
+
+// try makes one attempt; done is false when the semaphore changed between
+// the read and the transaction.
+func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
+	p := s.SemaphorePrefix(req.Key)
+	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	st, err := s.readSem(ctx, req.Key)
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	mine := st.holder(req.Token, p+"h/")
+	pos, ahead := st.position(req.Token, p+"q/")
+	if mine == nil && ahead >= req.Limit-len(st.holders) {
+		return pa.refused(ctx, st, pos, ahead)
+	}
+	id, err := pa.lease(ctx)
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	if mine != nil {
+		// Our own retry after a lost reply: move the key to the new lease
+		// (its create revision, the fence, stays); the old lease expires.
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
+			Then(clientv3.OpPut(hk, string(mine.Value), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+			Commit()
+		if err != nil {
+			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+		}
+		return leasehold.Grant{Fence: uint64(mine.CreateRevision)}, resp.Succeeded, nil
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
+		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Commit()
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	if !resp.Succeeded {
+		return leasehold.Grant{}, false, nil
+	}
+	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// refused queues a waiting token and describes the contention.
+func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
+	if req.QueueTTL > 0 {
+		ok, err := s.queue(ctx, req, st, pos)
+		if err != nil || !ok {
+			return leasehold.Grant{}, ok, err
+		}
+	}
+	g := leasehold.Grant{Ahead: ahead}
+	if len(st.holders) >= req.Limit && len(st.holders) > 0 {
+		first := st.holders[0]
+		g.Holder = string(first.Value)
+		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease))
+	}
+	return g, true, leasehold.ErrNotAcquired
+}
+
+// queue appends req.Token to the queue on a lease of the queue TTL (a new
+// waiter rewrites the guard, so a grant read before it cannot overtake it),
+// or refreshes its entry with a keep-alive of that lease (the entry keeps
+// its create revision, its place). ok is false when the semaphore changed
+// since st was read.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (bool, error) {
+	p := s.SemaphorePrefix(req.Key)
+	qk, gk := p+"q/"+req.Token, p+"g"
+	if pos >= 0 {
+		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return false, nil // the entry just expired: join again
+		case err != nil:
+			return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		}
+		return true, nil
+	}
+	secs, err := ttlSeconds(req.QueueTTL)
+	if err != nil {
+		return true, err
+	}
+	lg, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
+		Commit()
+	if err != nil {
+		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// RenewPermit implements leasehold.Semaphorer: a read finds the permit's
+// lease, one keep-alive extends it; a TTL longer than the lease's moves the
+// key to a new lease.
+func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return err
+	}
+	hk := s.SemaphorePrefix(key) + "h/" + token
+	get, err := s.cli.Get(ctx, hk)
+	if err != nil {
+		return s.wrap(ctx, "renew permit", key, err)
+	}
+	if len(get.Kvs) == 0 || get.Kvs[0].Lease == 0 {
+		return leasehold.ErrNotOwned
+	}
+	kv := get.Kvs[0]
+	old := clientv3.LeaseID(kv.Lease)
+	ka, err := s.cli.KeepAliveOnce(ctx, old)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return leasehold.ErrNotOwned
+	case err != nil:
+		return s.wrap(ctx, "renew permit", key, err)
+	case ka.TTL >= secs:
+		return nil
+	}
+	lg, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return s.wrap(ctx, "renew permit", key, err)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(hk), "=", old)).
+		Then(clientv3.OpPut(hk, string(kv.Value), clientv3.WithLease(lg.ID))).
+		Commit()
+	switch {
+	case err != nil:
+		return s.wrap(ctx, "renew permit", key, err)
+	case !resp.Succeeded:
+		return leasehold.ErrNotOwned
+	}
+	return nil // the old lease, kept alive above, expires on its own
+}
+
+// ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
+// holder key and the token's queue entry (their leases expire on their own:
+// no extra round trip). Waiters watching the semaphore (WaitPermit) see the
+// deletes.
+func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	p := s.SemaphorePrefix(key)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(p+"h/"+token), clientv3.OpDelete(p+"q/"+token)).Commit()
+	if err != nil {
+		return s.wrap(ctx, "release permit", key, err)
+	}
+	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
+		return leasehold.ErrNotHeld
+	}
+	return nil
+}
+
+// Permits implements leasehold.Semaphorer: one read, then one TimeToLive per
+// holder for its remaining TTL (whole seconds, rounded down).
+func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return leasehold.PermitInfo{}, err
+	}
+	defer end()
+	st, err := s.readSem(ctx, key)
+	if err != nil {
+		return leasehold.PermitInfo{}, s.wrap(ctx, "permits", key, err)
+	}
+	p := s.SemaphorePrefix(key)
+	info := leasehold.PermitInfo{Key: key, Limit: st.limit, Waiting: len(st.queue)}
+	if len(st.queue) > 0 {
+		info.NextHolder = string(st.queue[0].Value)
+	}
+	for _, kv := range st.holders {
+		info.Holders = append(info.Holders, leasehold.LockInfo{
+			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: string(kv.Value),
+			Fence:     uint64(kv.CreateRevision),
+			Remaining: s.permitRemaining(ctx, clientv3.LeaseID(kv.Lease)),
+			Facts:     map[string]string{"store": "etcd", "etcd_key": string(kv.Key), "lease": fmt.Sprintf("%x", kv.Lease)},
+		})
+	}
+	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Fence < info.Holders[j].Fence })
+	return info, nil
+}
+
+// WaitPermit implements leasehold.PermitNotifier with a watch on the
+// semaphore's prefix that passes deletes only: a release, an expired holder
+// and a waiter leaving or expiring all wake every waiter of the key. It
+// returns once etcd confirmed the watch; the channel also gets a value when
+// the watch breaks. stop cancels the watch and waits for its goroutine.
+func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
+	if s.sess.closed() {
+		return nil, nil, ErrClosed
+	}
+	startTimeout := s.timeout
+	if startTimeout <= 0 {
+		startTimeout = watchStartTimeout
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
+	select {
+	case wr, ok := <-wch:
+		if !ok || !wr.Created || wr.Err() != nil {
+			cancel()
+			drain(wch)
+			err := wr.Err()
+			if err == nil {
+				err = context.Cause(wctx)
+			}
+			return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
+		}
+	case <-t.C:
+		cancel()
+		drain(wch)
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w: etcd did not confirm the watch within %v", key, ErrUnavailable, startTimeout)
+	}
+	ch := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wr := range wch {
+			if wr.Err() != nil || len(wr.Events) > 0 {
+				wake()
+			}
+		}
+		if wctx.Err() == nil {
+			wake()
+		}
+	}()
+	var once sync.Once
+	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
+}
+
+// permitRemaining is the time left on a holder's lease. etcd reports whole
+// seconds rounded down; a live lease with less than a second left reports
+// 1ms (0 would mean "a permit is free").
+func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID) time.Duration {
+	r, err := s.cli.TimeToLive(ctx, id)
+	switch {
+	case err != nil || r.TTL < 0:
+		return 0
+	case r.TTL == 0:
+		return time.Millisecond
+	}
+	return time.Duration(r.TTL) * time.Second
+}

@@ -1,0 +1,246 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Semaphore operations, for fault injection.
+const (
+	OpAcquirePermit Op = "acquire_permit"
+	OpRenewPermit   Op = "renew_permit"
+	OpReleasePermit Op = "release_permit"
+	OpPermits       Op = "permits"
+)
+
+var (
+	_ leasehold.Semaphorer     = (*Store)(nil)
+	_ leasehold.PermitNotifier = (*Store)(nil)
+)
+
+// semaphore is one key's permits and waiter queue. Guarded by Store.mu.
+type semaphore struct {
+	limit   int
+	holders map[string]*permit
+	queue   []waiter // FIFO
+}
+
+type permit struct {
+	fence    uint64
+	holder   string
+	acquired time.Time
+	expires  time.Time
+}
+
+// sem returns key's semaphore after pruning expired holders and waiters,
+// creating it when create is set (nil otherwise when there is none).
+// s.mu must be held.
+func (s *Store) sem(key string, now time.Time, create bool) *semaphore {
+	if s.sems == nil {
+		s.sems = make(map[string]*semaphore)
+	}
+	m := s.sems[key]
+	if m == nil {
+		if !create {
+			return nil
+		}
+		m = &semaphore{holders: make(map[string]*permit)}
+		s.sems[key] = m
+		return m
+	}
+	for tok, p := range m.holders {
+		if !now.Before(p.expires) {
+			delete(m.holders, tok)
+		}
+	}
+	live := m.queue[:0]
+	for _, w := range m.queue {
+		if now.Before(w.deadline) {
+			live = append(live, w)
+		}
+	}
+	clear(m.queue[len(live):])
+	m.queue = live
+	if !create && len(m.holders) == 0 && len(m.queue) == 0 {
+		delete(s.sems, key)
+		return nil
+	}
+	return m
+}
+
+// position returns token's index in the queue, or -1.
+func (m *semaphore) position(token string) int {
+	for i, w := range m.queue {
+		if w.token == token {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *semaphore) leave(token string) bool {
+	i := m.position(token)
+	if i < 0 {
+		return false
+	}
+	m.queue = append(m.queue[:i], m.queue[i+1:]...)
+	return true
+}
+
+// soonest returns the live holder that expires first.
+func (m *semaphore) soonest() *permit {
+	var first *permit
+	for _, p := range m.holders {
+		if first == nil || p.expires.Before(first.expires) {
+			first = p
+		}
+	}
+	return first
+}
+
+// AcquirePermit implements leasehold.Semaphorer. The fence comes from the
+// same counter as Acquire's: max(last+1, clock in µs).
+func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+	if req.Limit < 1 {
+		return leasehold.Grant{}, fmt.Errorf("%w: memstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+	}
+	f, err := s.before(ctx, OpAcquirePermit, req.Key)
+	if err != nil {
+		return leasehold.Grant{}, err
+	}
+	s.mu.Lock()
+	g, err := s.acquirePermit(req, s.now())
+	s.mu.Unlock()
+	return g, after(f, err)
+}
+
+func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (leasehold.Grant, error) {
+	if s.ops++; s.ops%1024 == 0 { // drop semaphores nobody touched since they emptied
+		for k := range s.sems {
+			s.sem(k, now, false)
+		}
+	}
+	m := s.sem(req.Key, now, true)
+	m.limit = req.Limit
+	if p := m.holders[req.Token]; p != nil { // our own retry after a lost reply
+		p.expires = now.Add(req.TTL)
+		m.leave(req.Token)
+		return leasehold.Grant{Fence: p.fence}, nil
+	}
+	free := req.Limit - len(m.holders)
+	pos := m.position(req.Token)
+	ahead := pos
+	if pos < 0 {
+		ahead = len(m.queue)
+	}
+	if ahead < free {
+		if pos >= 0 {
+			m.leave(req.Token)
+		}
+		s.last = max(s.last+1, uint64(max(now.UnixMicro(), 0)))
+		m.holders[req.Token] = &permit{fence: s.last, holder: req.Holder, acquired: now, expires: now.Add(req.TTL)}
+		return leasehold.Grant{Fence: s.last}, nil
+	}
+	if req.QueueTTL > 0 {
+		if pos < 0 {
+			m.queue = append(m.queue, waiter{token: req.Token, holder: req.Holder})
+			pos = len(m.queue) - 1
+		}
+		m.queue[pos].deadline = now.Add(req.QueueTTL)
+	}
+	g := leasehold.Grant{Ahead: ahead}
+	if free <= 0 {
+		if p := m.soonest(); p != nil {
+			g.Remaining, g.Holder = p.expires.Sub(now), p.holder
+		}
+	}
+	if len(m.holders) == 0 && len(m.queue) == 0 {
+		delete(s.sems, req.Key)
+	}
+	return g, leasehold.ErrNotAcquired
+}
+
+// RenewPermit implements leasehold.Semaphorer.
+func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
+	f, err := s.before(ctx, OpRenewPermit, key)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	m := s.sem(key, now, false)
+	if m == nil || m.holders[token] == nil {
+		return after(f, leasehold.ErrNotOwned)
+	}
+	m.holders[token].expires = now.Add(ttl)
+	return after(f, nil)
+}
+
+// ReleasePermit implements leasehold.Semaphorer.
+func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
+	f, err := s.before(ctx, OpReleasePermit, key)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	m := s.sem(key, now, false)
+	if m == nil {
+		return after(f, leasehold.ErrNotHeld)
+	}
+	left := m.leave(token)
+	_, held := m.holders[token]
+	delete(m.holders, token)
+	if held || left {
+		s.semWaiters.Wake(key)
+	}
+	if len(m.holders) == 0 && len(m.queue) == 0 {
+		delete(s.sems, key)
+	}
+	if !held {
+		return after(f, leasehold.ErrNotHeld)
+	}
+	return after(f, nil)
+}
+
+// Permits implements leasehold.Semaphorer.
+func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+	f, err := s.before(ctx, OpPermits, key)
+	if err != nil {
+		return leasehold.PermitInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	info := leasehold.PermitInfo{Key: key}
+	m := s.sem(key, now, false)
+	if m == nil {
+		return info, after(f, nil)
+	}
+	info.Limit, info.Waiting = m.limit, len(m.queue)
+	if len(m.queue) > 0 {
+		info.NextHolder = m.queue[0].holder
+	}
+	for tok, p := range m.holders {
+		info.Holders = append(info.Holders, leasehold.LockInfo{
+			Key: key, Token: tok, Holder: p.holder, Fence: p.fence, Remaining: p.expires.Sub(now),
+			Facts: map[string]string{"store": "memory", "acquired": p.acquired.UTC().Format(time.RFC3339Nano)},
+		})
+	}
+	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Fence < info.Holders[j].Fence })
+	return info, after(f, nil)
+}
+
+// WaitPermit implements leasehold.PermitNotifier: every waiter of key wakes
+// on every release of a permit and when a waiter leaves. Expiry sends no
+// notification.
+func (s *Store) WaitPermit(_ context.Context, key, _ string) (<-chan struct{}, func(), error) {
+	ch, stop := s.semWaiters.Add(key)
+	return ch, stop, nil
+}

@@ -1,0 +1,220 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// keyOps is what an acquisition and its lease go through to the store: the
+// Store's lock operations, or a semaphore's permit operations. It is the
+// engine's one hook for semaphores: everything else about a lease (renewal,
+// failure budget, local guard, causes, fail-open, max hold) is shared.
+type keyOps interface {
+	acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	renew(ctx context.Context, key, token string, ttl time.Duration) error
+	release(ctx context.Context, key, token string) error
+	// canWait reports whether wait works; wait subscribes token's wake-ups.
+	canWait() bool
+	wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error)
+	// gated reports whether acquisitions take the key's local gate (one
+	// lease per key and process); permits do not.
+	gated() bool
+	// batchable reports whether renewals may go through BatchRenewer.
+	batchable() bool
+}
+
+// opsOf returns the operations of an acquisition.
+func (l *Locker) opsOf(spec leaseSpec) keyOps {
+	if spec.ops != nil {
+		return spec.ops
+	}
+	return lockOps{l}
+}
+
+// lockOps are the Store's lock operations.
+type lockOps struct{ l *Locker }
+
+func (o lockOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	return o.l.store.Acquire(ctx, req)
+}
+
+func (o lockOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return o.l.store.Renew(ctx, key, token, ttl)
+}
+
+func (o lockOps) release(ctx context.Context, key, token string) error {
+	return o.l.store.Release(ctx, key, token)
+}
+
+func (o lockOps) canWait() bool { return o.l.notifier != nil }
+
+func (o lockOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	return o.l.notifier.WaitRelease(ctx, key, token)
+}
+
+func (lockOps) gated() bool     { return true }
+func (lockOps) batchable() bool { return true }
+
+// batchable reports whether every lease of a renewal batch may be renewed
+// with one RenewBatch.
+func batchable(leases []*Lease) bool {
+	for _, ls := range leases {
+		if !ls.ops.batchable() {
+			return false
+		}
+	}
+	return true
+}
+
+// renewEach renews leases one by one, concurrently, and returns one error per
+// lease: a batch that holds permits, which RenewBatch cannot renew.
+func renewEach(ctx context.Context, leases []*Lease) []error {
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, ls := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// Semaphore hands out at most Limit permits of one key across every process
+// that uses the key with the same limit. Each permit is a *Lease with
+// everything a lease has: owner token, a fence unique and increasing across
+// all permits of the key, automatic renewal with the failure budget, the
+// local expiry guard, loss causes, FailOpen or FailClosed, MaxHold. Waiting
+// acquisitions queue in the store (FIFO across processes); a crashed
+// holder's permit comes back when its TTL runs out.
+//
+// Permits do not take the Locker's local per-key gate: several goroutines of
+// one process may hold permits of the same key, each with its own store
+// request. Under FailOpen a store failure gives a degraded permit (fence 0)
+// that is local-only and counts against no limit, not even in this process:
+// use FailClosed where the limit protects something.
+//
+// A Semaphore is safe for concurrent use. Get one from Locker.Semaphore.
+type Semaphore struct {
+	l      *Locker
+	key    string
+	store  Semaphorer
+	notify PermitNotifier // nil when the store cannot notify
+	limit  atomic.Int64
+}
+
+// Semaphore returns the semaphore of key with limit permits. The Locker's
+// store must implement Semaphorer (every store in this module does); the
+// error wraps ErrInvalidOptions when it does not or limit < 1, and
+// ErrInvalidKey for a bad key. Semaphore makes no store call.
+func (l *Locker) Semaphore(key string, limit int) (*Semaphore, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	st, ok := l.store.(Semaphorer)
+	if !ok {
+		return nil, fmt.Errorf("%w: store %T does not implement leasehold.Semaphorer", ErrInvalidOptions, l.store)
+	}
+	s := &Semaphore{l: l, key: key, store: st}
+	s.notify, _ = l.store.(PermitNotifier)
+	if err := s.SetLimit(limit); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Key returns the semaphore's key.
+func (s *Semaphore) Key() string { return s.key }
+
+// Limit returns the current limit.
+func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
+
+// SetLimit changes the limit for every later acquisition through s,
+// including those already waiting. Lowering it revokes no permit: new
+// permits wait until fewer than the new limit are held. Other processes use
+// their own limit; give them the same one.
+func (s *Semaphore) SetLimit(limit int) error {
+	if limit < 1 {
+		return fmt.Errorf("%w: semaphore limit must be at least 1, got %d", ErrInvalidOptions, limit)
+	}
+	s.limit.Store(int64(limit))
+	return nil
+}
+
+// TryAcquire makes one attempt to take a permit; it never queues. It returns
+// an error wrapping ErrNotAcquired when every permit is held or others wait,
+// and a *StoreError when the store fails under FailClosed.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, ops: permitOps{s}})
+}
+
+// Acquire waits in the key's queue for a permit until ctx ends. Waiting is
+// fair across processes (FIFO in the store). It returns an error wrapping
+// ErrNotAcquired when ctx ends first.
+func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, wait: true, ops: permitOps{s}})
+}
+
+// Do takes a permit (waiting in the queue), runs fn with a context that
+// ends when ctx ends or the permit can no longer be trusted, and releases the
+// permit, like Locker.Do. Its error joins fn's error, the permit's loss cause
+// and a failed release.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) (err error) {
+	permit, err := s.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	fnCtx, stop := permit.bind(ctx)
+	defer func() {
+		stop()
+		cause := permit.Err()
+		if errors.Is(cause, ErrLeaseReleased) || (err != nil && errors.Is(err, cause)) {
+			cause = nil
+		}
+		rerr := permit.Release(ctx)
+		err = joinErrors(err, cause, rerr)
+	}()
+	return fn(fnCtx, permit)
+}
+
+// Permits describes the semaphore as the store sees it: live holders (by
+// fence), the queue length and its head.
+func (s *Semaphore) Permits(ctx context.Context) (PermitInfo, error) {
+	info, err := s.store.Permits(ctx, s.key)
+	if err != nil {
+		return PermitInfo{}, storeErr("permits", s.key, err)
+	}
+	return info, nil
+}
+
+// permitOps are a semaphore's permit operations.
+type permitOps struct{ s *Semaphore }
+
+func (o permitOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	return o.s.store.AcquirePermit(ctx, PermitRequest{
+		Key: req.Key, Token: req.Token, TTL: req.TTL, Holder: req.Holder, QueueTTL: req.QueueTTL, Limit: o.s.Limit(),
+	})
+}
+
+func (o permitOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return o.s.store.RenewPermit(ctx, key, token, ttl)
+}
+
+func (o permitOps) release(ctx context.Context, key, token string) error {
+	return o.s.store.ReleasePermit(ctx, key, token)
+}
+
+func (o permitOps) canWait() bool { return o.s.notify != nil }
+
+func (o permitOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	return o.s.notify.WaitPermit(ctx, key, token)
+}
+
+func (permitOps) gated() bool     { return false }
+func (permitOps) batchable() bool { return false }
