@@ -112,7 +112,7 @@ func testDurability(t *testing.T, srv *testpg.Server) {
 		t.Fatal(err)
 	}
 	acq := func(durable bool) string {
-		return fmt.Sprintf("SELECT * FROM leasehold_locks_acquire('k', 't', 60000000, '', 0, %v)", durable)
+		return fmt.Sprintf("SELECT * FROM leasehold_locks_acquire('k', 't', 60000000, '', 0, %v, 'c')", durable)
 	}
 	rel := func(durable bool) string {
 		return fmt.Sprintf("SELECT leasehold_locks_release('k', 't', 'c', %v)", durable)

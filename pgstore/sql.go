@@ -54,7 +54,7 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6)`
+	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7)`
 	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
 	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
 VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
@@ -166,7 +166,8 @@ DO $mig$ BEGIN
 	END IF;
 END $mig$;
 
-CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean,
+DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean); -- before the channel argument
+CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -235,8 +236,11 @@ BEGIN
 			UPDATE {locks} l SET token = p_token, holder = p_holder, fence = v_fence,
 				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts WHERE l.key = p_key;
 		END IF;
-		IF head IS NOT NULL THEN
+		IF head IS NOT NULL THEN -- the head took the key: the queue's head changes
 			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
+			IF EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.token = '' AND w.expires_at > now_ts) THEN
+				PERFORM pg_notify(p_channel, '0:' || p_key); -- wakes the key's observers only
+			END IF;
 		END IF;
 		IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
 			UPDATE {counter} SET v = GREATEST(v, v_fence);

@@ -335,7 +335,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		ahead      int32
 	)
 	err = retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable).
+		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
 	switch {

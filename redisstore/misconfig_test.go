@@ -70,3 +70,25 @@ func TestMisconfigurationErrors(t *testing.T) {
 		}
 	}
 }
+
+// A FailOpen Locker fails closed on a configuration error: a wrong password
+// never hands out a degraded lease.
+func TestMisconfigurationFailsClosed(t *testing.T) {
+	srv := testredis.Start(t, "--requirepass", "right-pass-123")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-pass-456"})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, redisstore.Options{})
+	lk, err := leasehold.New(s, leasehold.Options{Name: "misconfigured", OnStoreError: leasehold.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	l, err := lk.TryAcquire(t.Context(), "k")
+	if err == nil {
+		_ = l.Release(t.Context())
+		t.Fatalf("FailOpen Locker with a wrong password: expected an error, got a lease (degraded %v)", l.Degraded())
+	}
+	if !errors.Is(err, leasehold.ErrMisconfigured) || !errors.Is(err, leasehold.ErrStore) {
+		t.Fatalf("FailOpen Locker with a wrong password: expected ErrMisconfigured and ErrStore, got %v", err)
+	}
+}
