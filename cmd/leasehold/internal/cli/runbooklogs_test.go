@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -18,21 +17,9 @@ import (
 // that read app.log.
 func runbookLogCommands(t *testing.T) []string {
 	t.Helper()
-	raw, err := os.ReadFile(repoFile(t, filepath.Join("docs", "runbook.md")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cmds []string
-	inBlock := false
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "```sh"):
-			inBlock = true
-		case strings.HasPrefix(line, "```"):
-			inBlock = false
-		case inBlock && strings.Contains(line, "app.log") && !strings.HasPrefix(strings.TrimSpace(line), "#"):
+	for _, line := range runbookShellLines(t) {
+		if strings.Contains(line, "app.log") && !strings.HasPrefix(strings.TrimSpace(line), "#") {
 			cmds = append(cmds, line)
 		}
 	}
