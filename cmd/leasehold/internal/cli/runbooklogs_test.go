@@ -54,7 +54,10 @@ func TestRunbookLogCommandsOnRealLogs(t *testing.T) {
 			"--ttl", "2s", "--renew-every", "200ms", "--grace", "100ms", "--", "sleep", "10")
 		done <- errOut
 	}()
-	waitFor(t, func() bool { n, _ := srv.Client(t).DBSize(t.Context()).Result(); return n > 0 })
+	waitFor(t, func() bool {
+		n, _ := srv.Client(t).Exists(t.Context(), "leasehold:{report:daily}:lock").Result()
+		return n == 1
+	})
 	if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +69,12 @@ func TestRunbookLogCommandsOnRealLogs(t *testing.T) {
 			"--ttl", "3s", "--renew-every", "200ms", "--renew-timeout", "100ms", "--max-renew-failures", "2", "--grace", "100ms", "--", "sleep", "10")
 		done <- errOut
 	}()
-	waitFor(t, func() bool { n, _ := srv.Client(t).DBSize(t.Context()).Result(); return n > 0 })
+	// Wait for this run's own lock entry: the first run left other keys
+	// (the fence counter) behind, so a non-empty database proves nothing.
+	waitFor(t, func() bool {
+		n, _ := srv.Client(t).Exists(t.Context(), "leasehold:{invoice:7}:lock").Result()
+		return n == 1
+	})
 	srv.Stop()
 	log.WriteString(<-done)
 
