@@ -15,7 +15,8 @@
 //	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER"
 //	                        ("#" -> last SEQ); expires with its last live waiter
 //	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster): a release
-//	                        publishes the token of the waiter to wake
+//	                        publishes "TOKEN|FENCE|TTL_MS" when it granted the
+//	                        key to the head waiter, else the token to wake
 //
 // Everything of one key shares the hash tag, hence one Cluster slot, so one
 // script touches it all. Runbook:
@@ -39,8 +40,14 @@
 // EXISTS, SET NX PX GET, TIME and SET PX GET, nothing more. A waiting
 // acquire (QueueTTL > 0) that is refused joins the queue or refreshes its
 // place; a waiter that stops refreshing drops out at its deadline. Renew
-// (compare-and-PEXPIRE) and Release (compare-and-DEL, leave the queue, wake
-// the head) are one EVALSHA each. Release returns leasehold.ErrNotHeld when
+// (compare-and-PEXPIRE) and Release (compare-and-DEL, leave the queue, grant
+// the key to the head) are one EVALSHA each. A release that frees a key with
+// a live head waiter makes that waiter the holder in the same script (its
+// token, holder and TTL, PX capped at its queue deadline, a fresh fence) and
+// publishes the grant; the waiter's Locker takes its lease from the message
+// (leasehold.Granter), so a contended acquisition costs the queued acquire
+// and the release. A waiter that missed the message finds itself the holder
+// on its next acquire. Release returns leasehold.ErrNotHeld when
 // the key is gone, also when a retry finds its own earlier release applied,
 // and leasehold.ErrNotOwned only when another token holds the key. Scripts
 // are sent by SHA and re-sent in full on NOSCRIPT (go-redis Script.Run).
@@ -88,8 +95,12 @@
 // connection (one for a single node, one per master on a Cluster, where
 // SSUBSCRIBE reaches only the node that owns the key's slot) and returns
 // once Redis confirmed it, bounded by the waiter's own context: a waiter never
-// waits for another waiter's dial. A release publishes the head's token, and
-// only that waiter is woken; waiters of other keys are not disturbed.
+// waits for another waiter's dial. A release publishes the head's grant (or
+// token), and only that waiter is woken; waiters of other keys are not
+// disturbed. A channel stays subscribed for 2 s after its last waiter in the
+// process left, so a replica that waits on one key again and again
+// subscribes once, and its next waiter subscribes before its first acquire
+// (no second acquire to catch a release in between).
 //
 // # ACL
 //
