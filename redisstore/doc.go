@@ -12,11 +12,13 @@
 //	leasehold:{TAG}:fence   string: the last fence minted for KEY, a decimal
 //	                        uint64 (the holder's fence while the lock exists);
 //	                        expires FenceRetention (default 24 h) after the lock's TTL
-//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER"
+//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER"
 //	                        ("#" -> last SEQ); expires with its last live waiter
-//	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster): a release
-//	                        publishes "TOKEN|FENCE|TTL_MS" when it granted the
-//	                        key to the head waiter, else the token to wake
+//	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster), every
+//	                        waiter: "" when a release left nobody queued
+//	leasehold:{TAG}:wake:ID one per waiting process (ID in its queue entry):
+//	                        the grant "TOKEN|FENCE|TTL_MS" to its head waiter
+//	leasehold:{TAG}:watch   observers: every release, grant and wake-up
 //
 // Everything of one key shares the hash tag, hence one Cluster slot, so one
 // script touches it all. Runbook:
@@ -26,7 +28,7 @@
 //	redis-cli GET  'leasehold:{scheduler:job:42}:fence'   # fence of the holder
 //	redis-cli HGETALL 'leasehold:{scheduler:job:42}:queue' # waiters (SEQ orders them)
 //	redis-cli --scan --pattern 'leasehold:{scheduler:*}:lock'  # locks under a prefix
-//	redis-cli SUBSCRIBE 'leasehold:{scheduler:job:42}:wake'    # watch hand-offs
+//	redis-cli SUBSCRIBE 'leasehold:{scheduler:job:42}:watch'   # watch hand-offs
 //
 // Deleting the lock key by hand is the break-glass release (Store.ForceRelease
 // does the same and also wakes the head waiter). Never delete a valid fence

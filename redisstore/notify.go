@@ -14,12 +14,14 @@ import (
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
-// notifier delivers the per-key wake-ups. Each key with a waiter has its
-// channel (Store.Channel) subscribed on a pub/sub connection: one connection
-// for a single node, one per master on a Cluster (sharded pub/sub, so a
-// release reaches only the node that owns the key's slot). A release
-// publishes the token of the waiter to wake, and only that waiter's channel
-// receives a value.
+// notifier delivers the per-key wake-ups and grants. Each key with a waiter
+// has its channels (Store.Channel and this Store's Store.WaiterChannel; an
+// observer's Store.ObserverChannel) subscribed on a pub/sub connection: one
+// connection for a single node, one per master on a Cluster (sharded
+// pub/sub, so a release reaches only the node that owns the key's slot). A
+// release publishes the grant or token of the head waiter to the head's
+// process, and only that waiter's channel receives a value. A channel
+// lingers for defaultLinger after its last waiter left.
 //
 // Each connection has two goroutines, joined by Close: a receiver that
 // reads messages and subscription confirmations, and a controller that sends

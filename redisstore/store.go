@@ -187,9 +187,10 @@ func (s *Store) LockKey(key string) string { return s.base(key) + ":lock" }
 func (s *Store) FenceKey(key string) string { return s.base(key) + ":fence" }
 
 // QueueKey returns the Redis key of key's waiter queue: PREFIX{TAG}:queue, a
-// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER" (FIFO by SEQ; TTL_MS is
-// the lock TTL the waiter asked for, which a release grants it; field "#" holds
-// the last SEQ). It expires with its last live waiter.
+// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER" (FIFO by SEQ; TTL_MS
+// is the lock TTL the waiter asked for, which a release grants it, and WAKE
+// the id of its process's WaiterChannel; field "#" holds the last SEQ). It
+// expires with its last live waiter.
 func (s *Store) QueueKey(key string) string { return s.base(key) + ":queue" }
 
 // Channel returns key's notification channel, PREFIX{TAG}:wake, which every
