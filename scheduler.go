@@ -9,7 +9,14 @@ import (
 
 // scheduler owns the timing of every lease of one Locker: one goroutine and
 // one heap of deadlines, however many leases are held. The goroutine runs
-// while the Locker holds a lease (and idleLinger longer), until Close.
+// while the Locker holds a lease, until Close; after the last lease ended it
+// notices at its next timer (armed) and exits idleLinger later.
+//
+// The goroutine is woken only when a deadline earlier than the one its timer
+// is armed for reaches the head of the heap. Adding a lease whose first
+// deadline is later, and ending a lease, do not wake it: the timer fires at
+// the old deadline, finds nothing due, and is armed again for the new head.
+// So an uncontended TryAcquire + Release cycle costs no goroutine wake-up.
 //
 // Each held lease sits in the heap at its next deadline, the earliest of:
 //
@@ -48,6 +55,7 @@ type scheduler struct {
 	leases  map[*Lease]struct{}
 	closed  bool // Close began: no new leases, renewal outcomes are ignored
 	running bool
+	armed   time.Time // when the loop looks at the heap next; zero: only when signalled
 
 	ctx    context.Context // parent of every renewal; cancelled by Close
 	cancel context.CancelFunc
@@ -97,8 +105,8 @@ func (s *scheduler) fix(ls *Lease) {
 		ls.at = at
 		heap.Push(&s.q, ls)
 	}
-	if s.q[0] == ls {
-		s.signal()
+	if s.q[0] == ls && (s.armed.IsZero() || at.Before(s.armed)) {
+		s.signal() // the loop would look too late
 	}
 }
 
@@ -119,9 +127,7 @@ func (s *scheduler) finish(ls *Lease, cause error) bool {
 	ls.over, ls.cause = true, cause
 	s.fix(ls)
 	delete(s.leases, ls)
-	if len(s.leases) == 0 {
-		s.signal() // the loop can stop
-	}
+	// No wake-up: the loop sees at its armed time that no lease is left.
 	return true
 }
 
@@ -133,12 +139,9 @@ func (s *scheduler) loop() {
 	defer t.Stop()
 	for {
 		next, idle := s.runDue(time.Now())
-		switch {
-		case idle:
-			t.Reset(idleLinger)
-		case next.IsZero():
+		if next.IsZero() {
 			t.Stop()
-		default:
+		} else {
 			t.Reset(time.Until(next))
 		}
 		select {
@@ -212,6 +215,10 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 		next = s.q[0].at
 	}
 	idle = len(s.leases) == 0
+	if idle {
+		next = now.Add(idleLinger) // a new lease due earlier signals
+	}
+	s.armed = next
 	s.mu.Unlock()
 	for _, st := range steps {
 		st.ls.report(st.what)
