@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,7 +108,9 @@ func BenchmarkHandOff(b *testing.B) {
 // in turn on every iteration and reports each one's mean time and its ratio
 // to the floor: on a shared machine whose load changes from second to
 // second, interleaving compares the three under the same load, which
-// separate sub-benchmarks do not.
+// separate sub-benchmarks do not. The p50 metrics are the medians of the
+// per-iteration times, which a few iterations stalled by other processes on
+// a shared machine move far less than the means.
 func BenchmarkCycleInterleaved(b *testing.B) {
 	srv := testredis.Start(b)
 	c := srv.Client(b)
@@ -128,6 +131,8 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
 			var floorNs, storeNs, lockerNs atomic.Int64
+			var next atomic.Int64
+			samples := [3][]time.Duration{make([]time.Duration, b.N), make([]time.Duration, b.N), make([]time.Duration, b.N)}
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
 				t0 := time.Now()
 				if ok, err := c.SetNX(ctx, key+":floor", token, ttl).Result(); err != nil || !ok {
@@ -155,8 +160,19 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 				floorNs.Add(int64(t1.Sub(t0)))
 				storeNs.Add(int64(t2.Sub(t1)))
 				lockerNs.Add(int64(t3.Sub(t2)))
+				if i := next.Add(1) - 1; i < int64(b.N) {
+					samples[0][i], samples[1][i], samples[2][i] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)
+				}
 				return nil
 			})
+			var p50 [3]float64
+			for i, d := range samples {
+				slices.Sort(d)
+				p50[i] = benchkit.Quantile(d, 0.5)
+			}
+			b.ReportMetric(p50[1]/p50[0], "store/floor-p50")
+			b.ReportMetric(p50[2]/p50[0], "locker/floor-p50")
+			b.ReportMetric(p50[2]/p50[1], "locker/store-p50")
 			n := float64(b.N)
 			f, st, l := float64(floorNs.Load())/n, float64(storeNs.Load())/n, float64(lockerNs.Load())/n
 			b.ReportMetric(f, "floor-ns/cycle")
