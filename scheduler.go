@@ -56,6 +56,7 @@ type scheduler struct {
 	closed  bool // Close began: no new leases, renewal outcomes are ignored
 	running bool
 	armed   time.Time // when the loop looks at the heap next; zero: only when signalled
+	passes  int       // times the loop looked at the heap (tests count wake-ups)
 
 	ctx    context.Context // parent of every renewal; cancelled by Close
 	cancel context.CancelFunc
@@ -191,6 +192,7 @@ const (
 // the next deadline (zero: none). It reports idle when no lease is left.
 func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	s.mu.Lock()
+	s.passes++
 	var steps []step
 	var renew []*Lease
 	for len(s.q) > 0 && !s.q[0].at.After(now) {

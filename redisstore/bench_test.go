@@ -104,6 +104,29 @@ func BenchmarkHandOff(b *testing.B) {
 	benchkit.ReportHandOff(b, lockers, key)
 }
 
+// BenchmarkHandOffLocal is BenchmarkHandOff inside one process: the 8
+// goroutines share one Locker, so they queue on its local gate (FIFO) and the
+// hand-off is the Locker's own: from just before Release until the next
+// goroutine's Acquire returns.
+func BenchmarkHandOffLocal(b *testing.B) {
+	srv := testredis.Start(b)
+	s, err := redisstore.New(srv.Client(b), redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	lk, err := leasehold.New(s, leasehold.Options{Name: "bench", TTL: 30 * time.Second, WaitCap: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lk.Close() })
+	lockers := make([]*leasehold.Locker, 8)
+	for i := range lockers {
+		lockers[i] = lk
+	}
+	benchkit.ReportHandOff(b, lockers, "bench:handoff-local")
+}
+
 // BenchmarkCycleInterleaved runs one floor, one Store and one Locker cycle
 // in turn on every iteration and reports each one's mean time and its ratio
 // to the floor: on a shared machine whose load changes from second to
