@@ -158,7 +158,8 @@ func (s *scheduler) loop() {
 }
 
 // idleLinger is how long the scheduler goroutine waits for a new lease
-// after the last one ended before it exits, so that a Locker taking and
+// after it found that the last one ended (at its next armed deadline: ending
+// a lease does not wake it) before it exits, so that a Locker taking and
 // releasing one lease at a time does not start a goroutine per lease.
 const idleLinger = 100 * time.Millisecond
 
