@@ -12,10 +12,11 @@ import (
 // restart the store; its message says why.
 var errRestartSkipped = errors.New("drill: restart skipped")
 
-// inspectStore is a store that can also describe its locks.
+// inspectStore is a store that can also describe its locks and permits.
 type inspectStore interface {
 	leasehold.Store
 	leasehold.Inspector
+	leasehold.Semaphorer
 }
 
 // backend is the lock store a drill runs against and the faults it can

@@ -51,17 +51,12 @@ const linearizabilityTimeout = 20 * time.Second
 // the TTL and whether the register was fenced.
 func Check(cfg Config, h History) *Report {
 	rep := &Report{Config: summarize(cfg), History: h, Jobs: h.Jobs, Done: h.Done, Duration: h.Duration, Events: h.Events}
-	rep.Invariants = []Invariant{
-		checkStale(h),
-		checkLinearizable(h, !cfg.NoFencing),
-		checkDuplicates(h),
-		checkTakeover(cfg, h, rep),
-		checkFences(h),
-		checkStuck(cfg, h),
-		checkBeliefs(h),
-		checkProgress(h),
-		eventCounts(h),
-		faultWindows(h),
+	switch cfg.Workload {
+	case WorkloadElection, WorkloadSemaphore:
+		rep.Invariants = checkGroup(cfg, h, rep)
+		rep.Invariants = append(rep.Invariants, eventCounts(h), faultWindows(h))
+	default:
+		rep.Invariants = checkJobs(cfg, h, rep)
 	}
 	if iv, ok := skippedFaults(h); ok {
 		rep.Invariants = append(rep.Invariants, iv)
@@ -76,6 +71,22 @@ func Check(cfg Config, h History) *Report {
 		}
 	}
 	return rep
+}
+
+// checkJobs decides the jobs workload's invariants.
+func checkJobs(cfg Config, h History, rep *Report) []Invariant {
+	return []Invariant{
+		checkStale(h),
+		checkLinearizable(h, !cfg.NoFencing),
+		checkDuplicates(h),
+		checkTakeover(cfg, h, rep),
+		checkFences(h),
+		checkStuck(cfg, h),
+		checkBeliefs(h),
+		checkProgress(h),
+		eventCounts(h),
+		faultWindows(h),
+	}
 }
 
 func fmtDur(d time.Duration) string { return d.Round(time.Millisecond).String() }

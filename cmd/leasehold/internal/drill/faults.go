@@ -167,12 +167,12 @@ func (d *drill) injectPause(ctx context.Context) string {
 	start := time.Now()
 	d.redeliver(ev.job, ev.replica)
 	limit := 10*d.cfg.TTL + 2*d.cfg.WorkMax
-	for !d.done[ev.job].Load() || time.Since(start) < 3*d.cfg.TTL/2 {
+	for !d.takenOver(ev) || time.Since(start) < 3*d.cfg.TTL/2 {
 		if time.Since(start) > limit || !sleep(ctx, 2*time.Millisecond) {
 			break
 		}
 	}
-	taken := d.done[ev.job].Load()
+	taken := d.takenOver(ev)
 	if inc := r.current(); inc != nil {
 		inc.thaw()
 	}

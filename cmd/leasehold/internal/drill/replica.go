@@ -42,6 +42,7 @@ type incarnation struct {
 
 type pauseEvent struct {
 	replica, job int
+	at           time.Duration // when the pause began
 }
 
 // outcome of one attempt at a job.
@@ -97,7 +98,11 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 			panic(err)
 		}
 		lockers = append(lockers, inc.locker)
-		r.run(ctx, inc)
+		if d.cfg.Workload == WorkloadJobs {
+			r.run(ctx, inc)
+		} else {
+			d.runGroup(ctx, r, inc)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -393,7 +398,7 @@ func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int
 	d.rec.section(id, func(s *Section) { s.PauseStart = at })
 	d.rec.stop(Stop{Fault: FaultPause, Replica: r.id, Key: key, Token: token, At: at})
 	select {
-	case d.pauses <- pauseEvent{replica: r.id, job: job}:
+	case d.pauses <- pauseEvent{replica: r.id, job: job, at: at}:
 	case <-ctx.Done():
 	}
 	inc.waitThaw(ctx)

@@ -197,7 +197,13 @@ func (d *drill) run(parent context.Context) {
 	d.progress("%d replicas working on %d jobs (TTL %v); faults: %v", len(d.replicas), d.cfg.Jobs, d.cfg.TTL, d.cfg.Faults)
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
-	injWG.Go(func() { d.inject(injCtx) })
+	injWG.Go(func() {
+		d.inject(injCtx)
+		if d.cfg.Workload != WorkloadJobs { // a few quiet terms, then stop
+			sleep(injCtx, 4*d.cfg.TTL)
+			d.doneOnce.Do(func() { close(d.allDone) })
+		}
+	})
 	sampCtx, stopSamp := context.WithCancel(context.Background())
 	var sampWG sync.WaitGroup
 	sampWG.Go(func() { d.sample(sampCtx) })
@@ -229,6 +235,9 @@ func (d *drill) run(parent context.Context) {
 }
 
 func (d *drill) markDone(job int) {
+	if d.cfg.Workload != WorkloadJobs { // no job is ever done: the run ends with the faults
+		return
+	}
 	if d.done[job].CompareAndSwap(false, true) {
 		if int(d.doneCount.Add(1)) == d.cfg.Jobs {
 			d.doneOnce.Do(func() { close(d.allDone) })
@@ -300,7 +309,7 @@ func (d *drill) sample(ctx context.Context) {
 		// time List returns, is the conservative moment to compare with.
 		now := d.rec.since()
 		lctx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
-		locks, err := d.be.observer().List(lctx, keyPrefix)
+		locks, err := d.groupLocks(lctx)
 		cancel()
 		if err != nil {
 			continue
@@ -395,7 +404,7 @@ func (d *drill) finalProbe(ctx context.Context) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*d.be.observeTimeout())
-	locks, err := d.be.observer().List(lctx, keyPrefix)
+	locks, err := d.groupLocks(lctx)
 	cancel()
 	if err != nil {
 		return
