@@ -41,11 +41,11 @@ type procStore struct {
 // Every store in this repository has all four; newProcStore refuses one that
 // lacks any rather than hide or fake it.
 var (
-	_ leasehold.Store         = (*procStore)(nil)
-	_ leasehold.Inspector     = (*procStore)(nil)
-	_ leasehold.Notifier      = (*procStore)(nil)
-	_ leasehold.BatchRenewer  = (*procStore)(nil)
-	_ leasehold.ForceReleaser = (*procStore)(nil)
+	_ leasehold.Store          = (*procStore)(nil)
+	_ leasehold.Inspector      = (*procStore)(nil)
+	_ leasehold.Notifier       = (*procStore)(nil)
+	_ leasehold.BatchRenewer   = (*procStore)(nil)
+	_ leasehold.ForceReleaser  = (*procStore)(nil)
 	_ leasehold.Semaphorer     = (*procStore)(nil)
 	_ leasehold.PermitNotifier = (*procStore)(nil)
 )
