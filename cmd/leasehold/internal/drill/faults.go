@@ -180,6 +180,9 @@ func (d *drill) injectPause(ctx context.Context) string {
 	if d.cfg.Processes {
 		how = "SIGSTOPped"
 	}
+	if d.cfg.Workload != WorkloadJobs {
+		return fmt.Sprintf("replica %d %s %v holding %s; taken over meanwhile: %v", ev.replica, how, time.Since(start).Round(time.Millisecond), groupKey, taken)
+	}
 	if !taken {
 		return fmt.Sprintf("replica %d %s %v before writing job %d; nobody took the job over", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
 	}

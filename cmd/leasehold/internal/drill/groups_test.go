@@ -159,3 +159,21 @@ func TestGroupWorkloadsOnRedis(t *testing.T) {
 		})
 	}
 }
+
+// Both workloads on the drill's own etcd member (pause, crash, restart:
+// etcd's TTLs are whole seconds, so the run is kept short).
+func TestGroupWorkloadsOnEtcd(t *testing.T) {
+	t.Parallel()
+	for _, w := range []Workload{WorkloadElection, WorkloadSemaphore} {
+		t.Run(string(w), func(t *testing.T) {
+			t.Parallel()
+			rep := groupRun(t, Config{Store: StoreEtcdServer, Workload: w, Replicas: 3, Permits: 2, TTL: time.Second,
+				Faults: []Fault{FaultPause, FaultCrash, FaultRestart}})
+			name := "at most one trusted leader"
+			if w == WorkloadSemaphore {
+				name = "at most 2 trusted holders"
+			}
+			expectSafe(t, rep, name)
+		})
+	}
+}
