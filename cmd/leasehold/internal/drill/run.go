@@ -93,6 +93,8 @@ type drill struct {
 	// arrive at once.
 	arrival  time.Duration
 	injected atomic.Bool
+	// restarting is set while the restart fault runs.
+	restarting atomic.Bool
 
 	// abort ends the workload early; failed is why (a worker process that
 	// could not start or died on its own).
@@ -311,7 +313,7 @@ func (d *drill) sample(ctx context.Context) {
 		lctx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
 		locks, err := d.groupLocks(lctx)
 		cancel()
-		if err != nil {
+		if err != nil || d.restarting.Load() {
 			continue
 		}
 		for _, l := range locks {
