@@ -199,7 +199,9 @@ func (d *drill) run(parent context.Context) {
 	d.progress("%d replicas working on %d jobs (TTL %v); faults: %v", len(d.replicas), d.cfg.Jobs, d.cfg.TTL, d.cfg.Faults)
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
+	injDone := make(chan struct{})
 	injWG.Go(func() {
+		defer close(injDone)
 		d.inject(injCtx)
 		if d.cfg.Workload != WorkloadJobs { // a few quiet terms, then stop
 			sleep(injCtx, 4*d.cfg.TTL)
@@ -215,6 +217,10 @@ func (d *drill) run(parent context.Context) {
 	case <-ctx.Done():
 	}
 	d.rec.count(func(h *History) { h.Duration = d.rec.since() })
+	select { // every planned fault is injected, also when the jobs were done first (a long pause)
+	case <-injDone:
+	case <-ctx.Done():
+	}
 	stopInj()
 	injWG.Wait() // the injector heals the store and thaws paused replicas
 	stopWork()
