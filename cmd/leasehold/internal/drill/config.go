@@ -214,17 +214,11 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Replicas == 0 {
 		c.Replicas = 3
 	}
-	if c.Workload == "" {
-		c.Workload = WorkloadJobs
-	}
-	if c.Permits == 0 {
-		c.Permits = 2
-	}
 	if c.Jobs == 0 {
 		c.Jobs = 40
 	}
-	if c.Workload != WorkloadJobs {
-		c.Jobs = 1 // one key: the election's or the semaphore's
+	if err := c.defaultWorkload(); err != nil {
+		return c, err
 	}
 	if c.kind().etcd() {
 		def(&c.TTL, etcdDefaultTTL)
@@ -247,12 +241,6 @@ func (c Config) WithDefaults() (Config, error) {
 		return bad("replicas must be between 2 and 64, got %d", c.Replicas)
 	case c.Jobs < 1 || c.Jobs > 10000:
 		return bad("jobs must be between 1 and 10000, got %d", c.Jobs)
-	case c.Workload != WorkloadJobs && c.Workload != WorkloadElection && c.Workload != WorkloadSemaphore:
-		return bad("workload must be %s, %s or %s, got %q", WorkloadJobs, WorkloadElection, WorkloadSemaphore, c.Workload)
-	case c.Workload == WorkloadSemaphore && (c.Permits < 1 || c.Permits >= c.Replicas):
-		return bad("permits must be between 1 and replicas - 1 (%d), so that replicas contend, got %d", c.Replicas-1, c.Permits)
-	case c.Workload != WorkloadJobs && c.Processes:
-		return bad("--processes runs the jobs workload only; drop it with --workload %s", c.Workload)
 	case c.Workload == WorkloadJobs && c.Jobs < len(c.Faults)+2:
 		return bad("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run", c.Jobs, len(c.Faults)+2)
 	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
@@ -313,6 +301,28 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// defaultWorkload fills and checks Workload and Permits (Replicas is set).
+func (c *Config) defaultWorkload() error {
+	if c.Workload == "" {
+		c.Workload = WorkloadJobs
+	}
+	if c.Permits == 0 {
+		c.Permits = 2
+	}
+	switch {
+	case c.Workload == WorkloadJobs:
+		return nil
+	case c.Workload != WorkloadElection && c.Workload != WorkloadSemaphore:
+		return fmt.Errorf("%w: workload must be %s, %s or %s, got %q", ErrInvalidConfig, WorkloadJobs, WorkloadElection, WorkloadSemaphore, c.Workload)
+	case c.Workload == WorkloadSemaphore && (c.Permits < 1 || c.Permits >= c.Replicas):
+		return fmt.Errorf("%w: permits must be between 1 and replicas - 1 (%d), so that replicas contend, got %d", ErrInvalidConfig, c.Replicas-1, c.Permits)
+	case c.Processes:
+		return fmt.Errorf("%w: --processes runs the jobs workload only; drop it with --workload %s", ErrInvalidConfig, c.Workload)
+	}
+	c.Jobs = 1 // one key: the election's or the semaphore's
+	return nil
 }
 
 // storeKind is the kind of lock store Config.Store names: the one place

@@ -18,7 +18,7 @@ func (d *drill) inject(ctx context.Context) {
 		for _, r := range d.replicas {
 			r.requestPause(false)
 			if inc := r.current(); inc != nil {
-				inc.thaw()
+				inc.proc.thaw()
 			}
 		}
 	}()
@@ -180,7 +180,7 @@ func (d *drill) injectPause(ctx context.Context) string {
 	}
 	taken := d.takenOver(ev)
 	if inc := r.current(); inc != nil {
-		inc.thaw()
+		inc.proc.thaw()
 	}
 	how := "paused"
 	if d.cfg.Processes {
@@ -228,8 +228,8 @@ func (d *drill) injectCrash(ctx context.Context) string {
 	inc := r.current()
 	inc.die()
 	d.redeliver(job, r.id)
-	if inc.proc != nil {
-		return fmt.Sprintf("replica %d (pid %d) SIGKILLed holding job %d (no release); a new process after %v", r.id, inc.proc.cmd.Process.Pid, job, 2*d.cfg.TTL)
+	if c, ok := inc.proc.(*child); ok {
+		return fmt.Sprintf("replica %d (pid %d) SIGKILLed holding job %d (no release); a new process after %v", r.id, c.cmd.Process.Pid, job, 2*d.cfg.TTL)
 	}
 	return fmt.Sprintf("replica %d crashed holding job %d (no release); restarts after %v", r.id, job, 2*d.cfg.TTL)
 }
