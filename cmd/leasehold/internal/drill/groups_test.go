@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
@@ -175,5 +176,32 @@ func TestGroupWorkloadsOnEtcd(t *testing.T) {
 			}
 			expectSafe(t, rep, name)
 		})
+	}
+}
+
+// The sampler sees the semaphore's live permits with their tokens (so a
+// crashed holder's permit that outlives its TTL is reported), and the jobs
+// and election workloads' locks.
+func TestGroupLocksSeesPermits(t *testing.T) {
+	for _, w := range []Workload{WorkloadSemaphore, WorkloadElection} {
+		cfg, err := Config{Workload: w}.WithDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := newDrill(cfg)
+		d.be = newMemBackend(d.float, cfg.TTL)
+		st := d.be.observer()
+		if w == WorkloadSemaphore {
+			_, err = st.AcquirePermit(t.Context(), leasehold.PermitRequest{Key: groupKey, Token: "tok", TTL: time.Second, Limit: 2})
+		} else {
+			_, err = st.Acquire(t.Context(), leasehold.AcquireRequest{Key: groupKey, Token: "tok", TTL: time.Second})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks, err := d.groupLocks(t.Context())
+		if err != nil || len(locks) != 1 || locks[0].Token != "tok" {
+			t.Errorf("%s: expected the one holder with its token, got %+v, %v", w, locks, err)
+		}
 	}
 }
