@@ -89,6 +89,14 @@ func checkJobs(cfg Config, h History, rep *Report) []Invariant {
 	}
 }
 
+// passUnless is Fail when failed, else Pass.
+func passUnless(failed bool) Verdict {
+	if failed {
+		return Fail
+	}
+	return Pass
+}
+
 func fmtDur(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func byJob(ops []Op) map[int][]Op {
@@ -118,10 +126,7 @@ func checkStale(h History) Invariant {
 		iv.detail("job %s: write with fence %d (replica %d) accepted at %v after fence %d (replica %d) was accepted at %v",
 			s.Write.Key, s.Write.Fence, s.Write.Client, fmtDur(s.Write.Call), s.After.Fence, s.After.Client, fmtDur(s.After.Return))
 	}
-	iv.Verdict = Pass
-	if len(res.Stale) > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(len(res.Stale) > 0)
 	iv.Summary = fmt.Sprintf("%d stale writes accepted; %d writes accepted, %d rejected as stale, %d refused without a fence", len(res.Stale), res.Accepted, res.Rejected, res.Refused)
 	return iv
 }
@@ -208,10 +213,7 @@ func checkDuplicates(h History) Invariant {
 			}
 		}
 	}
-	iv.Verdict = Pass
-	if dupJobs > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(dupJobs > 0)
 	iv.Summary = fmt.Sprintf("%d jobs executed more than once (%d extra accepted results); %d more across a store restart that lost the lock; %d overlapping critical sections reached their write",
 		dupJobs, extra, restartDups, overlaps)
 	return iv
@@ -311,10 +313,7 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 	}
 	slices.Sort(ds)
 	p50, mx := ds[len(ds)/2], ds[len(ds)-1]
-	iv.Verdict = Pass
-	if early > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(early > 0)
 	iv.Summary = fmt.Sprintf("%d takeovers: min %v, p50 %v, max %v from the last renewal's return, against TTL %v (max %.2f × TTL); %d handed out before the TTL ran out",
 		len(ds), fmtDur(ds[0]), fmtDur(p50), fmtDur(mx), ttl, float64(mx)/float64(ttl), early)
 	return iv
@@ -355,10 +354,7 @@ func checkFences(h History) Invariant {
 			}
 		}
 	}
-	iv.Verdict = Pass
-	if bad > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(bad > 0)
 	iv.Summary = fmt.Sprintf("%d of %d successive acquisitions went backward or repeated a fence (%d across a store restart)", bad, pairs, acrossRestart)
 	return iv
 }
@@ -368,10 +364,7 @@ func checkStuck(cfg Config, h History) Invariant {
 	for _, a := range h.Stuck {
 		iv.detail("%s at %v: %s", a.Key, fmtDur(a.At), a.Detail)
 	}
-	iv.Verdict = Pass
-	if len(h.Stuck) > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(len(h.Stuck) > 0)
 	lostAcq := h.Events["store_error"]
 	iv.Summary = fmt.Sprintf("%d locks seen more than TTL (%v) after their holder's last applied acquire/renew; %d store errors (incl. lost replies) during the run",
 		len(h.Stuck), cfg.TTL, lostAcq)
@@ -383,20 +376,14 @@ func checkBeliefs(h History) Invariant {
 	for _, a := range h.Beliefs {
 		iv.detail("%s at %v: %s", a.Key, fmtDur(a.At), a.Detail)
 	}
-	iv.Verdict = Pass
-	if len(h.Beliefs) > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(len(h.Beliefs) > 0)
 	iv.Summary = fmt.Sprintf("%d of %d ownership checks found a trusted lease the store did not hold (%d unanswered by the store, %d after a restart lost the lock: expected until the next renewal)",
 		len(h.Beliefs), h.BeliefChecks, h.BeliefUnchecked, h.BeliefsAfterRestart)
 	return iv
 }
 
 func checkProgress(h History) Invariant {
-	iv := Invariant{Name: "every job done", Verdict: Pass}
-	if h.Done < h.Jobs {
-		iv.Verdict = Fail
-	}
+	iv := Invariant{Name: "every job done", Verdict: passUnless(h.Done < h.Jobs)}
 	iv.Summary = fmt.Sprintf("%d of %d jobs done in %v", h.Done, h.Jobs, fmtDur(h.Duration))
 	return iv
 }

@@ -277,10 +277,7 @@ func checkTrusted(h History, limit int, name string) Invariant {
 		bad++
 		iv.detail("at %v, %d trusted at once: %s", fmtDur(e.at), len(open), strings.Join(who, "; "))
 	}
-	iv.Verdict = Pass
-	if bad > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(bad > 0)
 	iv.Summary = fmt.Sprintf("%d moments with more than %d trusted (at most %d at once over %d terms); %d more across a store restart",
 		bad, limit, most, len(h.Sections), restart)
 	return iv
@@ -308,10 +305,7 @@ func checkPermitFences(h History) Invariant {
 			}
 		}
 	}
-	iv.Verdict = Pass
-	if dup+backward > 0 {
-		iv.Verdict = Fail
-	}
+	iv.Verdict = passUnless(dup+backward > 0)
 	iv.Summary = fmt.Sprintf("%d of %d permits repeated a fence, %d went backward", dup, len(h.Acquisitions), backward)
 	return iv
 }
