@@ -310,7 +310,8 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 		rep.Takeovers = append(rep.Takeovers, Takeover{Fault: s.Fault, Key: s.Key, Takeover: d, TTL: ttl})
 		if gap < ttl-clockSlack {
 			early++
-			iv.detail("%s on %s: taken over %v after the last renewal, before the TTL %v ran out", s.Fault, s.Key, fmtDur(d), ttl)
+			iv.detail("%s on %s: taken over %v after the last renewal, before the TTL %v ran out (replica %d stopped at %v; its last applied call sent at %v, returned at %v; replica %d acquired at %v)",
+				s.Fault, s.Key, fmtDur(d), ttl, s.Replica, fmtDur(s.At), fmtDur(last.Call), fmtDur(last.Return), next.Replica, fmtDur(next.At))
 		} else {
 			iv.detail("%s on %s: taken over %v after the last renewal (%.2f × TTL)", s.Fault, s.Key, fmtDur(d), float64(d)/float64(ttl))
 		}
