@@ -205,3 +205,18 @@ func TestGroupLocksSeesPermits(t *testing.T) {
 		}
 	}
 }
+
+// Fail-open is unsafe for a semaphore: during the outage every replica gets
+// a degraded permit (fence 0) that counts against no limit, and the
+// checker counts more than N trusted holders.
+func TestSemaphoreFailOpenFails(t *testing.T) {
+	t.Parallel()
+	rep := groupRun(t, Config{Workload: WorkloadSemaphore, Permits: 2, Replicas: 4, TTL: 300 * time.Millisecond,
+		Faults: []Fault{FaultOutage}, OnStoreError: leasehold.FailOpen})
+	if v := verdict(t, rep, "at most 2 trusted holders").Verdict; v != Fail {
+		t.Errorf("expected degraded permits beyond the limit (FAIL), got %s", v)
+	}
+	if rep.Events["fail_open"] == 0 {
+		t.Errorf("expected fail-open fallbacks during the outage, got none")
+	}
+}
