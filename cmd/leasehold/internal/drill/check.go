@@ -255,12 +255,18 @@ func straddlesRestart(h History, writes []Op) bool {
 	return false
 }
 
-// lastAppliedBefore returns the last applied call of token sent before t.
+// lastAppliedBefore returns the last call of token sent before t that the
+// store surely applied: one that succeeded (or, on the memory store, whose
+// reply was dropped after the store applied it). A call that failed without
+// an answer through a proxy (Latest after Return) may never have been
+// applied, and its holder does not count on it either (its ValidUntil
+// follows its last successful renewal): it is no evidence that a takeover
+// came early. (The stuck-lock check counts it, the other way round.)
 func lastAppliedBefore(h History, token string, t time.Duration) (Call, bool) {
 	var last Call
 	found := false
 	for _, c := range h.Applied[token] {
-		if c.Call <= t && c.Call >= last.Call {
+		if c.Call <= t && c.Call >= last.Call && c.Latest <= c.Return {
 			last, found = c, true
 		}
 	}
