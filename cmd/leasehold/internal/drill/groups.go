@@ -120,7 +120,12 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 	worked := false
 	end := func(outcome string) bool {
 		at := d.since()
-		if trust.Err() != nil { // it may have ended during a pause
+		switch {
+		case inc.dead(): // the crash also ends ctx: whichever select saw first
+			d.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: groupKey, Token: ls.Token(), At: at})
+			d.endSection(id, at, "crashed", worked)
+			return false
+		case trust.Err() != nil: // it may have ended during a pause
 			at, outcome = d.trustEnd(ls), causeName(ls.Err())
 		}
 		d.endSection(id, at, outcome, worked)
@@ -137,10 +142,7 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 			return end("")
 		case <-inc.crash:
 			step.Stop()
-			at := d.since()
-			d.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: groupKey, Token: ls.Token(), At: at})
-			d.endSection(id, at, "crashed", worked)
-			return false
+			return end("crashed")
 		case <-ctx.Done():
 			step.Stop()
 			return end("stopped")
