@@ -99,15 +99,15 @@ func TestSetupRedisRefusedIsConfiguration(t *testing.T) {
 	if err := os.WriteFile(file, []byte("QZJ/pw#2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, url string }{
-		{"NOPERM", "redis://svc@" + srv.Addr + "?password_file=" + file},
-		{"WRONGPASS", "redis://svc:QZJ-wrong@" + srv.Addr},
+	for _, c := range []struct{ name, url, pw string }{
+		{"NOPERM", "redis://svc@" + srv.Addr + "?password_file=" + file, "QZJ/pw#2"},
+		{"WRONGPASS", "redis://svc:QZJ-wrong@" + srv.Addr, "QZJ-wrong"},
 	} {
 		code, out, errOut := lh(t, nil, "setup", "redis", "--store", c.url)
 		if code != 2 || !strings.Contains(errOut, c.name) || !strings.Contains(errOut, "FUNCTION") {
 			t.Errorf("%s: expected exit 2 naming %s and FUNCTION, got %d\n%s%s", c.name, c.name, code, out, errOut)
 		}
-		checkNoPiece(t, c.name, "QZJ/pw#2", out+errOut)
+		checkNoPiece(t, c.name, c.pw, out+errOut)
 	}
 	if n, err := admin.Do(t.Context(), "FUNCTION", "LIST").Slice(); err != nil || len(n) != 0 {
 		t.Errorf("a refused setup loaded a library: %v %v", n, err)
