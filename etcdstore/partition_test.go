@@ -116,42 +116,16 @@ func partitionOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, a,
 	run.fenceA = leaseA.Fence()
 	stoppedAt := make(chan time.Time, 1)
 	wg.Go(func() { // A works and writes while it trusts its lease
-		for {
-			select {
-			case <-leaseA.Context().Done():
-				stoppedAt <- time.Now()
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			err := reg.Write(ctx, key, leaseA.Fence(), []byte("a"))
-			mu.Lock()
-			if errors.Is(err, fence.ErrStaleFence) {
-				run.staleA++
-			} else if err == nil {
-				run.acceptedA++
-			}
-			mu.Unlock()
-		}
+		writeWhileTrusted(ctx, reg, leaseA, key, &mu, &run)
+		stoppedAt <- time.Now()
 	})
-	type grant struct {
-		lease *leasehold.Lease
-		at    time.Time
-		err   error
-	}
-	granted := make(chan grant, 1)
+	granted := make(chan waiterGrant, 1)
 	wg.Go(func() { // B waits; a store error (the majority electing a leader) makes it ask again
-		for {
-			l, err := lkB.Acquire(ctx, key)
-			if err != nil && errors.Is(err, leasehold.ErrStore) && ctx.Err() == nil {
-				mu.Lock()
-				run.storeErrsB++
-				mu.Unlock()
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			granted <- grant{l, time.Now(), err}
-			return
-		}
+		granted <- acquireRetrying(ctx, lkB, key, func() {
+			mu.Lock()
+			run.storeErrsB++
+			mu.Unlock()
+		})
 	})
 	time.Sleep(500 * time.Millisecond) // let B join the queue
 	cut := time.Now()
@@ -182,6 +156,49 @@ func partitionOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, a,
 	mu.Lock()
 	defer mu.Unlock()
 	return run
+}
+
+// writeWhileTrusted writes to reg every 5 ms until the lease ends, counting
+// A's accepted and rejected writes in run.
+func writeWhileTrusted(ctx context.Context, reg *fence.Register, lease *leasehold.Lease, key string, mu *sync.Mutex, run *holderRun) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lease.Context().Done():
+			return
+		case <-tick.C:
+		}
+		err := reg.Write(ctx, key, lease.Fence(), []byte("a"))
+		mu.Lock()
+		if errors.Is(err, fence.ErrStaleFence) {
+			run.staleA++
+		} else if err == nil {
+			run.acceptedA++
+		}
+		mu.Unlock()
+	}
+}
+
+// waiterGrant is the outcome of a waiter's Acquire.
+type waiterGrant struct {
+	lease *leasehold.Lease
+	at    time.Time
+	err   error
+}
+
+// acquireRetrying waits for key, asking again after a store error (calling
+// onStoreErr) until ctx ends.
+func acquireRetrying(ctx context.Context, lk *leasehold.Locker, key string, onStoreErr func()) waiterGrant {
+	for {
+		l, err := lk.Acquire(ctx, key)
+		if err != nil && errors.Is(err, leasehold.ErrStore) && ctx.Err() == nil {
+			onStoreErr()
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		return waiterGrant{l, time.Now(), err}
+	}
 }
 
 func partitionLocker(t *testing.T, c *testetcd.NetCluster, member int, name string, logger *slog.Logger) *leasehold.Locker {
