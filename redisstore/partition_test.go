@@ -49,6 +49,7 @@ func TestMasterPartition(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := testredis.StartNetSentinel(t, tc.args...)
 			res := masterPartitionRun(t, g)
+			t.Logf("%s: node 1's sentinel named a new master %v after the cut", tc.name, res.switched.Round(time.Millisecond))
 			t.Logf("%s: B granted %v after the cut; A trusted its lease %v after B's grant (%v); fences %d -> %d; A's writes rejected as stale %d, accepted after B's first write %d",
 				tc.name, res.granted.Round(time.Millisecond), res.overlap.Round(time.Millisecond), res.cause,
 				res.fenceA, res.fenceB, res.rejected, res.staleAccepted)
@@ -66,6 +67,7 @@ func TestMasterPartition(t *testing.T) {
 
 type partitionResult struct {
 	granted, overlap time.Duration
+	switched         time.Duration // cut -> node 1's sentinel names a new master
 	cause            error
 	fenceA, fenceB   uint64
 	rejected         uint64
@@ -168,6 +170,8 @@ func masterPartitionRun(t *testing.T, g *testredis.NetSentinel) partitionResult 
 	time.Sleep(time.Second)
 	cut := time.Now()
 	g.Net.Cut(0)
+	switched := make(chan time.Duration, 1)
+	wg.Go(func() { switched <- waitSwitch(ctx, g, cut) })
 	b := <-granted
 	if b.err != nil {
 		master, merr := g.MasterFrom(context.Background(), 1)
@@ -191,7 +195,21 @@ func masterPartitionRun(t *testing.T, g *testredis.NetSentinel) partitionResult 
 	_, res.rejected = reg.Stats()
 	_ = b.lease.Release(ctx)
 	<-bDone
+	res.switched = <-switched
 	return res
+}
+
+// waitSwitch returns how long after cut the sentinel of node 1 named a
+// master other than node 0 (0 if ctx ended first).
+func waitSwitch(ctx context.Context, g *testredis.NetSentinel, cut time.Time) time.Duration {
+	old := g.NodeAddr(0, 6379)
+	for ctx.Err() == nil {
+		if m, err := g.MasterFrom(ctx, 1); err == nil && m != old {
+			return time.Since(cut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0
 }
 
 // waitStopped waits 3 s for A to stop trusting its lease, then heals the

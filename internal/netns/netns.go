@@ -147,7 +147,10 @@ func (nt *Net) remove() {
 func deleteNS(name string) {
 	if out, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
 		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil {
+			// Not the test itself: `ip netns pids` judges a process by its
+			// main thread, which may be in the namespace for a moment while
+			// it dials (DialContext).
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
