@@ -97,7 +97,9 @@ func TestMinorityHolderPartition(t *testing.T) {
 func partitionOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, a, b int) holderRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
-	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before the Wait: the goroutines end with ctx when a check fails
 	key := uniqueKey(t, "p")
 	lkA := partitionLocker(t, c, a, "holder-a", logger)
 	lkB := partitionLocker(t, c, b, "waiter-b", logger)
@@ -109,8 +111,6 @@ func partitionOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, a,
 		t.Fatalf("holder A: %v", err)
 	}
 	reg := fence.NewRegister(fence.RegisterOptions{Name: "partition"})
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	var mu sync.Mutex
 	var run holderRun
 	run.fenceA = leaseA.Fence()
@@ -158,7 +158,7 @@ func partitionOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, a,
 	return run
 }
 
-// writeWhileTrusted writes to reg every 5 ms until the lease ends, counting
+// writeWhileTrusted writes to reg every 5 ms until the lease (or ctx) ends, counting
 // A's accepted and rejected writes in run.
 func writeWhileTrusted(ctx context.Context, reg *fence.Register, lease *leasehold.Lease, key string, mu *sync.Mutex, run *holderRun) {
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -166,6 +166,8 @@ func writeWhileTrusted(ctx context.Context, reg *fence.Register, lease *leasehol
 	for {
 		select {
 		case <-lease.Context().Done():
+			return
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
