@@ -234,3 +234,87 @@ func waitServing(t *testing.T, c *testetcd.NetCluster, i int) {
 	}
 	t.Fatalf("member %d does not serve reads 20 s after the heal", i)
 }
+
+// TestLeaderPartitionHolderInMajority cuts the raft leader alone away while
+// holder A's member and waiter B's member stay together in the majority. A
+// keeps renewing through the leader the majority elects, or, if its
+// renewals fail for too long, stops trusting its lease before B can get the
+// key. After 8 s the test releases A's lease (if it still holds it): B gets
+// the key with a greater fence. It runs only with LEASEHOLD_PARTITION_LEADER=1
+// (about 30 s; not part of `make test`).
+func TestLeaderPartitionHolderInMajority(t *testing.T) {
+	if os.Getenv("LEASEHOLD_PARTITION_LEADER") == "" {
+		t.Skip("set LEASEHOLD_PARTITION_LEADER=1 to partition the etcd leader alone (about 30 s, needs root)")
+	}
+	c := testetcd.StartNetCluster(t, 3)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for r := range 2 {
+		leader := c.Leader(10 * time.Second)
+		if leader < 0 {
+			t.Fatal("no leader before the run")
+		}
+		a, b := (leader+1)%3, (leader+2)%3
+		leaderCutOnce(t, c, quiet, r, leader, a, b)
+		c.Net.Heal(leader)
+		waitServing(t, c, leader)
+	}
+}
+
+func leaderCutOnce(t *testing.T, c *testetcd.NetCluster, logger *slog.Logger, r, leader, a, b int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	key := uniqueKey(t, "l")
+	lkA := partitionLocker(t, c, a, "holder-a", logger)
+	lkB := partitionLocker(t, c, b, "waiter-b", logger)
+	defer func() { _ = lkB.Close() }()
+	defer func() { _ = lkA.Close() }()
+	leaseA, err := lkA.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("holder A: %v", err)
+	}
+	granted := make(chan waiterGrant, 1)
+	storeErrs := 0
+	wg.Go(func() { granted <- acquireRetrying(ctx, lkB, key, func() { storeErrs++ }) })
+	aDone := make(chan time.Time, 1)
+	wg.Go(func() {
+		select {
+		case <-leaseA.Done():
+			aDone <- time.Now()
+		case <-ctx.Done():
+			aDone <- time.Time{}
+		}
+	})
+	time.Sleep(500 * time.Millisecond)
+	cut := time.Now()
+	c.Net.Cut(leader)
+	next := c.LeaderAmong(10*time.Second, a, b)
+	elected := time.Since(cut)
+	var g waiterGrant
+	select {
+	case g = <-granted:
+	case <-time.After(8 * time.Second):
+	}
+	kept := leaseA.Err() == nil
+	if kept {
+		_ = leaseA.Release(ctx)
+	}
+	aStop := <-aDone
+	if g.lease == nil && g.err == nil {
+		g = <-granted
+	}
+	if g.err != nil {
+		t.Fatalf("run %d: B got no grant: %v", r, g.err)
+	}
+	t.Logf("run %d: leader m%d cut; m%d elected after %v; holder A (m%d) kept its lease through it: %v (%v); B (m%d) granted %v after the cut, fences %d -> %d; B's store errors %d",
+		r, leader, next, elected.Round(time.Millisecond), a, kept, leaseA.Err(), b, g.at.Sub(cut).Round(time.Millisecond), leaseA.Fence(), g.lease.Fence(), storeErrs)
+	if g.at.Before(aStop) {
+		t.Errorf("run %d: B was granted %v before A stopped trusting its lease", r, aStop.Sub(g.at))
+	}
+	if g.lease.Fence() <= leaseA.Fence() {
+		t.Errorf("run %d: fence went backward: %d after %d", r, g.lease.Fence(), leaseA.Fence())
+	}
+	_ = g.lease.Release(ctx)
+}
