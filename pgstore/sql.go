@@ -56,9 +56,12 @@ func (s *Store) buildSQL() {
 	n := s.n
 	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7)`
 	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
+	// A subscription on a queued entry keeps the entry's own expiry
+	// (QueueTTL after the waiter's last acquire): the subscription's longer
+	// lifetime must not let a dead waiter hold the head of the queue.
 	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
 VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
-ON CONFLICT (key, token) DO UPDATE SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at)`
+ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END`
 
 	// Renewals are durable commits (see the package doc, Durability).
 	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
