@@ -56,6 +56,7 @@ type semState struct {
 	queue    []*mvccpb.KeyValue // by create revision
 	guardRev int64              // mod revision of the guard, 0 if absent
 	limit    int
+	rev      int64 // the revision of the read
 }
 
 func (st *semState) holder(tok string, hp string) *mvccpb.KeyValue {
@@ -93,6 +94,7 @@ func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
 	st := semState{
 		holders: resp.Responses[0].GetResponseRange().GetKvs(),
 		queue:   resp.Responses[1].GetResponseRange().GetKvs(),
+		rev:     resp.Header.Revision,
 	}
 	if g := resp.Responses[2].GetResponseRange().GetKvs(); len(g) == 1 {
 		st.guardRev = g[0].ModRevision
@@ -362,11 +364,19 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 }
 
 // WaitPermit implements leasehold.PermitNotifier with a watch on the
-// semaphore's prefix that passes deletes only: a release, an expired holder
-// and a waiter leaving or expiring all wake every waiter of the key. It
-// returns once etcd confirmed the watch; the channel also gets a value when
-// the watch breaks. stop cancels the watch and waits for its goroutine.
-func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
+// semaphore's prefix, started after one read of it, and a model of the
+// semaphore that the watch keeps current: live holders, the queue in create
+// revision order and the limit last written to the guard. The channel gets a
+// value each time token's turn comes: fewer waiters ahead of it (the whole
+// queue while it has not joined) than permits free under that limit. So a
+// release, an expired holder or a waiter leaving wakes only the waiters
+// whose turn came, as many as permits became free, and none while the count
+// is at or over a lowered limit. Before any guard was seen (its lease ended)
+// every delete wakes the waiter. It returns once etcd confirmed the watch,
+// signalling at once when the turn has already come; the channel also gets
+// a value when the watch breaks. stop cancels the watch and waits for its
+// goroutine.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
@@ -374,25 +384,19 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 	if startTimeout <= 0 {
 		startTimeout = watchStartTimeout
 	}
+	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
+	st, err := s.readSem(rctx, key)
+	rcancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
+	}
+	m := newPermitModel(s.SemaphorePrefix(key), token, st)
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	t := time.NewTimer(startTimeout)
-	defer t.Stop()
-	select {
-	case wr, ok := <-wch:
-		if !ok || !wr.Created || wr.Err() != nil {
-			cancel()
-			drain(wch)
-			err := wr.Err()
-			if err == nil {
-				err = context.Cause(wctx)
-			}
-			return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
-		}
-	case <-t.C:
+	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithRev(st.rev+1), clientv3.WithCreatedNotify())
+	if err := awaitCreated(wctx, wch, startTimeout); err != nil {
 		cancel()
 		drain(wch)
-		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w: etcd did not confirm the watch within %v", key, ErrUnavailable, startTimeout)
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
 	ch := make(chan struct{}, 1)
 	wake := func() {
@@ -401,11 +405,14 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 		default:
 		}
 	}
+	if m.was {
+		wake() // the turn has already come
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for wr := range wch {
-			if wr.Err() != nil || len(wr.Events) > 0 {
+			if wr.Err() != nil || m.apply(wr.Events) {
 				wake()
 			}
 		}
@@ -415,6 +422,98 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 	}()
 	var once sync.Once
 	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
+}
+
+// awaitCreated waits for etcd's confirmation of a watch.
+func awaitCreated(wctx context.Context, wch clientv3.WatchChan, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case wr, ok := <-wch:
+		if ok && wr.Created && wr.Err() == nil {
+			return nil
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		return context.Cause(wctx)
+	case <-t.C:
+		return fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, timeout)
+	}
+}
+
+// permitModel is one WaitPermit's view of a semaphore, owned by its watch
+// goroutine after WaitPermit returns.
+type permitModel struct {
+	hp, qp, gk string
+	me         string // the token's queue entry key
+	holders    map[string]struct{}
+	queue      map[string]int64 // entry key -> create revision
+	limit      int              // 0 until a guard was seen
+	was        bool             // the turn had come at the last check
+}
+
+func newPermitModel(p, token string, st semState) *permitModel {
+	m := &permitModel{
+		hp: p + "h/", qp: p + "q/", gk: p + "g", me: p + "q/" + token,
+		holders: make(map[string]struct{}, len(st.holders)), queue: make(map[string]int64, len(st.queue)),
+		limit: st.limit,
+	}
+	for _, kv := range st.holders {
+		m.holders[string(kv.Key)] = struct{}{}
+	}
+	for _, kv := range st.queue {
+		m.queue[string(kv.Key)] = kv.CreateRevision
+	}
+	m.was = m.turn()
+	return m
+}
+
+// turn reports whether fewer waiters are ahead of the token than permits
+// are free.
+func (m *permitModel) turn() bool {
+	if m.limit <= 0 {
+		return false
+	}
+	ahead := len(m.queue)
+	if rev, ok := m.queue[m.me]; ok {
+		ahead = 0
+		for _, r := range m.queue {
+			if r < rev {
+				ahead++
+			}
+		}
+	}
+	return ahead < m.limit-len(m.holders)
+}
+
+// apply applies watch events and reports whether the token's turn came
+// with them (or, with no limit known, whether anything was deleted).
+func (m *permitModel) apply(evs []*clientv3.Event) bool {
+	deleted := false
+	for _, ev := range evs {
+		k, put := string(ev.Kv.Key), ev.Type == mvccpb.PUT
+		deleted = deleted || !put
+		switch {
+		case strings.HasPrefix(k, m.hp) && put:
+			m.holders[k] = struct{}{}
+		case strings.HasPrefix(k, m.hp):
+			delete(m.holders, k)
+		case strings.HasPrefix(k, m.qp) && put:
+			m.queue[k] = ev.Kv.CreateRevision
+		case strings.HasPrefix(k, m.qp):
+			delete(m.queue, k)
+		case k == m.gk && put:
+			m.limit, _ = strconv.Atoi(string(ev.Kv.Value))
+		}
+	}
+	if m.limit <= 0 {
+		return deleted
+	}
+	now := m.turn()
+	woke := now && !m.was
+	m.was = now
+	return woke
 }
 
 // permitRemaining is the time left on a holder's lease. etcd reports whole
