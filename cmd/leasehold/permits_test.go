@@ -34,40 +34,43 @@ func TestInspectListsPermitHolders(t *testing.T) {
 		{"etcd", func(t *testing.T) string { return etcdURL(testetcd.Start(t)) }},
 		{"postgres", func(t *testing.T) string { return testpg.Start(t).DSN() }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			env := []string{"LEASEHOLD_STORE=" + tc.url(t)}
-			const key = "e2e:permits"
-			var procs []*proc
-			for range 2 {
-				procs = append(procs, start(t, env, "run", "--key", key, "--limit", "3", "--ttl", "20s", "--", "sleep", "60"))
-			}
-			var info permitsOut
-			waitFor(t, 20*time.Second, "two permit holders", func() bool {
-				code, stdout, _ := lh(t, env, "permits", key, "--json")
-				return code == 0 && json.Unmarshal([]byte(stdout), &info) == nil && len(info.Holders) == 2
-			})
-			code, stdout, stderr := lh(t, env, "inspect", key, "--json")
-			var got permitsOut
-			if err := json.Unmarshal([]byte(stdout), &got); code != 0 || err != nil {
-				t.Fatalf("inspect --json of a semaphore key: exit %d, %v\n%s%s", code, err, stdout, stderr)
-			}
-			if got.Key != key || got.Limit != 3 || len(got.Holders) != 2 || got.Holders[0].Fence == 0 ||
-				got.Holders[0].Fence >= got.Holders[1].Fence || got.Holders[0].Token == "" || got.Holders[1].Holder == "" {
-				t.Fatalf("inspect --json: expected key %s, limit 3 and two holders by fence with tokens and identities, got %+v", key, got)
-			}
-			code, stdout, stderr = lh(t, env, "inspect", key)
-			if code != 0 || !strings.Contains(stdout, "limit") || !strings.Contains(stdout, got.Holders[0].Token) || !strings.Contains(stdout, got.Holders[1].Token) {
-				t.Fatalf("inspect of a semaphore key: expected the limit and both holders' tokens, got exit %d\n%s%s", code, stdout, stderr)
-			}
-			for _, p := range procs {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			}
-			for _, p := range procs {
-				p.wait(20 * time.Second)
-			}
-			if code, _, _ := lh(t, env, "inspect", key); code != 1 {
-				t.Fatalf("inspect after both holders ended: expected exit 1, got %d", code)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkPermitHolders(t, []string{"LEASEHOLD_STORE=" + tc.url(t)}) })
+	}
+}
+
+// checkPermitHolders runs two holders of a semaphore of 3 permits and checks
+// what permits and inspect show.
+func checkPermitHolders(t *testing.T, env []string) {
+	const key = "e2e:permits"
+	var procs []*proc
+	for range 2 {
+		procs = append(procs, start(t, env, "run", "--key", key, "--limit", "3", "--ttl", "20s", "--", "sleep", "60"))
+	}
+	var info permitsOut
+	waitFor(t, 20*time.Second, "two permit holders", func() bool {
+		code, stdout, _ := lh(t, env, "permits", key, "--json")
+		return code == 0 && json.Unmarshal([]byte(stdout), &info) == nil && len(info.Holders) == 2
+	})
+	code, stdout, stderr := lh(t, env, "inspect", key, "--json")
+	var got permitsOut
+	if err := json.Unmarshal([]byte(stdout), &got); code != 0 || err != nil {
+		t.Fatalf("inspect --json of a semaphore key: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	if got.Key != key || got.Limit != 3 || len(got.Holders) != 2 || got.Holders[0].Fence == 0 ||
+		got.Holders[0].Fence >= got.Holders[1].Fence || got.Holders[0].Token == "" || got.Holders[1].Holder == "" {
+		t.Fatalf("inspect --json: expected key %s, limit 3 and two holders by fence with tokens and identities, got %+v", key, got)
+	}
+	code, stdout, stderr = lh(t, env, "inspect", key)
+	if code != 0 || !strings.Contains(stdout, "limit") || !strings.Contains(stdout, got.Holders[0].Token) || !strings.Contains(stdout, got.Holders[1].Token) {
+		t.Fatalf("inspect of a semaphore key: expected the limit and both holders' tokens, got exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		p.wait(20 * time.Second)
+	}
+	if code, _, _ := lh(t, env, "inspect", key); code != 1 {
+		t.Fatalf("inspect after both holders ended: expected exit 1, got %d", code)
 	}
 }
