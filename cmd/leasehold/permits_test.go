@@ -23,6 +23,16 @@ type permitsOut struct {
 	} `json:"holders"`
 }
 
+// twoHolders reports whether o is key's semaphore of 3 permits with two
+// holders by fence, with tokens and identities.
+func (o permitsOut) twoHolders(key string) bool {
+	if o.Key != key || o.Limit != 3 || len(o.Holders) != 2 {
+		return false
+	}
+	a, b := o.Holders[0], o.Holders[1]
+	return a.Fence != 0 && a.Fence < b.Fence && a.Token != "" && b.Token != "" && a.Holder != "" && b.Holder != ""
+}
+
 // inspect (when no lock is held on the key) and permits list the permit
 // holders of run --limit on every store the CLI serves across processes.
 func TestInspectListsPermitHolders(t *testing.T) {
@@ -56,8 +66,7 @@ func checkPermitHolders(t *testing.T, env []string) {
 	if err := json.Unmarshal([]byte(stdout), &got); code != 0 || err != nil {
 		t.Fatalf("inspect --json of a semaphore key: exit %d, %v\n%s%s", code, err, stdout, stderr)
 	}
-	if got.Key != key || got.Limit != 3 || len(got.Holders) != 2 || got.Holders[0].Fence == 0 ||
-		got.Holders[0].Fence >= got.Holders[1].Fence || got.Holders[0].Token == "" || got.Holders[1].Holder == "" {
+	if !got.twoHolders(key) {
 		t.Fatalf("inspect --json: expected key %s, limit 3 and two holders by fence with tokens and identities, got %+v", key, got)
 	}
 	code, stdout, stderr = lh(t, env, "inspect", key)
