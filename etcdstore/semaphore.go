@@ -103,9 +103,10 @@ func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
 	return st, nil
 }
 
-// AcquirePermit implements leasehold.Semaphorer: read the semaphore, then
-// commit the grant in a transaction that requires the guard unchanged since
-// the read (retried with jitter when another grant or a new waiter got in
+// AcquirePermit implements leasehold.Semaphorer: read the semaphore (or
+// use the store's bound of it from its last read or grant, see semBounds),
+// then commit the grant in a transaction that requires the guard unchanged
+// since the read (retried with jitter when another grant or a new waiter got in
 // between). A permit's etcd lease is granted only once a read shows a
 // permit for the token. The fence is the holder key's create revision.
 // Expiry only ever lowers the count, so a stale read never admits too many.
@@ -169,6 +170,9 @@ func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
 // try makes one attempt; done is false when the semaphore changed between
 // the read and the transaction.
 func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
+	if g, done, err := pa.tryBound(ctx); done {
+		return g, true, err
+	}
 	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
 	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
@@ -176,6 +180,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
+	s.sems.set(req.Key, semBound{guardRev: st.guardRev, holders: len(st.holders), queued: len(st.queue)})
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
 	if mine == nil && ahead >= req.Limit-len(st.holders) {
@@ -207,7 +212,104 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	if !resp.Succeeded {
 		return leasehold.Grant{}, false, nil
 	}
+	queued := len(st.queue)
+	if pos >= 0 {
+		queued--
+	}
+	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// tryBound grants without reading the semaphore first when the store's
+// bound for the key (see semBounds) shows a free permit and no waiter: one
+// transaction that requires the guard unchanged since the bound was taken.
+// done is false when there is no such bound or the guard changed (the
+// caller reads).
+func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
+	b, ok := s.sems.get(req.Key)
+	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit { // 0: no guard, nothing to compare
+		return leasehold.Grant{}, false, nil
+	}
+	id, err := pa.lease(ctx)
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	p := s.SemaphorePrefix(req.Key)
+	hk, gk := p+"h/"+req.Token, p+"g"
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
+		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Commit()
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return leasehold.Grant{}, false, nil // the caller's loop grants a new lease
+	case err != nil:
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	case !resp.Succeeded:
+		s.sems.drop(req.Key)
+		return leasehold.Grant{}, false, nil
+	}
+	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: b.holders + 1})
+	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// semBound is an upper bound of a semaphore's live holders and waiters,
+// valid while the guard's mod revision is guardRev.
+type semBound struct {
+	guardRev        int64
+	holders, queued int
+}
+
+// semBounds remembers, per key, what this store last read or wrote of a
+// semaphore, so that an uncontended AcquirePermit needs no read. It is safe
+// because every grant and every new waiter rewrites the guard, and nothing
+// else adds a holder or a waiter: while the guard's mod revision is the one
+// recorded (the grant's transaction compares it), holders and waiters can
+// only have left or expired, so the recorded counts stay upper bounds and a
+// grant they allow is one a fresh read would allow. Guard revisions never
+// repeat (a deleted and recreated guard gets a new one); a bound taken with
+// no guard (revision 0) is never used, since the guard may have come and
+// gone since.
+type semBounds struct {
+	mu sync.Mutex
+	m  map[string]semBound
+}
+
+// maxSemBounds bounds the memory of semBounds: past it, the map is cleared.
+const maxSemBounds = 4096
+
+func (c *semBounds) get(key string) (semBound, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[key]
+	return b, ok
+}
+
+func (c *semBounds) set(key string, b semBound) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSemBounds {
+		c.m = make(map[string]semBound)
+	}
+	c.m[key] = b
+}
+
+func (c *semBounds) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+// released lowers the holders' bound after this store deleted a live
+// permit of key: the permit was live, so every bound still valid counted it.
+func (c *semBounds) released(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.m[key]; ok && b.holders > 0 {
+		b.holders--
+		c.m[key] = b
+	}
 }
 
 // refused queues a waiting token and describes the contention.
@@ -261,6 +363,7 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	if err != nil {
 		return true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
+	s.sems.drop(req.Key) // the guard changed
 	return resp.Succeeded, nil
 }
 
@@ -331,6 +434,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
+	s.sems.released(key)
 	return nil
 }
 

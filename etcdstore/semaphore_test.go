@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -30,4 +31,71 @@ func TestSemaphoreConformance(t *testing.T) {
 		Slack:  2 * time.Second,
 		MinTTL: time.Second,
 	})
+}
+
+// An uncontended permit cycle costs three requests once the store has seen
+// the semaphore: a LeaseGrant for the permit's own lease, the grant's
+// transaction (no read first: the store's bound, see semBounds) and the
+// release's transaction. It was four (a read first on every acquire).
+func TestPermitCycleRequests(t *testing.T) {
+	c := testetcd.Start(t)
+	cli, n := countingClient(t, c)
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	cycle := func() {
+		tok := leasehold.NewToken()
+		if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 2, Holder: "h"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReleasePermit(ctx, "sem", tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // reads the semaphore once
+	n.take()
+	const cycles = 20
+	for range cycles {
+		cycle()
+	}
+	got := n.take()
+	delete(got, "/etcdserverpb.Lease/LeaseKeepAlive") // the session's background keep-alive
+	if got["/etcdserverpb.KV/Txn"] != 2*cycles || got["/etcdserverpb.Lease/LeaseGrant"] != cycles || len(got) != 2 {
+		t.Fatalf("%d permit cycles: expected %d transactions and %d lease grants, nothing else, got %v", cycles, 2*cycles, cycles, got)
+	}
+}
+
+// The bound that spares the read never admits a permit another store's
+// grant took since: its transaction compares the guard and reads again.
+func TestPermitBoundSeesOtherStoresGrants(t *testing.T) {
+	c := testetcd.Start(t)
+	a, b := newStore(t, c), newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	req := func(tok string) leasehold.PermitRequest {
+		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
+	}
+	for _, tok := range []string{"a1", "a2"} { // a's bound: one free permit, guard known
+		if _, err := a.AcquirePermit(ctx, req(tok)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.ReleasePermit(ctx, "sem", tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.AcquirePermit(ctx, req("b")); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := a.AcquirePermit(ctx, req("a3")); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a permit while another store's holder has the only one: expected ErrNotAcquired, got fence %d, %v", g.Fence, err)
+	}
+	// After b's release, a's next acquire reads and takes it.
+	if err := b.ReleasePermit(ctx, "sem", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AcquirePermit(ctx, req("a3")); err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
 }
