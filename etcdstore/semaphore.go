@@ -25,11 +25,8 @@ var (
 
 // maxPermitRetries bounds the optimistic retries of one AcquirePermit when
 // other acquirers keep changing the semaphore between its read and its
-// transaction.
+// transaction; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
-
-// errPermitContended is returned when maxPermitRetries ran out.
-var errPermitContended = errors.New("semaphore changed under every attempt")
 
 // SemaphorePrefix returns the etcd prefix of key's semaphore. Its keys live
 // beside the lock keys, under the store prefix without its trailing "/" plus
@@ -143,7 +140,11 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 	}
-	return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, errPermitContended)
+	// Every attempt got an answer: other acquirers kept changing the
+	// semaphore. That is contention, not a store failure: a waiting
+	// acquire backs off and tries again.
+	return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: semaphore %q changed under each of %d attempts by other acquirers",
+		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
 // permitAttempt is one AcquirePermit: its request and the etcd lease granted

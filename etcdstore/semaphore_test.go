@@ -1,7 +1,9 @@
 package etcdstore_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,9 @@ import (
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // TestSemaphoreConformance runs the semaphore suite with every instance on
@@ -97,5 +102,47 @@ func TestPermitBoundSeesOtherStoresGrants(t *testing.T) {
 	}
 	if _, err := a.AcquirePermit(ctx, req("a3")); err != nil {
 		t.Fatalf("after the release: %v", err)
+	}
+}
+
+// A semaphore that other acquirers change between every read and grant is
+// contention (ErrNotAcquired), not a store failure: every attempt got an
+// answer. It was a store failure ("semaphore changed under every attempt"),
+// which failed a Locker's Acquire with 16 contenders in the permit
+// benchmark.
+func TestPermitRetriesRunOutAsContention(t *testing.T) {
+	c := testetcd.Start(t)
+	side := c.Client(t)
+	var (
+		armed atomic.Bool
+		guard atomic.Value // the guard key, once the store exists
+	)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if armed.Load() && method == "/etcdserverpb.KV/Txn" {
+					// Another acquirer rewrites the guard before every transaction.
+					if _, err := side.Put(ctx, guard.Load().(string), "1"); err != nil {
+						return err
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	guard.Store(s.SemaphorePrefix("sem") + "g")
+	armed.Store(true)
+	_, err = s.AcquirePermit(ctxFor(t, 60*time.Second), leasehold.PermitRequest{Key: "sem", Token: "t", TTL: 10 * time.Second, Limit: 2, Holder: "h"})
+	if !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a semaphore changed by others under every attempt: expected ErrNotAcquired (contention), got %v", err)
 	}
 }
