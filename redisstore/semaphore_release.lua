@@ -25,12 +25,12 @@ end
 if held == 0 and not (left > 0 and pos < free_before) then
   return held
 end
-local free = (limit or 0) - redis.call('ZCARD', KEYS[1])
-local heads = {}
-if free > 0 then heads = redis.call('LRANGE', KEYS[4], 0, free - 1) end
 if not limit or (held == 1 and n == 0) then
   publish('')
-else
-  for _, w in ipairs(heads) do publish(w) end
+  return held
+end
+local free = limit - redis.call('ZCARD', KEYS[1])
+if n > 0 and free > 0 then
+  for _, w in ipairs(redis.call('LRANGE', KEYS[4], 0, free - 1)) do publish(w) end
 end
 return held
