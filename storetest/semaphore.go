@@ -55,6 +55,7 @@ func RunSemaphore(t *testing.T, h SemaphoreHarness) {
 	t.Run("LimitLoweredAtRunTime", r.limitLowered)
 	t.Run("Notification", r.notification)
 	t.Run("ReleaseWakesOnlyFreeHeads", r.wakesOnlyFreeHeads)
+	t.Run("LockersWakeOnlyTheHead", r.lockersWakeOnlyTheHead)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 

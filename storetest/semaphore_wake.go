@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,4 +135,141 @@ func (r *semRunner) wakesOnlyFreeHeads(t *testing.T) {
 	mustReleasePermit(t, w[4].s, key, "w4")
 	mustPermit(t, x.s, x.req)
 	mustReleasePermit(t, x.s, key, "x")
+}
+
+// countingSem counts the AcquirePermit calls one replica's Locker makes.
+type countingSem struct {
+	leasehold.Store
+	sem      leasehold.Semaphorer
+	n        leasehold.PermitNotifier
+	acquires atomic.Int64
+}
+
+func (c *countingSem) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+	c.acquires.Add(1)
+	return c.sem.AcquirePermit(ctx, req)
+}
+
+func (c *countingSem) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
+	return c.sem.RenewPermit(ctx, key, token, ttl)
+}
+
+func (c *countingSem) ReleasePermit(ctx context.Context, key, token string) error {
+	return c.sem.ReleasePermit(ctx, key, token)
+}
+
+func (c *countingSem) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+	return c.sem.Permits(ctx, key)
+}
+
+func (c *countingSem) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	return c.n.WaitPermit(ctx, key, token)
+}
+
+// lockersWakeOnlyTheHead checks the queue under Lockers, one per instance,
+// waiting with Semaphore.Acquire for a semaphore of one permit: a release
+// makes only the head's Locker call the store; the others stay asleep (no
+// AcquirePermit) until their turn.
+func (r *semRunner) lockersWakeOnlyTheHead(t *testing.T) {
+	const n = 3
+	key := r.key(t, "k")
+	holder := r.h.New(t)
+	ctx := ctxFor(t, 60*time.Second)
+	mustPermit(t, holder, permitReq(key, "h", time.Minute, 1))
+	counts, results := r.permitLockers(t, ctx, holder, key, n)
+	release := func() { mustReleasePermit(t, holder, key, "h") }
+	for i := range n {
+		before := settlePermits(counts)
+		release()
+		var l *leasehold.Lease
+		select {
+		case l = <-results[i]:
+		case <-time.After(5*time.Second + r.h.Slack):
+			t.Fatalf("Locker %d, the head, did not get the permit within 5s of the release", i)
+		}
+		if l == nil {
+			t.FailNow()
+		}
+		time.Sleep(300 * time.Millisecond)
+		for j := i + 1; j < n; j++ {
+			if d := counts[j].acquires.Load() - before[j]; d != 0 {
+				t.Fatalf("hand-off %d: Locker %d, not the head, made %d AcquirePermit calls (a release must wake only the head)", i, j, d)
+			}
+		}
+		release = func() {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+	release()
+}
+
+// settlePermits waits until no Locker has called the store for 200 ms and
+// returns the counts.
+func settlePermits(counts []*countingSem) []int64 {
+	snap := func() []int64 {
+		out := make([]int64, len(counts))
+		for j, c := range counts {
+			out[j] = c.acquires.Load()
+		}
+		return out
+	}
+	last := snap()
+	for range 50 {
+		time.Sleep(200 * time.Millisecond)
+		now := snap()
+		if fmt.Sprint(now) == fmt.Sprint(last) {
+			return now
+		}
+		last = now
+	}
+	return last
+}
+
+// permitLockers starts n Lockers, each on its own instance, blocked in
+// Semaphore.Acquire (limit 1) and queued in that order.
+func (r *semRunner) permitLockers(t *testing.T, ctx context.Context, probe leasehold.Semaphorer, key string, n int) ([]*countingSem, []chan *leasehold.Lease) {
+	t.Helper()
+	counts := make([]*countingSem, n)
+	results := make([]chan *leasehold.Lease, n)
+	for i := range n {
+		s := r.h.New(t)
+		st, ok := s.(leasehold.Store)
+		nt, ok2 := s.(leasehold.PermitNotifier)
+		if !ok || !ok2 {
+			t.Skip("store does not implement leasehold.Store and leasehold.PermitNotifier")
+		}
+		counts[i] = &countingSem{Store: st, sem: s, n: nt}
+		// A long waiter TTL and wait cap: no refresh or poll falls in the test's windows.
+		lk, err := leasehold.New(counts[i], leasehold.Options{Name: "storetest", TTL: time.Minute, WaiterTTL: 30 * time.Second, WaitCap: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		sem, err := lk.Semaphore(key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[i] = make(chan *leasehold.Lease, 1)
+		go func() {
+			l, err := sem.Acquire(ctx)
+			if err != nil {
+				t.Errorf("Locker %d: Semaphore.Acquire: %v", i, err)
+			}
+			results[i] <- l
+		}()
+		deadline := time.Now().Add(10*time.Second + r.h.Slack)
+		for { // join the queue in order
+			info, err := probe.Permits(ctx, key)
+			if err == nil && info.Waiting == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Locker %d did not join the queue within 10s: %+v, %v", i, info, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return counts, results
 }
