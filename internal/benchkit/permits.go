@@ -2,7 +2,6 @@ package benchkit
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -104,7 +103,7 @@ func Semaphores(b *testing.B, lks []*leasehold.Locker, key string, n int) []*lea
 	for i, lk := range lks {
 		sem, err := lk.Semaphore(key, n)
 		if err != nil {
-			b.Fatal(fmt.Errorf("Semaphore: %w", err))
+			b.Fatalf("Locker.Semaphore: %v", err)
 		}
 		sems[i] = sem
 	}
