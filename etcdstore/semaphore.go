@@ -76,18 +76,26 @@ func (st *semState) position(tok, qp string) (int, int) {
 	return -1, len(st.queue)
 }
 
+// semReads are the reads of a semaphore's holders, waiters and guard under
+// prefix p: readSem's transaction, and the Else branch of the grant and
+// queue transactions, so that one that loses to another acquirer brings back
+// the semaphore as it is now.
+func semReads(p string) []clientv3.Op {
+	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	return []clientv3.Op{clientv3.OpGet(p+"h/", byCreate...), clientv3.OpGet(p+"q/", byCreate...), clientv3.OpGet(p + "g")}
+}
+
 // readSem reads holders, waiters and guard in one transaction.
 func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
-	p := s.SemaphorePrefix(key)
-	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(p+"h/", byCreate...),
-		clientv3.OpGet(p+"q/", byCreate...),
-		clientv3.OpGet(p+"g"),
-	).Commit()
+	resp, err := s.cli.Txn(ctx).Then(semReads(s.SemaphorePrefix(key))...).Commit()
 	if err != nil {
 		return semState{}, err
 	}
+	return semStateOf(resp), nil
+}
+
+// semStateOf decodes the responses of semReads.
+func semStateOf(resp *clientv3.TxnResponse) semState {
 	st := semState{
 		holders: resp.Responses[0].GetResponseRange().GetKvs(),
 		queue:   resp.Responses[1].GetResponseRange().GetKvs(),
@@ -97,7 +105,7 @@ func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
 		st.guardRev = g[0].ModRevision
 		st.limit, _ = strconv.Atoi(string(g[0].Value))
 	}
-	return st, nil
+	return st
 }
 
 // AcquirePermit implements leasehold.Semaphorer: read the semaphore (or
@@ -154,6 +162,7 @@ type permitAttempt struct {
 	req  leasehold.PermitRequest
 	secs int64
 	id   clientv3.LeaseID
+	next *semState // what a transaction that lost brought back, for the next try
 }
 
 // lease returns the attempt's lease, granting it the first time.
@@ -171,16 +180,13 @@ func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
 // try makes one attempt; done is false when the semaphore changed between
 // the read and the transaction.
 func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
-	if g, done, err := pa.tryBound(ctx); done {
+	st, g, done, err := pa.state(ctx)
+	if done {
 		return g, true, err
 	}
 	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
 	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
-	st, err := s.readSem(ctx, req.Key)
-	if err != nil {
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
 	s.sems.set(req.Key, semBound{guardRev: st.guardRev, holders: len(st.holders), queued: len(st.queue)})
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
@@ -206,11 +212,14 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
 		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Else(semReads(p)...).
 		Commit()
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	if !resp.Succeeded {
+		next := semStateOf(resp)
+		pa.next = &next
 		return leasehold.Grant{}, false, nil
 	}
 	queued := len(st.queue)
@@ -221,11 +230,34 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 }
 
+// state returns the semaphore for a try: what the last try's losing
+// transaction brought back, else what a grant on the store's bound brought
+// back when it lost (done when it won, see tryBound), else a read.
+func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, bool, error) {
+	if st := pa.next; st != nil {
+		pa.next = nil
+		return *st, leasehold.Grant{}, false, nil
+	}
+	g, done, err := pa.tryBound(ctx)
+	if done || err != nil {
+		return semState{}, g, true, err
+	}
+	if st := pa.next; st != nil {
+		pa.next = nil
+		return *st, leasehold.Grant{}, false, nil
+	}
+	st, err := pa.s.readSem(ctx, pa.req.Key)
+	if err != nil {
+		return semState{}, leasehold.Grant{}, true, pa.s.wrap(ctx, "acquire permit", pa.req.Key, err)
+	}
+	return st, leasehold.Grant{}, false, nil
+}
+
 // tryBound grants without reading the semaphore first when the store's
 // bound for the key (see semBounds) shows a free permit and no waiter: one
 // transaction that requires the guard unchanged since the bound was taken.
-// done is false when there is no such bound or the guard changed (the
-// caller reads).
+// done is false when there is no such bound or the guard changed; in the
+// latter case the transaction brought the semaphore back in pa.next.
 func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	b, ok := s.sems.get(req.Key)
@@ -241,6 +273,7 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
 		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Else(semReads(p)...).
 		Commit()
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -249,6 +282,8 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	case !resp.Succeeded:
 		s.sems.drop(req.Key)
+		next := semStateOf(resp)
+		pa.next = &next
 		return leasehold.Grant{}, false, nil
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: b.holders + 1})
@@ -317,8 +352,9 @@ func (c *semBounds) released(key string) {
 func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
-		ok, err := s.queue(ctx, req, st, pos)
+		ok, next, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
+			pa.next = next
 			return leasehold.Grant{}, ok, err
 		}
 	}
@@ -335,37 +371,43 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 // waiter rewrites the guard, so a grant read before it cannot overtake it),
 // or refreshes its entry with a keep-alive of that lease (the entry keeps
 // its create revision, its place). ok is false when the semaphore changed
-// since st was read.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (bool, error) {
+// since st was read; next is then the semaphore as it is now, when the
+// transaction brought it back.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
 	if pos >= 0 {
 		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return false, nil // the entry just expired: join again
+			return false, nil, nil // the entry just expired: join again
 		case err != nil:
-			return true, s.wrap(ctx, "acquire permit", req.Key, err)
+			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
-		return true, nil
+		return true, nil, nil
 	}
 	secs, err := ttlSeconds(req.QueueTTL)
 	if err != nil {
-		return true, err
+		return true, nil, err
 	}
 	lg, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
 		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
+		Else(semReads(p)...).
 		Commit()
 	if err != nil {
-		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	s.sems.drop(req.Key) // the guard changed
-	return resp.Succeeded, nil
+	if !resp.Succeeded {
+		st := semStateOf(resp)
+		return false, &st, nil
+	}
+	return true, nil, nil
 }
 
 // RenewPermit implements leasehold.Semaphorer: a read finds the permit's
