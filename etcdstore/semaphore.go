@@ -515,10 +515,11 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 // semaphore that the watch keeps current: live holders, the queue in create
 // revision order and the limit last written to the guard. The channel gets a
 // value each time token's turn comes: fewer waiters ahead of it (the whole
-// queue while it has not joined) than permits free under that limit. So a
-// release, an expired holder or a waiter leaving wakes only the waiters
-// whose turn came, as many as permits became free, and none while the count
-// is at or over a lowered limit. Before any guard was seen (its lease ended)
+// queue while it has not joined) than permits free under that limit; and
+// again when a holder or waiter leaves while it is its turn. So a release,
+// an expired holder or a waiter leaving wakes only the waiters whose turn
+// it is (the first F live waiters, F the permits free), and none while the
+// count is at or over a lowered limit. Before any guard was seen (its lease ended)
 // every delete wakes the waiter. It returns once etcd confirmed the watch,
 // signalling at once when the turn has already come; the channel also gets
 // a value when the watch breaks. stop cancels the watch and waits for its
@@ -637,30 +638,34 @@ func (m *permitModel) turn() bool {
 // apply applies watch events and reports whether the token's turn came
 // with them (or, with no limit known, whether anything was deleted).
 func (m *permitModel) apply(evs []*clientv3.Event) bool {
-	deleted := false
+	freed := false // a holder or a waiter left
 	for _, ev := range evs {
 		k, put := string(ev.Kv.Key), ev.Type == mvccpb.PUT
-		deleted = deleted || !put
 		switch {
 		case strings.HasPrefix(k, m.hp) && put:
 			m.holders[k] = struct{}{}
 		case strings.HasPrefix(k, m.hp):
 			delete(m.holders, k)
+			freed = true
 		case strings.HasPrefix(k, m.qp) && put:
 			m.queue[k] = ev.Kv.CreateRevision
 		case strings.HasPrefix(k, m.qp):
 			delete(m.queue, k)
+			freed = true
 		case k == m.gk && put:
 			m.limit, _ = strconv.Atoi(string(ev.Kv.Value))
 		}
 	}
 	if m.limit <= 0 {
-		return deleted
+		return freed
 	}
+	// Wake when the turn comes, and again when something leaves while it is
+	// the turn (as the other stores wake the first F waiters on every
+	// release): a waiter that lost its grant to a newcomer between two
+	// events of one batch is not left asleep.
 	now := m.turn()
-	woke := now && !m.was
-	m.was = now
-	return woke
+	m.was, now = now, now && (!m.was || freed)
+	return now
 }
 
 // permitRemaining is the time left on a holder's lease. etcd reports whole
