@@ -121,7 +121,9 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 		return nil, err
 	}
 	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start), Permit: a.ops.permit()})
-	lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
+	if lease.debugOn() {
+		lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
+	}
 	return lease, nil
 }
 
