@@ -47,8 +47,11 @@ local function clock()
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- load_queue returns the live entries of the queue hash (token -> "seq|deadline ms|holder",
--- field "#" the last seq) in FIFO order, as {token, seq, deadline, holder}.
+-- load_queue returns the live entries of the queue hash (token ->
+-- "seq|deadline ms|ttl ms|wake|holder", field "#" the last seq) in FIFO
+-- order, as {token, seq, deadline, holder, ttl, wake}. ttl is the lock TTL
+-- the waiter asked for and wake the suffix of its process's channel (nil in
+-- an entry of an older client: "seq|deadline ms|holder").
 -- With prune it deletes dead or unreadable entries (and the hash when none is left).
 local function load_queue(qk, nowms, prune)
   local raw = redis.call('HGETALL', qk)
@@ -56,9 +59,12 @@ local function load_queue(qk, nowms, prune)
   for i = 1, #raw, 2 do
     local f = raw[i]
     if f ~= '#' then
-      local seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
+      local seq, dl, ttl, wake, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(%d+)|(%x*)|(.*)$')
+      if not seq then
+        seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
+      end
       if seq and tonumber(dl) > nowms then
-        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h}
+        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h, tonumber(ttl), wake}
       else
         dead[#dead + 1] = f
       end
@@ -75,6 +81,23 @@ local function load_queue(qk, nowms, prune)
   return live
 end
 
+-- mint_fence stores in fk (expiring in fexp ms) and returns the next fence:
+-- max(last + 1, now in µs). It returns nil and a BADENTRY error when fk
+-- holds no fence below 2^64-1.
+local function mint_fence(fk, now, fexp)
+  local last = redis.call('GET', fk)
+  local f = now
+  if last then
+    if not fence_ok(last) or last == MAXFENCE then
+      return nil, bad(fk, 'holds ' .. string.format('%q', string.sub(last, 1, 40)) .. ', not a fence below 2^64-1')
+    end
+    local n = incr(last)
+    if less(now, n) then f = n end
+  end
+  redis.call('SET', fk, f, 'PX', fexp)
+  return f
+end
+
 -- position returns token's 1-based place in live, or nil.
 local function position(live, token)
   for i, e in ipairs(live) do
@@ -83,12 +106,20 @@ local function position(live, token)
   return nil
 end
 
--- notify wakes a waiter: token on the key's channel ('' wakes every waiter).
--- ARGV[1] is the channel, ARGV[2] '1' for sharded pub/sub (Cluster).
-local function notify(token)
-  if ARGV[2] == '1' then
-    redis.call('SPUBLISH', ARGV[1], token)
+-- notify publishes msg (a token, a grant "TOKEN|FENCE|TTL_MS", or '' for
+-- every waiter) on the channel of the waiter's process (CHANNEL:WAKE) when
+-- its queue entry names one, so that the other processes waiting on the key
+-- are not woken, and then on the key's observer channel
+-- (PREFIX{TAG}:watch); else on the key's channel, which every waiter and
+-- observer subscribes. ARGV[1] is the key's channel (PREFIX{TAG}:wake),
+-- ARGV[2] '1' for sharded pub/sub (Cluster).
+local function notify(msg, wake)
+  local pub = 'PUBLISH'
+  if ARGV[2] == '1' then pub = 'SPUBLISH' end
+  if wake and wake ~= '' then
+    redis.call(pub, ARGV[1] .. ':' .. wake, msg)
+    redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', msg)
   else
-    redis.call('PUBLISH', ARGV[1], token)
+    redis.call(pub, ARGV[1], msg)
   end
 end

@@ -3,20 +3,25 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
-// notifier delivers the per-key wake-ups. Each key with a waiter has its
-// channel (Store.Channel) subscribed on a pub/sub connection: one connection
-// for a single node, one per master on a Cluster (sharded pub/sub, so a
-// release reaches only the node that owns the key's slot). A release
-// publishes the token of the waiter to wake, and only that waiter's channel
-// receives a value.
+// notifier delivers the per-key wake-ups and grants. Each key with a waiter
+// has its channels (Store.Channel and this Store's Store.WaiterChannel; an
+// observer's Store.ObserverChannel) subscribed on a pub/sub connection: one
+// connection for a single node, one per master on a Cluster (sharded
+// pub/sub, so a release reaches only the node that owns the key's slot). A
+// release publishes the grant or token of the head waiter to the head's
+// process, and only that waiter's channel receives a value. A channel
+// lingers for defaultLinger after its last waiter left.
 //
 // Each connection has two goroutines, joined by Close: a receiver that
 // reads messages and subscription confirmations, and a controller that sends
@@ -26,15 +31,29 @@ import (
 type notifier struct {
 	s       *Store
 	waiters waiters.Set
-	done    chan struct{} // closed by Close
-	ctx     context.Context
-	cancel  context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
-	wg      sync.WaitGroup
+	linger  time.Duration // how long a channel stays subscribed after its last waiter left
+
+	hmu      sync.Mutex
+	handoffs map[handoffKey]string // grants received for this process's waiters: "FENCE|TTL_MS"
+	done     chan struct{}         // closed by Close
+	ctx      context.Context
+	cancel   context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
+	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
 	groups map[string]*group // "" on a single node, a master's address on a Cluster
 }
+
+// handoffKey names one waiter's grant.
+type handoffKey struct{ key, token string }
+
+// defaultLinger keeps a key's channel subscribed after its last waiter in
+// this process left, so that a replica looping on one key (acquire, work,
+// release, acquire again) does not SUBSCRIBE and UNSUBSCRIBE per wait, and
+// its next waiter subscribes before its first acquire (leasehold.Granter's
+// Live).
+const defaultLinger = 2 * time.Second
 
 // group is one pub/sub connection and the channels subscribed on it.
 type group struct {
@@ -53,6 +72,7 @@ type group struct {
 type subscription struct {
 	key       string
 	refs      int
+	idleUntil time.Time // with refs == 0: the end of the linger
 	sent      bool
 	confirmed bool
 	ready     chan struct{} // closed once confirmed, or with err set on failure
@@ -64,12 +84,16 @@ func (n *notifier) init(s *Store) {
 	n.done = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.groups = make(map[string]*group)
+	n.handoffs = make(map[handoffKey]string)
+	n.linger = defaultLinger
 }
 
-// WaitRelease implements leasehold.Notifier. It subscribes key's channel
-// (unless another waiter of the key already did) and returns once Redis has
-// confirmed the subscription, so a release after WaitRelease returns is
-// seen; ctx bounds the wait. The channel receives a value when a release
+// WaitRelease implements leasehold.Notifier. A waiter (token != "")
+// subscribes key's Channel and this Store's WaiterChannel, an observer
+// (token == "") Channel and ObserverChannel, unless another waiter of the key in
+// this Store already did; it returns once Redis has confirmed the
+// subscriptions, so a release after WaitRelease returns is seen; ctx bounds
+// the wait. The channel receives a value when a release
 // names token (token is the new head of the queue of a free key, or the
 // queue is empty), and after every reconnect of the pub/sub connection (a
 // wake-up may have been lost there, so every waiter re-checks). Expiry sends
@@ -78,40 +102,53 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subscribe(ctx, "subscribe", key, s.Channel(key), key, token)
+	chans := []string{s.Channel(key), s.ObserverChannel(key)}
+	if token != "" {
+		chans[1] = s.WaiterChannel(key)
+	}
+	return s.subscribe(ctx, "subscribe", key, chans, key, token)
 }
 
-// subscribe joins channel ch for the waiter token registered under
-// waiterKey in the notifier's waiter set, and returns once Redis confirmed
-// the subscription, bounded by ctx. op names the call in errors.
-func (s *Store) subscribe(ctx context.Context, op, key, ch, waiterKey, token string) (<-chan struct{}, func(), error) {
-	g, err := s.notify.group(ctx, ch)
+// subscribe joins the channels chans (of one key: one hash slot, so one
+// connection) for the waiter token registered under waiterKey in the
+// notifier's waiter set, and returns once Redis confirmed every
+// subscription, bounded by ctx. op names the call in errors.
+func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan struct{}, func(), error) {
+	g, err := s.notify.group(ctx, chans[0])
 	if err != nil {
 		return nil, nil, err
 	}
 	wake, unwake := s.notify.waiters.AddToken(waiterKey, token)
-	sub := s.notify.join(g, ch, waiterKey)
+	subs := make([]*subscription, len(chans))
+	for i, ch := range chans {
+		subs[i] = s.notify.join(g, ch, waiterKey)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			unwake()
-			s.notify.leave(g, ch)
+			s.notify.forget(handoffKey{waiterKey, token})
+			for _, ch := range chans {
+				s.notify.leave(g, ch)
+			}
 		})
 	}
-	select {
-	case <-sub.ready:
-		if sub.err != nil {
+	for _, sub := range subs {
+		select {
+		case <-sub.ready:
+			if sub.err != nil {
+				stop()
+				return nil, nil, s.fail(op, key, sub.err)
+			}
+		case <-ctx.Done():
 			stop()
-			return nil, nil, s.fail(op, key, sub.err)
+			return nil, nil, s.fail(op, key, ctx.Err())
+		case <-s.notify.done:
+			stop()
+			return nil, nil, ErrClosed
 		}
-		return wake, stop, nil
-	case <-ctx.Done():
-		stop()
-		return nil, nil, s.fail(op, key, ctx.Err())
-	case <-s.notify.done:
-		stop()
-		return nil, nil, ErrClosed
 	}
+	return wake, stop, nil
 }
 
 // group returns the connection for channel ch, starting it if needed.
@@ -159,15 +196,40 @@ func (n *notifier) join(g *group, ch, key string) *subscription {
 }
 
 // leave drops a reference; the controller unsubscribes a channel nobody
-// waits on.
+// waits on once its linger ends.
 func (n *notifier) leave(g *group, ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if sub := g.chans[ch]; sub != nil {
 		if sub.refs--; sub.refs == 0 {
+			sub.idleUntil = time.Now().Add(n.linger)
 			g.kick(ch)
 		}
 	}
+}
+
+// lingers reports whether sub (with no waiter left) stays subscribed until
+// now: confirmed, and its linger not over. n.mu must be held.
+func (sub *subscription) lingers(now time.Time) bool {
+	return sub.confirmed && sub.err == nil && now.Before(sub.idleUntil)
+}
+
+// expired returns the lingering channels whose linger ended, and how long
+// until the next one ends (0 when none lingers). n.mu must be held.
+func (g *group) expired(now time.Time) (chs []string, next time.Duration) {
+	for ch, sub := range g.chans {
+		if sub.refs > 0 || !sub.confirmed || sub.err != nil {
+			continue
+		}
+		if d := sub.idleUntil.Sub(now); d > 0 {
+			if next == 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		chs = append(chs, ch)
+	}
+	return chs, next
 }
 
 // kick queues ch for the controller. n.mu must be held.
@@ -183,19 +245,27 @@ func (g *group) kick(ch string) {
 // channels without, in the order they were asked for.
 func (g *group) control() {
 	defer g.n.wg.Done()
+	linger := time.NewTimer(time.Hour) // the next end of a channel's linger
+	defer linger.Stop()
 	for {
 		select {
 		case <-g.n.done:
 			return
 		case <-g.wake:
+		case <-linger.C:
 		}
 		g.n.mu.Lock()
 		pending := g.pending
 		g.pending = nil
+		ended, next := g.expired(time.Now())
 		g.n.mu.Unlock()
-		for _, ch := range pending {
+		for _, ch := range append(pending, ended...) {
 			g.sync(ch)
 		}
+		if next == 0 {
+			next = time.Hour
+		}
+		linger.Reset(next)
 	}
 }
 
@@ -217,6 +287,9 @@ func (g *group) sync(ch string) {
 			n.mu.Unlock()
 			_ = g.unsubscribe(ch) // or go-redis subscribes it again on its next reconnect
 		}
+		return
+	case sub.refs == 0 && sub.lingers(time.Now()):
+		n.mu.Unlock()
 		return
 	case sub.refs == 0:
 		delete(g.chans, ch)
@@ -312,19 +385,84 @@ func (g *group) isClosed() bool {
 	}
 }
 
-// deliver wakes the waiter a release named ("" names every waiter of the key).
+// deliver wakes the waiter a release named ("" names every waiter of the
+// key), and keeps the grant a release made to it ("TOKEN|FENCE|TTL_MS") for
+// Granted when that waiter is in this process.
 func (g *group) deliver(m *redis.Message) {
-	g.n.mu.Lock()
+	n := g.n
+	n.mu.Lock()
 	sub := g.chans[m.Channel]
-	g.n.mu.Unlock()
+	n.mu.Unlock()
 	if sub == nil {
 		return
 	}
 	if m.Payload == "" {
-		g.n.waiters.Wake(sub.key)
+		n.waiters.Wake(sub.key)
 		return
 	}
-	g.n.waiters.WakeToken(sub.key, m.Payload)
+	token, grant, granted := strings.Cut(m.Payload, "|")
+	if !granted {
+		n.waiters.WakeToken(sub.key, token)
+		return
+	}
+	hk := handoffKey{sub.key, token}
+	n.hmu.Lock()
+	n.handoffs[hk] = grant
+	n.hmu.Unlock()
+	if !n.waiters.WakeToken(sub.key, token) {
+		n.forget(hk) // another process's waiter
+	}
+}
+
+func (n *notifier) forget(hk handoffKey) {
+	n.hmu.Lock()
+	delete(n.handoffs, hk)
+	n.hmu.Unlock()
+}
+
+// Granted implements leasehold.Granter: the grant a release published for
+// token while its WaitRelease subscription was open.
+func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
+	n := &s.notify
+	hk := handoffKey{key, token}
+	n.hmu.Lock()
+	grant, ok := n.handoffs[hk]
+	delete(n.handoffs, hk)
+	n.hmu.Unlock()
+	if !ok {
+		return leasehold.Handoff{}, false
+	}
+	f, ttl, _ := strings.Cut(grant, "|")
+	fence, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return leasehold.Handoff{}, false
+	}
+	ms, err := strconv.ParseInt(ttl, 10, 64)
+	if err != nil || ms <= 0 {
+		return leasehold.Handoff{}, false
+	}
+	return leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
+}
+
+// Live implements leasehold.Granter: whether key's channel is subscribed and
+// confirmed on a notification connection of this Store (a waiter of the key
+// keeps it, or its linger has not ended).
+func (s *Store) Live(key string) bool {
+	n := &s.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, g := range n.groups {
+		if g.confirmed(s.Channel(key)) && g.confirmed(s.WaiterChannel(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmed reports whether ch is subscribed on g. n.mu must be held.
+func (g *group) confirmed(ch string) bool {
+	sub := g.chans[ch]
+	return sub != nil && sub.confirmed && sub.err == nil
 }
 
 // confirm marks a subscription confirmed by Redis. A subscription that
