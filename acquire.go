@@ -155,7 +155,7 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start)})
+	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start), Permit: a.ops.permit()})
 	if lease.debugOn() {
 		lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
 	}
@@ -227,7 +227,7 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
 		return nil, serr
 	}
-	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err})
+	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})
 	l.opts.Logger.ErrorContext(ctx, "leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
 		slog.String("locker", l.opts.Name), slog.String("key", key), slog.String("holder", l.opts.Identity), slog.Any("error", err))
 	return l.newLease(ctx, a.spec, grant{token: a.token, sent: sent, degraded: true, gate: a.gate})
