@@ -25,8 +25,13 @@ const subscribeTTL = 5 * time.Minute
 type listener struct {
 	s *Store
 
-	mu      sync.Mutex
-	subs    map[string]map[chan struct{}]string // key -> wake channel -> token
+	mu     sync.Mutex
+	subs   map[string]map[chan struct{}]string // key -> wake channel -> token
+	grants map[[2]string]handoff               // (key, token) -> a release's grant, see dispatch
+	// rows counts the subscribers of each subscription row this store
+	// wrote (key, token): the row is deleted when the last one stops.
+	rows    map[[2]string]int
+	cleanup sync.WaitGroup // deletions of subscription rows in flight
 	started bool
 	closed  bool
 	up      chan struct{} // closed while the connection LISTENs; replaced when it is lost
@@ -73,12 +78,81 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 		}
 		return nil, nil, storeErr("listen", s.channel, err)
 	}
-	us := subscribeTTL.Microseconds()
-	if _, err := s.db.Exec(ctx, s.subscribeSQL, key, token, us); err != nil {
+	if token != "" && s.track.isQueued(key, token) {
+		// Its queue entry makes every release that frees the key for it
+		// notify it: no subscription row needed.
+		return ch, stop, nil
+	}
+	row := s.rowToken(token)
+	if _, err := s.db.Exec(ctx, s.subscribeSQL, key, row, subscribeTTL.Microseconds()); err != nil {
 		stop()
 		return nil, nil, storeErr("subscribe", key, err)
 	}
-	return ch, stop, nil
+	l.addRow(key, row)
+	var once sync.Once
+	return ch, func() {
+		stop()
+		once.Do(func() { l.dropRow(key, row) })
+	}, nil
+}
+
+// rowToken is the token of token's subscription row: token itself, or for
+// an observer (token "") one that is unique to this store, so that a store
+// that stops observing deletes its own row and not another store's.
+func (s *Store) rowToken(token string) string {
+	if token == "" {
+		return "observer:" + s.id
+	}
+	return token
+}
+
+// addRow counts a subscriber of the row (key, token).
+func (l *listener) addRow(key, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows == nil {
+		l.rows = map[[2]string]int{}
+	}
+	l.rows[[2]string{key, token}]++
+}
+
+// dropRow uncounts a subscriber of the row (key, token) and deletes the row
+// (in the background, joined by Close) when it was the last one, so a
+// finished waiter leaves nothing behind.
+func (l *listener) dropRow(key, token string) {
+	k := [2]string{key, token}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows[k] == 0 {
+		return // Close took it
+	}
+	if l.rows[k]--; l.rows[k] > 0 {
+		return
+	}
+	delete(l.rows, k)
+	if l.closed {
+		return // Close deletes the rows
+	}
+	l.cleanup.Add(1)
+	go func() {
+		defer l.cleanup.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if _, err := l.s.db.Exec(ctx, l.s.unsubscribeSQL, []string{key}, []string{token}); err != nil {
+			l.s.opts.Logger.Warn("pgstore: cannot delete a WaitRelease subscription; it ends at its TTL", "key", key, "err", err)
+		}
+	}()
+}
+
+// takeRows returns every subscription row still counted and forgets them.
+func (l *listener) takeRows() (keys, tokens []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.rows {
+		keys, tokens = append(keys, k[0]), append(tokens, k[1])
+	}
+	l.rows = nil
+	return keys, tokens
 }
 
 // start starts the goroutine once and returns the channel that is closed
@@ -136,6 +210,7 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 			if len(l.subs[key]) == 0 {
 				delete(l.subs, key)
 			}
+			delete(l.grants, [2]string{key, token})
 			l.mu.Unlock()
 		})
 	}
@@ -148,30 +223,73 @@ func poke(c chan struct{}) {
 	}
 }
 
+// handoff is a grant a release made to a waiter of this store, kept until
+// the waiter takes it (Granted) or its subscription ends.
+type handoff struct {
+	fence uint64
+	ttl   time.Duration
+}
+
 // dispatch wakes the waiters a notification payload names: "N:" followed by
 // a token of N bytes and the key (the key's new queue head, and the key's
-// observers, subscribed with an empty token), or "*:" and the key (every
-// subscriber of the key).
+// observers, subscribed with an empty token), "gN:" followed by the token,
+// the fence, ":", the TTL in ms, ":" and the key (a release granted the key
+// to that head: recorded for Granted, then woken as above), or "*:" and the
+// key (every subscriber of the key).
 func (l *listener) dispatch(payload string) {
 	n, rest, ok := strings.Cut(payload, ":")
 	if !ok {
 		return
 	}
+	grant := strings.HasPrefix(n, "g")
 	key, token, all := rest, "", n == "*"
 	if !all {
-		size, err := strconv.Atoi(n)
+		size, err := strconv.Atoi(strings.TrimPrefix(n, "g"))
 		if err != nil || size < 0 || size > len(rest) {
 			return
 		}
 		token, key = rest[:size], rest[size:]
 	}
+	var h handoff
+	if grant {
+		if h, key, ok = parseGrant(key); !ok {
+			return
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c, tok := range l.subs[key] {
+		if grant && tok == token {
+			if l.grants == nil {
+				l.grants = map[[2]string]handoff{}
+			}
+			l.grants[[2]string{key, token}] = h
+		}
 		if all || tok == token || tok == "" { // observers see every hand-off
 			poke(c)
 		}
 	}
+}
+
+// parseGrant splits "FENCE:TTLMS:KEY".
+func parseGrant(s string) (handoff, string, bool) {
+	f, rest, ok1 := strings.Cut(s, ":")
+	ms, key, ok2 := strings.Cut(rest, ":")
+	fence, err1 := strconv.ParseUint(f, 10, 64)
+	ttl, err2 := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || fence == 0 {
+		return handoff{}, "", false
+	}
+	return handoff{fence: fence, ttl: time.Duration(ttl) * time.Millisecond}, key, true
+}
+
+// granted returns and forgets the grant a release made to token for key.
+func (l *listener) granted(key, token string) (handoff, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.grants[[2]string{key, token}]
+	delete(l.grants, [2]string{key, token})
+	return h, ok
 }
 
 // wakeAll wakes every waiter.
@@ -303,10 +421,8 @@ func (l *listener) refresh(ctx context.Context) {
 		}
 		l.mu.Lock()
 		var subs [][2]string
-		for key, byKey := range l.subs {
-			for _, tok := range byKey {
-				subs = append(subs, [2]string{key, tok})
-			}
+		for k := range l.rows {
+			subs = append(subs, k)
 		}
 		l.mu.Unlock()
 		for _, kt := range subs {
@@ -320,7 +436,8 @@ func (l *listener) refresh(ctx context.Context) {
 	}
 }
 
-// close stops the goroutine and waits for it.
+// close stops the goroutine and waits for it and for the deletions of
+// subscription rows in flight.
 func (l *listener) close() {
 	l.mu.Lock()
 	if !l.closed {
@@ -333,4 +450,5 @@ func (l *listener) close() {
 		cancel()
 		<-done
 	}
+	l.cleanup.Wait()
 }
