@@ -82,9 +82,14 @@ func (a *attempt) enterGate(ctx context.Context) error {
 }
 
 // run sends acquire requests until the key is granted, the store fails, or
-// (waiting) ctx ends.
+// (waiting) ctx ends. A waiting acquire whose key's notifications are
+// already live in this process subscribes first: then a release between its
+// acquire and its wait cannot be missed, and it needs no re-check.
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	l := a.l
+	if gr := a.granter(); gr != nil && a.spec.wait && gr.Live(a.spec.key) {
+		a.subscribe(ctx)
+	}
 	for {
 		sent := time.Now()
 		g, err := a.ops.acquire(ctx, a.request())
@@ -100,6 +105,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.queued = true
 			if err := a.waitTurn(ctx, g, sent); err != nil {
 				return nil, err
+			}
+			if lease, ok, err := a.handedOff(ctx, sent); ok {
+				return lease, err
 			}
 		default:
 			return a.failed(ctx, sent, err)
@@ -123,6 +131,44 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start)})
 	lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
 	return lease, nil
+}
+
+// granter returns the store's Granter when the key's releases may hand it
+// to this attempt (a lock, not a permit), else nil.
+func (a *attempt) granter() Granter {
+	if _, lock := a.ops.(lockOps); !lock {
+		return nil
+	}
+	gr, _ := a.l.notifier.(Granter)
+	return gr
+}
+
+// handedOff takes the lease a release granted to this waiter, when one
+// arrived on its subscription, without another acquire request: the lease
+// is then what an acquire sent at sent (the waiter's last, queued, acquire)
+// would have granted, since the store's expiry is at least min(TTL,
+// WaiterTTL) after it (see Granter). A grant that is not for this TTL, one
+// capped by the queue deadline (TTL > WaiterTTL: the lease would have to
+// renew early and would ride out a shorter store outage), or one that came
+// after the lease's first renewal would have been due, is left to the next
+// acquire, which finds the token holding the key and extends its TTL.
+func (a *attempt) handedOff(ctx context.Context, sent time.Time) (*Lease, bool, error) {
+	gr := a.granter()
+	if gr == nil {
+		return nil, false, nil
+	}
+	h, ok := gr.Granted(a.spec.key, a.token)
+	if !ok {
+		return nil, false, nil
+	}
+	o := &a.l.opts
+	ttl := a.spec.ttl.Truncate(time.Millisecond)
+	fresh := min(o.RenewInterval, (a.spec.ttl-o.drift(a.spec.ttl))/2)
+	if h.TTL != ttl || ttl > o.WaiterTTL.Truncate(time.Millisecond) || time.Since(sent) >= fresh {
+		return nil, false, nil
+	}
+	lease, err := a.granted(ctx, Grant{Fence: h.Fence}, sent)
+	return lease, true, err
 }
 
 // contended reports a contended acquisition and returns err.

@@ -11,9 +11,9 @@ import (
 // conformance suite in package storetest against the real server.
 //
 // Optional capabilities are separate interfaces beside Store: Inspector,
-// Notifier, BatchRenewer and ForceReleaser. A wrapper around a Store (a fault
-// injector, an instrumenting proxy) must forward every capability it does not
-// mean to hide.
+// Notifier (and Granter beside it), BatchRenewer and ForceReleaser. A
+// wrapper around a Store (a fault injector, an instrumenting proxy) must
+// forward every capability it does not mean to hide.
 //
 // Every method is safe for concurrent use. A method that cannot reach the
 // store, or that gets no answer before ctx ends, returns an error that is not
@@ -123,6 +123,48 @@ type Notifier interface {
 	// leader --watch`): it is woken on every release of key and every change
 	// of its queue head, whoever the head is.
 	WaitRelease(ctx context.Context, key, token string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// Granter is implemented by Notifiers whose Release hands a free key straight
+// to the head of its queue, in the same round trip, and tells that waiter
+// through its WaitRelease subscription (Redis: release.lua grants and
+// publishes "TOKEN|FENCE|TTL_MS"). A waiter woken with a grant takes the
+// lease without an acquire request of its own. A store can implement it
+// where its release can write the head's lock atomically and address the
+// head: etcd in the release transaction (put the head's lock key under the
+// head's lease, a watch event carries it), PostgreSQL in the release
+// statement (update the row to the head, NOTIFY with the grant as payload).
+//
+// The store grants what the head asked for in its last waiting Acquire (the
+// token, its Holder and TTL) with a fresh fence by the Acquire rules, and
+// removes the head from the queue. The lock's expiry is at least
+// min(TTL, QueueTTL) after the moment that Acquire was sent: the grant is
+// capped at the waiter's queue deadline, so a waiter that died holds the key
+// no longer than its place in the queue would have. A waiter that missed
+// the grant, or no longer trusts it, finds itself the holder on its next
+// Acquire (which then returns the same fence and extends the TTL); one that
+// gives up calls Release with its token, which frees a grant it may have
+// received.
+type Granter interface {
+	// Granted returns, and forgets, the grant a release made to token for key
+	// while token's WaitRelease subscription was open. ok is false when no
+	// grant arrived. Call it after a wake-up, before sending Acquire.
+	Granted(key, token string) (h Handoff, ok bool)
+
+	// Live reports whether key's notifications are already subscribed in this
+	// process (another waiter, or a recent one, keeps them), so that
+	// WaitRelease would return without a store round trip. A waiter then
+	// subscribes before its first Acquire, and needs no second Acquire to
+	// catch a release that came before its subscription.
+	Live(key string) bool
+}
+
+// Handoff is a grant a release made to a waiter (see Granter).
+type Handoff struct {
+	Fence uint64
+	// TTL is the lock TTL the grant was made for: the one in the waiter's
+	// last waiting Acquire, at the store's precision.
+	TTL time.Duration
 }
 
 // ForceReleaser is implemented by stores that can delete a lock without its

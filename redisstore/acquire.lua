@@ -1,7 +1,7 @@
 -- acquire: the queue rule, SET PX with the holder, and the fence, in one round trip.
 -- KEYS[1] lock key  (string "token|holder", PX = TTL)
 -- KEYS[2] fence key (string: the last fence minted for the key, a decimal uint64)
--- KEYS[3] queue key (hash: token -> "seq|deadline ms|holder", "#" -> last seq;
+-- KEYS[3] queue key (hash: token -> "seq|deadline ms|TTL ms|holder", "#" -> last seq;
 --                    PEXPIRE = the latest deadline, so it vanishes with its last waiter)
 -- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3] fence key
 -- expiry ms, ARGV[4] queue TTL ms (0: never queue). (Ten words in all: Redis
@@ -35,25 +35,10 @@ end
 local token = string.match(value, '^[^|]*')
 local qttl = tonumber(ARGV[4])
 
--- mint stores and returns the next fence: max(last + 1, now in µs).
-local function mint(now)
-  local last = redis.call('GET', KEYS[2])
-  local f = now
-  if last then
-    if not fence_ok(last) or last == MAXFENCE then
-      return nil, bad(KEYS[2], 'holds ' .. string.format('%q', string.sub(last, 1, 40)) .. ', not a fence below 2^64-1')
-    end
-    local n = incr(last)
-    if less(now, n) then f = n end
-  end
-  redis.call('SET', KEYS[2], f, 'PX', fexp)
-  return f
-end
-
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.
 local function grant(now)
-  local f, err = mint(now)
+  local f, err = mint_fence(KEYS[2], now, fexp)
   if not f then
     redis.call('DEL', KEYS[1])
     return err
@@ -78,7 +63,7 @@ local function enqueue(live, pos, nowms)
   local dl = nowms + qttl
   local seq
   if pos then seq = live[pos][2] else seq = redis.call('HINCRBY', KEYS[3], '#', 1) end
-  redis.call('HSET', KEYS[3], token, string.format('%d|%d|', seq, dl) .. holder_of(value))
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|', seq, dl, ttl) .. holder_of(value))
   for _, e in ipairs(live) do
     if e[3] > dl then dl = e[3] end
   end

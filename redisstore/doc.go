@@ -12,7 +12,7 @@
 //	leasehold:{TAG}:fence   string: the last fence minted for KEY, a decimal
 //	                        uint64 (the holder's fence while the lock exists);
 //	                        expires FenceRetention (default 24 h) after the lock's TTL
-//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|HOLDER"
+//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER"
 //	                        ("#" -> last SEQ); expires with its last live waiter
 //	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster): a release
 //	                        publishes the token of the waiter to wake

@@ -47,8 +47,10 @@ local function clock()
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- load_queue returns the live entries of the queue hash (token -> "seq|deadline ms|holder",
--- field "#" the last seq) in FIFO order, as {token, seq, deadline, holder}.
+-- load_queue returns the live entries of the queue hash (token ->
+-- "seq|deadline ms|ttl ms|holder", field "#" the last seq) in FIFO order, as
+-- {token, seq, deadline, holder, ttl}. ttl is the lock TTL the waiter asked
+-- for (nil in an entry written before it was stored: "seq|deadline ms|holder").
 -- With prune it deletes dead or unreadable entries (and the hash when none is left).
 local function load_queue(qk, nowms, prune)
   local raw = redis.call('HGETALL', qk)
@@ -56,9 +58,12 @@ local function load_queue(qk, nowms, prune)
   for i = 1, #raw, 2 do
     local f = raw[i]
     if f ~= '#' then
-      local seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
+      local seq, dl, ttl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(%d+)|(.*)$')
+      if not seq then
+        seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
+      end
       if seq and tonumber(dl) > nowms then
-        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h}
+        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h, tonumber(ttl)}
       else
         dead[#dead + 1] = f
       end
@@ -73,6 +78,23 @@ local function load_queue(qk, nowms, prune)
   end
   table.sort(live, function(a, b) return a[2] < b[2] end)
   return live
+end
+
+-- mint_fence stores in fk (expiring in fexp ms) and returns the next fence:
+-- max(last + 1, now in µs). It returns nil and a BADENTRY error when fk
+-- holds no fence below 2^64-1.
+local function mint_fence(fk, now, fexp)
+  local last = redis.call('GET', fk)
+  local f = now
+  if last then
+    if not fence_ok(last) or last == MAXFENCE then
+      return nil, bad(fk, 'holds ' .. string.format('%q', string.sub(last, 1, 40)) .. ', not a fence below 2^64-1')
+    end
+    local n = incr(last)
+    if less(now, n) then f = n end
+  end
+  redis.call('SET', fk, f, 'PX', fexp)
+  return f
 end
 
 -- position returns token's 1-based place in live, or nil.

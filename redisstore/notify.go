@@ -3,11 +3,14 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
@@ -26,15 +29,29 @@ import (
 type notifier struct {
 	s       *Store
 	waiters waiters.Set
-	done    chan struct{} // closed by Close
-	ctx     context.Context
-	cancel  context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
-	wg      sync.WaitGroup
+	linger  time.Duration // how long a channel stays subscribed after its last waiter left
+
+	hmu      sync.Mutex
+	handoffs map[handoffKey]string // grants received for this process's waiters: "FENCE|TTL_MS"
+	done     chan struct{}         // closed by Close
+	ctx      context.Context
+	cancel   context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
+	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
 	groups map[string]*group // "" on a single node, a master's address on a Cluster
 }
+
+// handoffKey names one waiter's grant.
+type handoffKey struct{ key, token string }
+
+// defaultLinger keeps a key's channel subscribed after its last waiter in
+// this process left, so that a replica looping on one key (acquire, work,
+// release, acquire again) does not SUBSCRIBE and UNSUBSCRIBE per wait, and
+// its next waiter subscribes before its first acquire (leasehold.Granter's
+// Live).
+const defaultLinger = 2 * time.Second
 
 // group is one pub/sub connection and the channels subscribed on it.
 type group struct {
@@ -53,6 +70,7 @@ type group struct {
 type subscription struct {
 	key       string
 	refs      int
+	idleUntil time.Time // with refs == 0: the end of the linger
 	sent      bool
 	confirmed bool
 	ready     chan struct{} // closed once confirmed, or with err set on failure
@@ -64,6 +82,8 @@ func (n *notifier) init(s *Store) {
 	n.done = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.groups = make(map[string]*group)
+	n.handoffs = make(map[handoffKey]string)
+	n.linger = defaultLinger
 }
 
 // WaitRelease implements leasehold.Notifier. It subscribes key's channel
@@ -95,6 +115,7 @@ func (s *Store) subscribe(ctx context.Context, op, key, ch, waiterKey, token str
 	stop := func() {
 		once.Do(func() {
 			unwake()
+			s.notify.forget(handoffKey{waiterKey, token})
 			s.notify.leave(g, ch)
 		})
 	}
@@ -159,15 +180,40 @@ func (n *notifier) join(g *group, ch, key string) *subscription {
 }
 
 // leave drops a reference; the controller unsubscribes a channel nobody
-// waits on.
+// waits on once its linger ends.
 func (n *notifier) leave(g *group, ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if sub := g.chans[ch]; sub != nil {
 		if sub.refs--; sub.refs == 0 {
+			sub.idleUntil = time.Now().Add(n.linger)
 			g.kick(ch)
 		}
 	}
+}
+
+// lingers reports whether sub (with no waiter left) stays subscribed until
+// now: confirmed, and its linger not over. n.mu must be held.
+func (sub *subscription) lingers(now time.Time) bool {
+	return sub.confirmed && sub.err == nil && now.Before(sub.idleUntil)
+}
+
+// expired returns the lingering channels whose linger ended, and how long
+// until the next one ends (0 when none lingers). n.mu must be held.
+func (g *group) expired(now time.Time) (chs []string, next time.Duration) {
+	for ch, sub := range g.chans {
+		if sub.refs > 0 || !sub.confirmed || sub.err != nil {
+			continue
+		}
+		if d := sub.idleUntil.Sub(now); d > 0 {
+			if next == 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		chs = append(chs, ch)
+	}
+	return chs, next
 }
 
 // kick queues ch for the controller. n.mu must be held.
@@ -183,19 +229,27 @@ func (g *group) kick(ch string) {
 // channels without, in the order they were asked for.
 func (g *group) control() {
 	defer g.n.wg.Done()
+	linger := time.NewTimer(time.Hour) // the next end of a channel's linger
+	defer linger.Stop()
 	for {
 		select {
 		case <-g.n.done:
 			return
 		case <-g.wake:
+		case <-linger.C:
 		}
 		g.n.mu.Lock()
 		pending := g.pending
 		g.pending = nil
+		ended, next := g.expired(time.Now())
 		g.n.mu.Unlock()
-		for _, ch := range pending {
+		for _, ch := range append(pending, ended...) {
 			g.sync(ch)
 		}
+		if next == 0 {
+			next = time.Hour
+		}
+		linger.Reset(next)
 	}
 }
 
@@ -217,6 +271,9 @@ func (g *group) sync(ch string) {
 			n.mu.Unlock()
 			_ = g.unsubscribe(ch) // or go-redis subscribes it again on its next reconnect
 		}
+		return
+	case sub.refs == 0 && sub.lingers(time.Now()):
+		n.mu.Unlock()
 		return
 	case sub.refs == 0:
 		delete(g.chans, ch)
@@ -312,19 +369,79 @@ func (g *group) isClosed() bool {
 	}
 }
 
-// deliver wakes the waiter a release named ("" names every waiter of the key).
+// deliver wakes the waiter a release named ("" names every waiter of the
+// key), and keeps the grant a release made to it ("TOKEN|FENCE|TTL_MS") for
+// Granted when that waiter is in this process.
 func (g *group) deliver(m *redis.Message) {
-	g.n.mu.Lock()
+	n := g.n
+	n.mu.Lock()
 	sub := g.chans[m.Channel]
-	g.n.mu.Unlock()
+	n.mu.Unlock()
 	if sub == nil {
 		return
 	}
 	if m.Payload == "" {
-		g.n.waiters.Wake(sub.key)
+		n.waiters.Wake(sub.key)
 		return
 	}
-	g.n.waiters.WakeToken(sub.key, m.Payload)
+	token, grant, granted := strings.Cut(m.Payload, "|")
+	if !granted {
+		n.waiters.WakeToken(sub.key, token)
+		return
+	}
+	hk := handoffKey{sub.key, token}
+	n.hmu.Lock()
+	n.handoffs[hk] = grant
+	n.hmu.Unlock()
+	if !n.waiters.WakeToken(sub.key, token) {
+		n.forget(hk) // another process's waiter
+	}
+}
+
+func (n *notifier) forget(hk handoffKey) {
+	n.hmu.Lock()
+	delete(n.handoffs, hk)
+	n.hmu.Unlock()
+}
+
+// Granted implements leasehold.Granter: the grant a release published for
+// token while its WaitRelease subscription was open.
+func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
+	n := &s.notify
+	hk := handoffKey{key, token}
+	n.hmu.Lock()
+	grant, ok := n.handoffs[hk]
+	delete(n.handoffs, hk)
+	n.hmu.Unlock()
+	if !ok {
+		return leasehold.Handoff{}, false
+	}
+	f, ttl, _ := strings.Cut(grant, "|")
+	fence, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return leasehold.Handoff{}, false
+	}
+	ms, err := strconv.ParseInt(ttl, 10, 64)
+	if err != nil || ms <= 0 {
+		return leasehold.Handoff{}, false
+	}
+	return leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
+}
+
+// Live implements leasehold.Granter: whether key's channel is subscribed and
+// confirmed on a notification connection of this Store (a waiter of the key
+// keeps it, or its linger has not ended).
+func (s *Store) Live(key string) bool {
+	ch := s.Channel(key)
+	n := &s.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, g := range n.groups {
+		if sub := g.chans[ch]; sub != nil && sub.confirmed && sub.err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm marks a subscription confirmed by Redis. A subscription that

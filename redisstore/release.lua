@@ -1,11 +1,19 @@
--- release: compare-and-DEL, leave the queue, wake the head, in one round trip.
--- KEYS[1] lock key, KEYS[2] queue key
--- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub, ARGV[3] token
+-- release: compare-and-DEL, leave the queue, and hand the key to the head
+-- waiter, in one round trip.
+-- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key
+-- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub, ARGV[3] token,
+-- ARGV[4] fence key retention ms (added to the granted TTL)
 -- Returns 1 when the token held the lock (now deleted), 2 when another token
--- holds it (left alone), 0 when nobody holds it. The head of the queue is
--- woken when the key is free afterwards and the head is new: after a
--- release, or when the departing token was the head. With no queue a
--- release wakes every subscriber of the key (waiters that did not queue).
+-- holds it (left alone), 0 when nobody holds it.
+-- When the key is free afterwards and the head is new (after a release, or
+-- when the departing token was the head), the head is granted the key here:
+-- the lock is set to its token and holder with PX = min(its TTL, its queue
+-- deadline - now), so a waiter that died holds the key no longer than its
+-- queue place would have, with a fresh fence by the acquire rules, and
+-- "TOKEN|FENCE|TTL_MS" is published on the key's channel. An entry without
+-- a TTL (an older client queued it), or a fence key that holds no fence,
+-- only wakes the head: "TOKEN". With no queue a release wakes every
+-- subscriber of the key (waiters that did not queue): "".
 local token = ARGV[3]
 local v = redis.call('GET', KEYS[1])
 local res = 0
@@ -26,12 +34,27 @@ end
 
 -- @lib
 
-local _, nowms = clock()
+local now, nowms = clock()
 local live = load_queue(KEYS[2], nowms, true)
 local pos = position(live, token)
 if pos then
   table.remove(live, pos)
   if #live == 0 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], token) end
 end
-if #live > 0 and (res == 1 or (res == 0 and pos == 1)) then notify(live[1][1]) end
+if #live == 0 or not (res == 1 or (res == 0 and pos == 1)) then return res end
+
+local head = live[1]
+local ttl = head[5]
+if ttl and ttl > 0 then
+  local f = mint_fence(KEYS[3], now, ttl + tonumber(ARGV[4]))
+  if f then
+    local hv = head[1]
+    if head[4] ~= '' then hv = hv .. '|' .. head[4] end
+    redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, head[3] - nowms))
+    if #live == 1 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], head[1]) end
+    notify(head[1] .. '|' .. f .. '|' .. ttl)
+    return res
+  end
+end
+notify(head[1])
 return res

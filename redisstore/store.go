@@ -76,6 +76,7 @@ var (
 	_ leasehold.Store         = (*Store)(nil)
 	_ leasehold.Inspector     = (*Store)(nil)
 	_ leasehold.Notifier      = (*Store)(nil)
+	_ leasehold.Granter       = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
 )
@@ -181,12 +182,14 @@ func (s *Store) LockKey(key string) string { return s.base(key) + ":lock" }
 func (s *Store) FenceKey(key string) string { return s.base(key) + ":fence" }
 
 // QueueKey returns the Redis key of key's waiter queue: PREFIX{TAG}:queue, a
-// hash of TOKEN -> "SEQ|DEADLINE_MS|HOLDER" (FIFO by SEQ; field "#" holds
+// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER" (FIFO by SEQ; TTL_MS is
+// the lock TTL the waiter asked for, which a release grants it; field "#" holds
 // the last SEQ). It expires with its last live waiter.
 func (s *Store) QueueKey(key string) string { return s.base(key) + ":queue" }
 
 // Channel returns key's notification channel, PREFIX{TAG}:wake: a release
-// publishes the token of the waiter to wake ("" wakes every subscriber). It
+// publishes "TOKEN|FENCE|TTL_MS" when it granted the key to the head waiter
+// TOKEN, the token of the waiter to wake, or "" to wake every subscriber. It
 // is a sharded channel (SPUBLISH/SSUBSCRIBE) on a Cluster.
 func (s *Store) Channel(key string) string { return s.base(key) + ":wake" }
 
@@ -356,14 +359,19 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 }
 
 // Release implements leasehold.Store: compare-and-DEL, leaving the queue and
-// waking its head (a PUBLISH of the head's token on the key's channel), in
-// one script.
+// handing the free key to its head, in one script. The head becomes the
+// holder at once (its token and holder, PX = the TTL it asked for, capped
+// at its queue deadline, and a fresh fence) and "TOKEN|FENCE|TTL_MS" is
+// published on the key's channel: a subscribed waiter takes the lease from
+// the message (leasehold.Granter) without an acquire of its own, and one
+// that missed it finds itself the holder on its next Acquire.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	base := s.base(key)
-	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue"}, base+":wake", s.sharded, token).Int64()
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence"},
+		base+":wake", s.sharded, token, s.retention.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return s.fail("release", key, err)

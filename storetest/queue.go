@@ -24,6 +24,7 @@ func (r *runner) queue(t *testing.T) {
 	t.Run("HolderRecorded", r.queueHolder)
 	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)
 	t.Run("ReleaseWakesOnlyTheHead", r.queueWakesHead)
+	t.Run("ReleaseGrantsTheHead", r.queueGrants)
 	t.Run("LockersWakeOnlyTheHead", r.queueLockersWakeHead)
 	t.Run("NotificationDeadlineHolds", r.queueNotifyDeadline)
 	t.Run("HungStoreIsNotContention", r.queueHungStore)
@@ -87,13 +88,19 @@ func (r *runner) queueFIFO(t *testing.T) {
 		t.Fatalf("Inspect with %d waiters: expected Waiting %d and NextHolder holder-w1, got %+v, %v", n, n, info, err)
 	}
 	holder := "h"
+	_, granter := rs[0].(leasehold.Granter) // a release makes the head the holder
 	for i := 1; i <= n; i++ {
 		mustRelease(t, rs[0], key, holder)
-		// Everyone behind the head is refused, latest first, although the key is free.
+		// Everyone behind the head is refused, latest first, although the key
+		// is free (or held by the head it was granted to).
 		for j := n; j > i; j-- {
-			g := mustQueue(t, rs[j], waitReq(key, fmt.Sprintf("w%d", j)), j-i)
-			if g.Remaining != 0 {
-				t.Fatalf("waiter w%d on a free key with waiters ahead: expected Grant.Remaining 0, got %v", j, g.Remaining)
+			ahead := j - i
+			if granter {
+				ahead--
+			}
+			g := mustQueue(t, rs[j], waitReq(key, fmt.Sprintf("w%d", j)), ahead)
+			if (g.Remaining != 0) != granter {
+				t.Fatalf("waiter w%d behind the head (granter %v): expected Grant.Remaining > 0 only when the head was granted the key, got %v", j, granter, g.Remaining)
 			}
 		}
 		holder = fmt.Sprintf("w%d", i)
@@ -150,9 +157,16 @@ func (r *runner) queueTry(t *testing.T) {
 		t.Fatalf("after a TryAcquire (QueueTTL 0) on a held key: expected 1 waiter (it must not queue), got %+v, %v", info, err)
 	}
 	mustRelease(t, rs[0], key, "h")
-	g := mustQueue(t, rs[2], try, 1) // the key is free, but a live waiter is ahead
-	if g.Remaining != 0 {
-		t.Fatalf("TryAcquire of a free key with a waiter: expected Grant.Remaining 0, got %v", g.Remaining)
+	if _, granter := rs[0].(leasehold.Granter); granter {
+		g := mustQueue(t, rs[2], try, 0) // the release granted the key to the waiter
+		if g.Remaining <= 0 || g.Holder != "holder-w" {
+			t.Fatalf("TryAcquire after a Granter's release: expected the key held by holder-w, got %+v", g)
+		}
+	} else {
+		g := mustQueue(t, rs[2], try, 1) // the key is free, but a live waiter is ahead
+		if g.Remaining != 0 {
+			t.Fatalf("TryAcquire of a free key with a waiter: expected Grant.Remaining 0, got %v", g.Remaining)
+		}
 	}
 	if _, err := rs[1].Acquire(ctx, waitReq(key, "w")); err != nil {
 		t.Fatalf("the waiter after the release (a TryAcquire tried in between): expected the grant, got %v", err)
@@ -289,8 +303,10 @@ func (r *runner) queueWakesHead(t *testing.T) {
 	expectAsleep(t, "release by the holder", ws[1], ws[2])
 
 	// The head leaves without taking the free key: the next one is woken.
-	if err := rs[1].Release(ctx, key, "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
-		t.Fatalf("head waiter leaving a free key: expected ErrNotHeld, got %v", err)
+	// A Granter's release made w1 the holder, so w1 leaves by releasing it.
+	_, granter := rs[0].(leasehold.Granter)
+	if err := rs[1].Release(ctx, key, "w1"); !errors.Is(err, leasehold.ErrNotHeld) && (!granter || err != nil) {
+		t.Fatalf("head waiter leaving a free key (granter %v): expected ErrNotHeld, or nil from a Granter, got %v", granter, err)
 	}
 	r.expectWake(t, ws[1], "the head left the queue of a free key")
 	expectAsleep(t, "the head left the queue of a free key", ws[2])
@@ -533,4 +549,63 @@ func (r *runner) queueLockers(t *testing.T, ctx context.Context, rs []fullStore,
 		}
 	}
 	return counts, results
+}
+
+// queueGrants checks a Granter's hand-off: a release makes the head waiter
+// the holder with a fresh fence and tells that waiter alone; a waiter that
+// missed the message finds itself the holder on its next Acquire, with the
+// same fence.
+func (r *runner) queueGrants(t *testing.T) {
+	rs := r.replicas(t, 3)
+	gr, ok := rs[1].(leasehold.Granter)
+	if !ok {
+		t.Skip("store does not implement leasehold.Granter")
+	}
+	n1, n2 := rs[1].(leasehold.Notifier), rs[2].(leasehold.Notifier)
+	key := r.key(t, "k")
+	ctx := ctxFor(t, 20*time.Second)
+	f0 := mustAcquire(t, rs[0], key, "h", time.Minute)
+	w1 := r.subscribe(t, n1, key, "w1")
+	w2 := r.subscribe(t, n2, key, "w2")
+	mustQueue(t, rs[1], waitReq(key, "w1"), 0)
+	mustQueue(t, rs[2], waitReq(key, "w2"), 1)
+	if _, ok := gr.Granted(key, "w1"); ok {
+		t.Fatal("Granted before any release: expected no grant")
+	}
+	mustRelease(t, rs[0], key, "h")
+	r.expectWake(t, w1, "release by the holder to a Granter's head")
+	expectAsleep(t, "release by the holder to a Granter's head", w2)
+	h, ok := gr.Granted(key, "w1")
+	if !ok {
+		t.Fatal("the woken head w1: expected the release's grant from Granted")
+	}
+	if h.Fence <= f0 || h.TTL != time.Minute {
+		t.Fatalf("grant to w1: expected a fence > %d and TTL 1m (what w1 asked for), got %+v", f0, h)
+	}
+	if _, ok := gr.Granted(key, "w1"); ok {
+		t.Fatal("Granted a second time: expected the grant forgotten")
+	}
+	info, err := rs[0].Inspect(ctx, key)
+	if err != nil || info.Token != "w1" || info.Holder != "holder-w1" || info.Fence != h.Fence || info.Waiting != 1 {
+		t.Fatalf("after the grant: expected w1 (holder-w1) to hold with fence %d and w2 waiting, got %+v, %v", h.Fence, info, err)
+	}
+	if info.Remaining <= 0 || info.Remaining > queueTTL {
+		t.Fatalf("after the grant: expected the remaining TTL capped at w1's queue deadline (%v), got %v", queueTTL, info.Remaining)
+	}
+	// An Acquire by the granted waiter (one that missed its message does
+	// this) returns the grant's fence.
+	mustRelease(t, rs[1], key, "w1")
+	r.expectWake(t, w2, "release by w1")
+	h2, ok := rs[2].(leasehold.Granter).Granted(key, "w2")
+	if !ok || h2.Fence <= h.Fence {
+		t.Fatalf("grant to w2: expected a fence > %d, got %+v (ok %v)", h.Fence, h2, ok)
+	}
+	g, err := rs[2].Acquire(ctx, waitReq(key, "w2"))
+	if err != nil || g.Fence != h2.Fence {
+		t.Fatalf("w2's Acquire after its grant: expected the granted fence %d, got %+v, %v", h2.Fence, g, err)
+	}
+	mustRelease(t, rs[2], key, "w2")
+	if _, err := rs[0].Inspect(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("after the last holder released with nobody queued: expected ErrNotHeld, got %v", err)
+	}
 }

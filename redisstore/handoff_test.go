@@ -1,0 +1,208 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// replica is one process's view: its own client (with a command counter),
+// Store and Locker.
+type replica struct {
+	cmds atomic.Int64
+	s    *redisstore.Store
+	lk   *leasehold.Locker
+}
+
+func newReplica(t *testing.T, srv *testredis.Server, opts leasehold.Options) *replica {
+	t.Helper()
+	r := &replica{}
+	c := srv.Client(t)
+	c.AddHook(countHook{&r.cmds})
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	opts.WaitCap = time.Minute // a missed wake-up would stall the test, not hide in polling
+	lk, err := leasehold.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	r.s, r.lk = s, lk
+	return r
+}
+
+// waitQueued waits until key has n waiters and r's command count has been
+// still for 100 ms (r sent its queued acquire and subscribed), and returns
+// that count.
+func waitQueued(t *testing.T, r *replica, key string, n int) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	last := int64(-1)
+	for time.Now().Before(deadline) {
+		info, err := r.s.Inspect(t.Context(), key)
+		cur := r.cmds.Load() - 1 // minus this Inspect
+		r.cmds.Add(-1)
+		if err == nil && info.Waiting == n && cur == last {
+			return cur
+		}
+		last = cur
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%q: expected %d waiter(s) queued within 10s", key, n)
+	return 0
+}
+
+type acquired struct {
+	ls  *leasehold.Lease
+	err error
+}
+
+func acquireAsync(ctx context.Context, lk *leasehold.Locker, key string) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		ls, err := lk.Acquire(ctx, key)
+		ch <- acquired{ls, err}
+	}()
+	return ch
+}
+
+// TestHandOffSendsNoAcquire checks issue 11's hand-off in one round trip: a
+// release grants the key to the head waiter, which takes its lease from the
+// notification without sending anything. Before grant-on-release the woken
+// waiter sent an acquire of its own.
+func TestHandOffSendsNoAcquire(t *testing.T) {
+	srv := testredis.Start(t)
+	opts := leasehold.Options{TTL: 10 * time.Second, WaiterTTL: time.Minute} // no queue refresh during the test
+	a, b := newReplica(t, srv, opts), newReplica(t, srv, opts)
+	ctx := t.Context()
+	const key = "handoff:none"
+	held, err := a.lk.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, b.lk, key)
+	before := waitQueued(t, b, key, 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter after the release: %v", r.err)
+	}
+	if sent := b.cmds.Load() - before; sent != 0 {
+		t.Errorf("the granted waiter sent %d command(s) after the release, expected none (the grant came with the wake-up)", sent)
+	}
+	info, err := a.s.Inspect(ctx, key)
+	if err != nil || info.Token != r.ls.Token() || info.Fence != r.ls.Fence() || r.ls.Fence() <= held.Fence() {
+		t.Fatalf("after the hand-off: expected the waiter's token and fence %d (> %d) in Redis, got %+v, %v", r.ls.Fence(), held.Fence(), info, err)
+	}
+	if err := r.ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHandOffLongTTLReacquires checks that a grant capped at the waiter's
+// queue deadline (TTL > WaiterTTL) is confirmed by one acquire, which
+// extends the lock to the full TTL and keeps the grant's fence.
+func TestHandOffLongTTLReacquires(t *testing.T) {
+	srv := testredis.Start(t)
+	opts := leasehold.Options{TTL: time.Minute, WaiterTTL: 30 * time.Second}
+	a, b := newReplica(t, srv, opts), newReplica(t, srv, opts)
+	ctx := t.Context()
+	const key = "handoff:long"
+	held, err := a.lk.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, b.lk, key)
+	waitQueued(t, b, key, 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter after the release: %v", r.err)
+	}
+	info, err := a.s.Inspect(ctx, key)
+	if err != nil || info.Fence != r.ls.Fence() || info.Remaining <= 30*time.Second {
+		t.Fatalf("after a capped grant: expected fence %d and the TTL extended past the 30s queue deadline, got %+v, %v", r.ls.Fence(), info, err)
+	}
+	if err := r.ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopingWaiterKeepsItsSubscription checks that a replica waiting on
+// one key again and again subscribes the key's channel once (it lingers
+// between waits), and then needs only its queued acquire and its release
+// per turn: no re-check after subscribing.
+func TestLoopingWaiterKeepsItsSubscription(t *testing.T) {
+	srv := testredis.Start(t)
+	admin := srv.Client(t)
+	opts := leasehold.Options{TTL: 10 * time.Second, WaiterTTL: time.Minute}
+	a, b := newReplica(t, srv, opts), newReplica(t, srv, opts)
+	ctx := t.Context()
+	const key = "handoff:loop"
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const turns = 4
+	for turn := range turns {
+		held, err := a.lk.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := b.cmds.Load()
+		got := acquireAsync(ctx, b.lk, key)
+		waitQueued(t, b, key, 1)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("turn %d: %v", turn, r.err)
+		}
+		if err := r.ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// That release published "" (nobody queued): let it arrive before the
+		// next turn's waiter subscribes, which it would wake for nothing.
+		time.Sleep(200 * time.Millisecond)
+		// waitQueued's Inspects are not counted.
+		if sent := b.cmds.Load() - start; turn > 0 && sent != 2 {
+			t.Errorf("turn %d: the waiter sent %d commands for one contended acquisition and its release, expected 2 (the queued acquire and the release)", turn, sent)
+		}
+	}
+	if n := subscribeCalls(t, admin); n != 1 {
+		t.Errorf("%d turns of one waiter on one key: expected 1 SUBSCRIBE (the channel lingers between waits), Redis counted %d", turns, n)
+	}
+}
+
+// subscribeCalls returns Redis's count of SUBSCRIBE calls since the last
+// CONFIG RESETSTAT.
+func subscribeCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_subscribe:calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
