@@ -115,3 +115,31 @@ func TestSubscriptionRowsEndWithTheirWaiter(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A waiter that subscribed before it queued keeps its place only for its
+// queue TTL: the subscription row (5 minutes) does not extend the queue
+// entry it becomes, so a dead waiter cannot hold up the queue for minutes.
+func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
+	_, dsn := fresh(t)
+	db := testpg.Connect(t, dsn)
+	s := open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := s.WaitRelease(ctx, "k", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w", TTL: time.Minute, QueueTTL: time.Second}); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	var left time.Duration
+	if err := db.QueryRow(ctx, `SELECT expires_at - clock_timestamp() FROM public.leasehold_locks_waiters WHERE key = 'k' AND token = 'w' AND queued`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left > time.Second {
+		t.Fatalf("a queue entry with a 1s queue TTL, after a subscription of the same token: expected <= 1s left, got %v", left)
+	}
+}

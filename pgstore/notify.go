@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
 )
 
 // subscribeTTL is how long a WaitRelease subscription makes releases of its
@@ -282,6 +284,23 @@ func parseGrant(s string) (handoff, string, bool) {
 	}
 	return handoff{fence: fence, ttl: time.Duration(ttl) * time.Millisecond}, key, true
 }
+
+// Granted implements leasehold.Granter: the grant a release made to token
+// for key (see the package doc, Waiting and hand-off), taken from the
+// NOTIFY payload that woke token's WaitRelease; it is forgotten once
+// returned, and when the subscription stops.
+func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
+	h, ok := s.lis.granted(key, token)
+	return leasehold.Handoff{Fence: h.fence, TTL: h.ttl}, ok
+}
+
+// Live implements leasehold.Granter. It is always false: a Locker that sees
+// true subscribes before its first (queued) Acquire, and WaitRelease of a
+// token that has not queued yet writes a subscription row (and deletes it
+// at the end), two statements where the re-check Acquire after subscribing
+// is one. With false, the queued Acquire comes first and the subscription
+// needs no statement.
+func (s *Store) Live(string) bool { return false }
 
 // granted returns and forgets the grant a release made to token for key.
 func (l *listener) granted(key, token string) (handoff, bool) {

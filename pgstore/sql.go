@@ -64,7 +64,9 @@ func (s *Store) buildSQL() {
 WHERE w.key = x.key AND w.token = x.token AND NOT w.queued`
 	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
 VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
-ON CONFLICT (key, token) DO UPDATE SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at)`
+ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END`
+	// (A subscription never extends a queue entry: the entry's deadline is
+	// the waiter's queue TTL, so a dead waiter leaves the queue in time.)
 
 	// Renewals are durable commits (see the package doc, Durability).
 	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
@@ -272,7 +274,8 @@ BEGIN
 		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us)
 		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond', p_ttl_us)
 		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true, ttl_us = EXCLUDED.ttl_us,
-			expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at),
+			-- a subscription row becoming a queue entry takes the queue TTL
+			expires_at = CASE WHEN w.queued THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
 		RETURNING w.enqueued_at INTO me;
 		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts

@@ -59,6 +59,7 @@ var (
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ leasehold.Granter       = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
