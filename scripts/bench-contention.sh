@@ -50,11 +50,16 @@ aspg() {
 echo "building after ($(git -C "$root" rev-parse --short HEAD)) and before ($before)" >&2
 (cd "$root/cmd/leasehold" && go build -o "$tmp/leasehold" .)
 git -C "$root" worktree add --detach "$tmp/before" "$before" >/dev/null 2>&1
-mkdir -p "$tmp/before/internal/contention" "$tmp/before/cmd/contention-child"
-cp "$root/cmd/leasehold/internal/contention/child.go" "$tmp/before/internal/contention/"
-sed 's#github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl#github.com/leasehold/leasehold/storeurl#' \
-	"$root/cmd/leasehold/internal/contention/open.go" >"$tmp/before/internal/contention/open.go"
-cat >"$tmp/before/cmd/contention-child/main.go" <<'GO'
+if [ -d "$tmp/before/cmd/leasehold/internal/contention" ]; then
+	# BEFORE has the benchmark itself (round 2 on): its own binary.
+	(cd "$tmp/before/cmd/leasehold" && go build -o "$tmp/leasehold-before" .)
+	beforecmd="$tmp/leasehold-before bench-child"
+else
+	mkdir -p "$tmp/before/internal/contention" "$tmp/before/cmd/contention-child"
+	cp "$root/cmd/leasehold/internal/contention/child.go" "$tmp/before/internal/contention/"
+	sed 's#github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl#github.com/leasehold/leasehold/storeurl#' \
+		"$root/cmd/leasehold/internal/contention/open.go" >"$tmp/before/internal/contention/open.go"
+	cat >"$tmp/before/cmd/contention-child/main.go" <<'GO'
 package main
 
 import (
@@ -65,11 +70,14 @@ import (
 
 func main() { os.Exit(contention.ChildMain(os.Args[1:], contention.OpenLeasehold, os.Stdin, os.Stdout)) }
 GO
-(cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
-set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
+	(cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
+	beforecmd="$tmp/child-before"
+fi
+set -- --variant "before=$beforecmd" --variant "after=$tmp/leasehold bench-child" "$@"
 if [ "${PEERS:-0}" = 1 ]; then
 	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
-	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync"
+	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync" \
+		--variant "etcdmutex@etcd=$tmp/peers/child etcdmutex" --variant "advisory@postgres=$tmp/peers/child advisory"
 fi
 
 # Servers.
@@ -97,8 +105,11 @@ for _ in $(seq 50); do
 done
 
 echo "load before the run: $(uptime)" >&2
-"$tmp/leasehold" bench --contention --replicas 8 --processes \
-	--redis "redis://127.0.0.1:$rport" \
-	--etcd "etcd://127.0.0.1:$eport" --etcd-metrics "http://127.0.0.1:$eport/metrics" \
-	--postgres "postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable" "$@"
+# STORES (default "redis etcd postgres") picks the stores to run against.
+stores=${STORES:-redis etcd postgres}
+targets=()
+case " $stores " in *" redis "*) targets+=(--redis "redis://127.0.0.1:$rport") ;; esac
+case " $stores " in *" etcd "*) targets+=(--etcd "etcd://127.0.0.1:$eport" --etcd-metrics "http://127.0.0.1:$eport/metrics") ;; esac
+case " $stores " in *" postgres "*) targets+=(--postgres "postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable") ;; esac
+"$tmp/leasehold" bench --contention --replicas 8 --processes "${targets[@]}" "$@"
 echo "load after the run: $(uptime)" >&2
