@@ -194,7 +194,11 @@ BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
 	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
 	-- A new statement, so a new snapshot: it sees every row committed before
-	-- the lock was granted.
+	-- the lock was granted. Read (and lock) the row before minting a fence:
+	-- with no row, nothing can create one while we hold the advisory lock (a
+	-- release grants only over the row it deletes), so the fast INSERT's
+	-- clock is fresh; an INSERT first could wait for such a release with a
+	-- clock read before its grant's fence.
 	SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
