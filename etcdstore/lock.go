@@ -159,12 +159,14 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 			[]clientv3.Op{clientv3.OpPut(e, req.Holder, clientv3.WithLease(ql.id))}, nil))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
+	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
+	if myRev > 0 || s.sess.mayQueue(ref{req.Key, req.Token}) {
+		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
+	}
 	return s.cli.Txn(ctx).
 		If(mine(k, req.Token)...).
 		Then(clientv3.OpPut(k, val, clientv3.WithLease(l.id), clientv3.WithPrevKV())).
-		Else(clientv3.OpTxn(free,
-			[]clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id)), clientv3.OpDelete(e)},
-			lost)).
+		Else(clientv3.OpTxn(free, take, lost)).
 		Commit()
 }
 
@@ -399,7 +401,8 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 
 // Release implements leasehold.Store: one transaction deletes the lock if
 // it holds token, and the token's queue entry in any case (a waiter that
-// gives up leaves the queue). The shared lease stays for the store's other
+// gives up leaves the queue) when this store queued it (an uncontended
+// release sends one delete). The shared lease stays for the store's other
 // and next locks.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
@@ -410,16 +413,17 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	defer end()
-	k, e := s.lockKey(key), s.entryKey(key, token)
-	resp, err := s.cli.Txn(ctx).
-		If(mine(k, token)...).
-		Then(clientv3.OpDelete(k), clientv3.OpDelete(e)).
-		Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpDelete(e)).
-		Commit()
+	k := s.lockKey(key)
+	r := ref{key, token}
+	then, els := []clientv3.Op{clientv3.OpDelete(k)}, []clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}
+	if s.sess.mayQueue(r) { // and our queue entry: a waiter leaves
+		e := clientv3.OpDelete(s.entryKey(key, token))
+		then, els = append(then, e), append(els, e)
+	}
+	resp, err := s.cli.Txn(ctx).If(mine(k, token)...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return s.wrap(ctx, "release", key, err)
 	}
-	r := ref{key, token}
 	s.sess.untrack(s.sess.held, r)
 	s.sess.untrack(s.sess.waiting, r)
 	switch {

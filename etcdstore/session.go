@@ -522,6 +522,15 @@ func (ss *session) renewed(m map[ref]*tracked, r ref, t *tracked, l *lease, ttl 
 	return true
 }
 
+// mayQueue reports whether r may have a queue entry that this store wrote:
+// tracked as waiting, or its failed sweep is to be retried. An acquire or
+// release of an r that never queued here needs no delete of the entry.
+func (ss *session) mayQueue(r ref) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.waiting[r] != nil || ss.retryEntries[r] != nil
+}
+
 // queueRev returns the create revision of r's queue entry as this store
 // last saw it, 0 if unknown.
 func (ss *session) queueRev(r ref) int64 {
