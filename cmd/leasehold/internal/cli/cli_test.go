@@ -70,6 +70,10 @@ func TestDrillExitStatuses(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(errOut, "--fencing must be on or off") {
 		t.Fatalf("expected exit 2 naming --fencing, got %d: %s", code, errOut)
 	}
+	code, _, errOut = runMain(t, "drill", "--workload", "semaphore", "--permits", "5")
+	if code != ExitUsage || !strings.Contains(errOut, "permits must be between 1 and replicas - 1") {
+		t.Fatalf("expected exit 2 naming the permits, got %d: %s", code, errOut)
+	}
 	code, _, errOut = runMain(t, "drill", "--metrics-addr", "not-an-address")
 	if code != ExitUsage || !strings.Contains(errOut, "--metrics-addr") {
 		t.Fatalf("expected exit 2 naming --metrics-addr, got %d: %s", code, errOut)

@@ -1,10 +1,15 @@
 package drill
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -12,10 +17,11 @@ import (
 // restart the store; its message says why.
 var errRestartSkipped = errors.New("drill: restart skipped")
 
-// inspectStore is a store that can also describe its locks.
+// inspectStore is a store that can also describe its locks and permits.
 type inspectStore interface {
 	leasehold.Store
 	leasehold.Inspector
+	leasehold.Semaphorer
 }
 
 // backend is the lock store a drill runs against and the faults it can
@@ -50,6 +56,73 @@ type backend interface {
 	// heal turns every fault off.
 	heal()
 	close()
+}
+
+// proxied is what the Redis and etcd backends share: the fault proxies
+// between the replicas and the store (one per endpoint) and the rules for
+// calls that went through them.
+type proxied struct {
+	cfg     Config
+	proxies []*faultproxy.Proxy
+}
+
+// maybeApplied: a failed call that is not an answer from the store (a
+// timeout, a cut connection) may have been applied.
+func (p *proxied) maybeApplied(err error) bool {
+	return !errors.Is(err, leasehold.ErrNotOwned) && !errors.Is(err, leasehold.ErrNotAcquired) &&
+		!errors.Is(err, errProcessDead)
+}
+
+// lateness: a request the proxy was holding (latency) when the client gave
+// up is still forwarded, so it may be applied up to the latency after the
+// call returned; plus a little for the scheduler.
+func (p *proxied) lateness() time.Duration {
+	late := 25 * time.Millisecond
+	if slices.Contains(p.cfg.Faults, FaultLatency) {
+		late += p.cfg.Latency
+	}
+	return late
+}
+
+func (p *proxied) each(f func(*faultproxy.Proxy) error) {
+	for _, x := range p.proxies {
+		_ = f(x)
+	}
+}
+
+func (p *proxied) setDown(down bool) {
+	p.each(func(x *faultproxy.Proxy) error { return x.SetDown(down) })
+}
+
+func (p *proxied) setLatency(d time.Duration) {
+	p.each(func(x *faultproxy.Proxy) error { return x.SetLatency(d) })
+}
+
+func (p *proxied) dropReplies(rate float64) {
+	p.each(func(x *faultproxy.Proxy) error { return x.DropReplies(rate) })
+}
+
+func (p *proxied) heal() {
+	p.setDown(false)
+	p.setLatency(0)
+	p.dropReplies(0)
+}
+
+// startProxy starts a fault proxy in front of addr.
+func (p *proxied) startProxy(addr string) (*faultproxy.Proxy, error) {
+	x, err := faultproxy.Start(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	p.proxies = append(p.proxies, x)
+	return x, nil
+}
+
+// runID returns a random name for one run's keys.
+func runID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // memBackend is the embedded memory store; its faults are memstore's own.

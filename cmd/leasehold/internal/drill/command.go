@@ -56,6 +56,11 @@ the request, and a store restart that loses its data. A checker then decides fro
 recorded history whether the invariants held and prints one verdict per invariant.
 The exit status is non-zero when any invariant failed.
 
+--workload election runs leasehold.Election on one key instead of the jobs (at most one
+trusted leader at any moment, the leaders' fenced writes linearizable); --workload semaphore
+holds permits of one key (at most --permits trusted holders, fences unique and increasing,
+a crashed holder's permit back after its TTL).
+
 --store memory (default) runs on the embedded store. --store redis://HOST:PORT[/DB] runs on
 an existing Redis, each replica connecting through a fault proxy (the drill does not restart
 it); --store redis-server starts the drill's own redis-server so it can restart it too.
@@ -70,7 +75,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --store redis-server                       # own redis-server, every fault
   leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
   leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL
-  leasehold drill --store etcd-server                        # own etcd process, every fault`,
+  leasehold drill --store etcd-server                        # own etcd process, every fault
+  leasehold drill --workload election --store redis-server   # leader election through every fault
+  leasehold drill --workload semaphore --permits 2 --replicas 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -198,7 +205,9 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
 	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
-	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process")
+	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")
+	f.StringVar((*string)(&cfg.Workload), "workload", string(WorkloadJobs), "what the replicas do: jobs (per-job leases, fenced writes), election (leasehold.Election on one key, the leader writes fenced) or semaphore (permits of one key, --permits)")
+	f.IntVar(&cfg.Permits, "permits", 2, "the semaphore workload's limit: at most this many holders (less than --replicas)")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
 	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
 	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")

@@ -36,6 +36,9 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--no-such-flag"},
 		{"--store", "postgres://user:hunter2@localhost:5432"},
 		{"--store", "redis://user:hunter2@localhost:6379/notadb"},
+		{"--workload", "lottery"},
+		{"--workload", "semaphore", "--permits", "3"}, // not below --replicas
+		{"--workload", "election", "--store", "redis-server", "--processes"},
 	} {
 		out, err := runCommand(t, args...)
 		if !errors.Is(err, ErrInvalidConfig) {
@@ -114,5 +117,22 @@ func TestCommandProcessesWithPassword(t *testing.T) {
 	}
 	if !strings.Contains(out, "3 replica processes") || !strings.Contains(out, "SIGKILLed holding job") {
 		t.Errorf("expected worker processes and a SIGKILL in the output, got:\n%s", out)
+	}
+}
+
+// The workload flags reach the drill: an election and a semaphore run end
+// to end from the command line, and the report names the workload.
+func TestCommandWorkloads(t *testing.T) {
+	for _, args := range [][]string{
+		{"--workload", "election", "--faults", "crash"},
+		{"--workload", "semaphore", "--permits", "2", "--replicas", "3", "--faults", "pause"},
+	} {
+		out, err := runCommand(t, append(args, "--ttl", "150ms")...)
+		if err != nil {
+			t.Fatalf("%v: expected a passing drill, got %v\n%s", args, err, out)
+		}
+		if !strings.Contains(out, args[1]) || !strings.Contains(out, "result: every invariant held") {
+			t.Errorf("%v: expected the %s workload to pass, got:\n%s", args, args[1], out)
+		}
 	}
 }

@@ -88,6 +88,23 @@ func faultNames() string {
 	return strings.Join(names, ",")
 }
 
+// Workload is what the replicas do under their leases.
+type Workload string
+
+// The workloads.
+const (
+	// WorkloadJobs: replicas take jobs under per-job leases and write each
+	// job's result to a fenced register (the default).
+	WorkloadJobs Workload = "jobs"
+	// WorkloadElection: replicas campaign for leadership of one key
+	// (leasehold.Election); each leader writes to a fenced register while it
+	// trusts its leadership.
+	WorkloadElection Workload = "election"
+	// WorkloadSemaphore: replicas take permits of one semaphore key
+	// (Locker.Semaphore, Config.Permits) and hold them for a while.
+	WorkloadSemaphore Workload = "semaphore"
+)
+
 // Config configures a drill. The zero value is valid and means the
 // documented defaults (fill them with WithDefaults).
 type Config struct {
@@ -116,6 +133,12 @@ type Config struct {
 	// (the hidden subcommand of NewCommand). The worker reads its settings
 	// from stdin and talks to the drill over its stdin and stdout.
 	WorkerCommand []string
+	// Workload is what the replicas do: WorkloadJobs (default),
+	// WorkloadElection or WorkloadSemaphore. The election and semaphore
+	// workloads run in-process only (not with Processes).
+	Workload Workload
+	// Permits is the semaphore workload's limit. Default 2.
+	Permits int
 	// Replicas is the number of worker processes, each with its own Locker
 	// over the same store. Default 3.
 	Replicas int
@@ -167,6 +190,10 @@ type Config struct {
 	// fault starts and ends (with what the replicas have done so far), and
 	// as the history is checked: `leasehold drill` writes it to stderr.
 	Progress io.Writer
+	// brokenTrust is the broken variant of the election and semaphore
+	// workloads, for the tests: a holder keeps trusting its term after its
+	// lease ended, so the checker must fail the run.
+	brokenTrust bool
 	// Observer, when set, also receives every event of the replicas' lockers
 	// (named "replica-N") and of the fenced register, e.g. a Prometheus
 	// adapter behind `leasehold drill --metrics-addr`.
@@ -190,6 +217,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Jobs == 0 {
 		c.Jobs = 40
 	}
+	if err := c.defaultWorkload(); err != nil {
+		return c, err
+	}
 	if c.kind().etcd() {
 		def(&c.TTL, etcdDefaultTTL)
 		def(&c.Outage, c.TTL*5/2) // as 1 s is to the default 400 ms TTL
@@ -211,7 +241,7 @@ func (c Config) WithDefaults() (Config, error) {
 		return bad("replicas must be between 2 and 64, got %d", c.Replicas)
 	case c.Jobs < 1 || c.Jobs > 10000:
 		return bad("jobs must be between 1 and 10000, got %d", c.Jobs)
-	case c.Jobs < len(c.Faults)+2:
+	case c.Workload == WorkloadJobs && c.Jobs < len(c.Faults)+2:
 		return bad("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run", c.Jobs, len(c.Faults)+2)
 	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
 		return bad("ttl must be between 50ms and 1m, got %v", c.TTL)
@@ -271,6 +301,28 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// defaultWorkload fills and checks Workload and Permits (Replicas is set).
+func (c *Config) defaultWorkload() error {
+	if c.Workload == "" {
+		c.Workload = WorkloadJobs
+	}
+	if c.Permits == 0 {
+		c.Permits = 2
+	}
+	switch {
+	case c.Workload == WorkloadJobs:
+		return nil
+	case c.Workload != WorkloadElection && c.Workload != WorkloadSemaphore:
+		return fmt.Errorf("%w: workload must be %s, %s or %s, got %q", ErrInvalidConfig, WorkloadJobs, WorkloadElection, WorkloadSemaphore, c.Workload)
+	case c.Workload == WorkloadSemaphore && (c.Permits < 1 || c.Permits >= c.Replicas):
+		return fmt.Errorf("%w: permits must be between 1 and replicas - 1 (%d), so that replicas contend, got %d", ErrInvalidConfig, c.Replicas-1, c.Permits)
+	case c.Processes:
+		return fmt.Errorf("%w: --processes runs the jobs workload only; drop it with --workload %s", ErrInvalidConfig, c.Workload)
+	}
+	c.Jobs = 1 // one key: the election's or the semaphore's
+	return nil
 }
 
 // storeKind is the kind of lock store Config.Store names: the one place

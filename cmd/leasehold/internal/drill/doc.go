@@ -11,6 +11,11 @@
 // TTL, no client believing it holds a lock it does not, fences that never go
 // backward, and every job done. It measures takeover time against the TTL.
 //
+// Config.Workload swaps the jobs for a leader election (leasehold.Election:
+// at most one trusted leader at any moment, its fenced writes linearizable)
+// or a semaphore (at most Config.Permits trusted holders, fences unique and
+// increasing, crashed permits back after their TTL) on one key.
+//
 // With Config.Processes the replicas are child processes of the same binary
 // (the hidden `drill worker` subcommand) on Redis: a pause is then SIGSTOP and
 // SIGCONT, a crash SIGKILL, and the workers report their history to the

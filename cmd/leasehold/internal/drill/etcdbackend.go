@@ -2,8 +2,6 @@ package drill
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,9 +43,8 @@ const (
 // quickly and bounds every store call by the renew timeout, so a fault shows
 // up as an error. The observer has a direct client that no fault reaches.
 type etcdBackend struct {
-	cfg       Config
-	base      clientv3.Config // endpoints and credentials of the real cluster
-	proxies   []*faultproxy.Proxy
+	proxied
+	base      clientv3.Config  // endpoints and credentials of the real cluster
 	server    *etcdproc.Server // nil unless the drill started it
 	direct    *clientv3.Client
 	obs       *etcdstore.Store
@@ -71,7 +68,7 @@ func etcdEndpoints(store string) (clientv3.Config, string, error) {
 }
 
 func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error) {
-	b := &etcdBackend{cfg: cfg, ctx: context.WithoutCancel(ctx)}
+	b := &etcdBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx)}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -99,9 +96,7 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	b.prefix = basePrefix + "leasehold-drill/" + hex.EncodeToString(rnd[:]) + "/"
+	b.prefix = basePrefix + "leasehold-drill/" + runID() + "/"
 	if _, err := b.direct.Get(pctx, b.prefix, clientv3.WithCountOnly()); err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s does not answer: %v", ErrSetup, where, err)
 	}
@@ -117,11 +112,9 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	_, _ = b.direct.Revoke(pctx, g.ID)
 
 	for _, ep := range b.base.Endpoints {
-		p, err := faultproxy.Start(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		if _, err := b.startProxy(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil {
+			return nil, err
 		}
-		b.proxies = append(b.proxies, p)
 	}
 	if b.obs, err = etcdstore.New(b.direct, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.observeTimeout()}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -186,22 +179,6 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 func (b *etcdBackend) observer() inspectStore        { return b.obs }
 func (b *etcdBackend) observeTimeout() time.Duration { return 300 * time.Millisecond }
 
-// maybeApplied: a failed call that is not an answer from etcd (a timeout, a
-// cut connection) may have been applied.
-func (b *etcdBackend) maybeApplied(err error) bool { return redisMaybeApplied(err) }
-
-// lateness: a request the proxy was holding when the client gave up is still
-// forwarded.
-func (b *etcdBackend) lateness() time.Duration {
-	late := 25 * time.Millisecond
-	for _, f := range b.cfg.Faults {
-		if f == FaultLatency {
-			late += b.cfg.Latency
-		}
-	}
-	return late
-}
-
 // expiryBound: while a replica's store reaches etcd it deletes a lock
 // nobody renews at its TTL; the store's shared lease is kept alive until
 // then. When the store dies or loses etcd (crash, outage), etcd expires the
@@ -212,24 +189,6 @@ func (b *etcdBackend) lateness() time.Duration {
 // renews").
 func (b *etcdBackend) expiryBound() time.Duration {
 	return b.cfg.TTL + b.serverTTL + etcdExpiryCheck
-}
-
-func (b *etcdBackend) setDown(down bool) {
-	for _, p := range b.proxies {
-		_ = p.SetDown(down)
-	}
-}
-
-func (b *etcdBackend) setLatency(d time.Duration) {
-	for _, p := range b.proxies {
-		_ = p.SetLatency(d)
-	}
-}
-
-func (b *etcdBackend) dropReplies(rate float64) {
-	for _, p := range b.proxies {
-		_ = p.DropReplies(rate)
-	}
 }
 
 // restart stops the drill's own member and starts it again on the same
@@ -261,15 +220,6 @@ func (b *etcdBackend) setOnRevive(f func()) {
 	b.mu.Unlock()
 }
 
-func (b *etcdBackend) heal() {
-	for _, p := range b.proxies {
-		_ = p.SetDown(false)
-		_ = p.SetLatency(0)
-		_ = p.DropReplies(0)
-		_ = p.Blackhole(false)
-	}
-}
-
 // close deletes the run's keys (best effort), then closes the clients, the
 // proxies and the drill's own member.
 func (b *etcdBackend) close() {
@@ -284,9 +234,7 @@ func (b *etcdBackend) close() {
 	if b.direct != nil {
 		_ = b.direct.Close()
 	}
-	for _, p := range b.proxies {
-		_ = p.Close()
-	}
+	b.each((*faultproxy.Proxy).Close)
 	if b.server != nil {
 		b.server.Close()
 	}

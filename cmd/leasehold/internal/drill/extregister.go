@@ -2,8 +2,6 @@ package drill
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -76,9 +74,7 @@ func checkRegister(url string) error {
 // openRegister connects the register named by url, with keys (Redis) or a
 // table (PostgreSQL) of this run only, removed again by close.
 func openRegister(ctx context.Context, url string, obs leasehold.Observer) (*externalRegister, error) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	run := hex.EncodeToString(b[:])
+	run := runID()
 	ctx, cancel := context.WithTimeout(ctx, externalTimeout)
 	defer cancel()
 	if strings.HasPrefix(url, "redis") {

@@ -52,12 +52,14 @@ type Window struct {
 	Skipped bool `json:"skipped,omitempty"`
 }
 
-// Acquisition is a successful store acquire, recorded at its return.
+// Acquisition is a successful store acquire (of a lock or a permit),
+// recorded at its return (At); Call is when it was sent.
 type Acquisition struct {
 	Key     string        `json:"key"`
 	Token   string        `json:"-"`
 	Fence   uint64        `json:"fence"`
 	Replica int           `json:"replica"`
+	Call    time.Duration `json:"call_ns,omitempty"`
 	At      time.Duration `json:"at_ns"`
 }
 

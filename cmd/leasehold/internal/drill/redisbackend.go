@@ -2,8 +2,6 @@ package drill
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -28,7 +26,7 @@ const StoreRedisServer = "redis-server"
 // and no retries so a fault shows up as an error; the observer (the sampler
 // and the ownership checks) has a direct client that no fault reaches.
 type redisBackend struct {
-	cfg    Config
+	proxied
 	opts   *redis.Options // the replicas' options, Addr set to the proxy
 	proxy  *faultproxy.Proxy
 	server *redisproc.Server // nil unless the drill started it
@@ -56,7 +54,7 @@ func redisOptions(store string) (*redis.Options, error) {
 }
 
 func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err error) {
-	b := &redisBackend{cfg: cfg, ctx: context.WithoutCancel(ctx)}
+	b := &redisBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx)}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -85,14 +83,11 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		return nil, fmt.Errorf("%w: cannot reach Redis at %s: %v", ErrSetup, opts.Addr, err)
 	}
 
-	if b.proxy, err = faultproxy.Start(opts.Addr); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	if b.proxy, err = b.startProxy(opts.Addr); err != nil {
+		return nil, err
 	}
 	b.opts = replicaOptions(opts, b.proxy.Addr(), cfg)
-
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	b.prefix = "leasehold-drill:" + hex.EncodeToString(rnd[:]) + ":"
+	b.prefix = "leasehold-drill:" + runID() + ":"
 	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
@@ -157,33 +152,7 @@ func (b *redisBackend) open() (leasehold.Store, func(), error) {
 func (b *redisBackend) observer() inspectStore        { return b.obs }
 func (b *redisBackend) observeTimeout() time.Duration { return 100 * time.Millisecond }
 
-// maybeApplied: a failed call whose reply is not an answer from Redis
-// (timeout, cut connection) may have been applied.
-func (b *redisBackend) maybeApplied(err error) bool { return redisMaybeApplied(err) }
-
-func redisMaybeApplied(err error) bool {
-	return !errors.Is(err, leasehold.ErrNotOwned) && !errors.Is(err, leasehold.ErrNotAcquired) &&
-		!errors.Is(err, errProcessDead)
-}
-
-// lateness: a request the proxy was holding (latency) when the client gave
-// up is still forwarded, so it may be applied up to the latency after the
-// call returned; plus a little for the scheduler.
-func (b *redisBackend) lateness() time.Duration {
-	late := 25 * time.Millisecond
-	for _, f := range b.cfg.Faults {
-		if f == FaultLatency {
-			late += b.cfg.Latency
-		}
-	}
-	return late
-}
-
 func (b *redisBackend) expiryBound() time.Duration { return b.cfg.TTL }
-
-func (b *redisBackend) setDown(down bool)          { _ = b.proxy.SetDown(down) }
-func (b *redisBackend) setLatency(d time.Duration) { _ = b.proxy.SetLatency(d) }
-func (b *redisBackend) dropReplies(rate float64)   { _ = b.proxy.DropReplies(rate) }
 
 func (b *redisBackend) restart(mark func()) error {
 	if b.server == nil {
@@ -195,15 +164,6 @@ func (b *redisBackend) restart(mark func()) error {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	return nil
-}
-
-func (b *redisBackend) heal() {
-	if b.proxy != nil {
-		_ = b.proxy.SetDown(false)
-		_ = b.proxy.SetLatency(0)
-		_ = b.proxy.DropReplies(0)
-		_ = b.proxy.Blackhole(false)
-	}
 }
 
 // close deletes the run's keys (best effort), then closes the clients, the
@@ -227,9 +187,7 @@ func (b *redisBackend) close() {
 	if b.direct != nil {
 		_ = b.direct.Close()
 	}
-	if b.proxy != nil {
-		_ = b.proxy.Close()
-	}
+	b.each((*faultproxy.Proxy).Close)
 	if b.server != nil {
 		b.server.Close()
 	}

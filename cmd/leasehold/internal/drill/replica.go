@@ -30,18 +30,34 @@ type replica struct {
 
 // incarnation is one process lifetime of a replica: in-process, a Locker
 // over its own procStore; with Config.Processes, in the parent, a child
-// process (proc) and, in the child, its Locker.
+// process and, in the child, its Locker. Its process is what a pause
+// freezes and a crash kills: the procStore in-process (its store calls
+// block or fail), the child process (SIGSTOP, SIGCONT, SIGKILL).
 type incarnation struct {
 	n      int
 	locker *leasehold.Locker
-	ps     *procStore
-	proc   *child
+	proc   process
 	crash  chan struct{} // closed when the process dies
 	once   sync.Once
 }
 
+// process is what the pause and crash faults act on.
+type process interface {
+	freeze()
+	thaw()
+	// waitThaw waits until a pause ends, or ctx does (then it thaws).
+	waitThaw(ctx context.Context)
+	kill()
+}
+
+var (
+	_ process = (*procStore)(nil)
+	_ process = (*child)(nil)
+)
+
 type pauseEvent struct {
 	replica, job int
+	at           time.Duration // when the pause began
 }
 
 // outcome of one attempt at a job.
@@ -97,7 +113,11 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 			panic(err)
 		}
 		lockers = append(lockers, inc.locker)
-		r.run(ctx, inc)
+		if d.cfg.Workload == WorkloadJobs {
+			r.run(ctx, inc)
+		} else {
+			d.runGroup(ctx, r, inc)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -117,7 +137,7 @@ func (r *replica) newIncarnation(n int, ps *procStore, obs leasehold.Observer) (
 	if err != nil {
 		return nil, err
 	}
-	inc := &incarnation{n: n, locker: l, ps: ps, crash: make(chan struct{})}
+	inc := &incarnation{n: n, locker: l, proc: ps, crash: make(chan struct{})}
 	r.mu.Lock()
 	r.inc = inc
 	r.mu.Unlock()
@@ -145,42 +165,9 @@ func (r *replica) run(ctx context.Context, inc *incarnation) {
 // and its goroutines stop without releasing anything.
 func (inc *incarnation) die() {
 	inc.once.Do(func() {
-		if inc.proc != nil {
-			inc.proc.kill()
-		} else {
-			inc.ps.kill()
-		}
+		inc.proc.kill()
 		close(inc.crash)
 	})
-}
-
-// freeze starts a pause: in-process every store call of the incarnation
-// blocks, a child process gets SIGSTOP.
-func (inc *incarnation) freeze() {
-	if inc.proc != nil {
-		inc.proc.freeze()
-		return
-	}
-	inc.ps.freeze()
-}
-
-// waitThaw waits until the pause ends or ctx does (then it thaws).
-func (inc *incarnation) waitThaw(ctx context.Context) {
-	if inc.proc != nil {
-		inc.proc.waitThaw(ctx)
-		return
-	}
-	inc.ps.waitThaw(ctx)
-}
-
-// thaw ends a pause: in-process it unblocks the store calls, for a child
-// process it sends SIGCONT.
-func (inc *incarnation) thaw() {
-	if inc.proc != nil {
-		inc.proc.thaw()
-		return
-	}
-	inc.ps.thaw()
 }
 
 func (inc *incarnation) dead() bool {
@@ -388,15 +375,15 @@ func (r *replica) takePause() bool {
 // pause freezes the whole process right before its write: every store call
 // of this incarnation (its renewals too) waits until the injector thaws it.
 func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int, key, token string, id int) {
-	inc.freeze()
+	inc.proc.freeze()
 	at := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseStart = at })
 	d.rec.stop(Stop{Fault: FaultPause, Replica: r.id, Key: key, Token: token, At: at})
 	select {
-	case d.pauses <- pauseEvent{replica: r.id, job: job}:
+	case d.pauses <- pauseEvent{replica: r.id, job: job, at: at}:
 	case <-ctx.Done():
 	}
-	inc.waitThaw(ctx)
+	inc.proc.waitThaw(ctx)
 	end := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseEnd = end })
 }

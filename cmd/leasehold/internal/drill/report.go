@@ -37,6 +37,8 @@ type ConfigSummary struct {
 	Store          string        `json:"store"`
 	Replicas       int           `json:"replicas"`
 	Processes      bool          `json:"processes,omitempty"` // replicas ran as child processes
+	Workload       Workload      `json:"workload"`
+	Permits        int           `json:"permits,omitempty"` // the semaphore workload's limit
 	Jobs           int           `json:"jobs"`
 	TTL            time.Duration `json:"ttl_ns"`
 	WorkMin        time.Duration `json:"work_min_ns"`
@@ -60,11 +62,15 @@ func registerLabel(url string) string {
 }
 
 func summarize(c Config) ConfigSummary {
-	return ConfigSummary{
-		Store: c.storeLabel(), Register: registerLabel(c.Register), Replicas: c.Replicas, Processes: c.Processes, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
+	s := ConfigSummary{
+		Store: c.storeLabel(), Register: registerLabel(c.Register), Replicas: c.Replicas, Processes: c.Processes, Workload: c.Workload, Jobs: c.Jobs, TTL: c.TTL, WorkMin: c.WorkMin, WorkMax: c.WorkMax,
 		OnStoreError: c.OnStoreError.String(), OnRenewFailure: c.OnRenewFailure.String(), Fencing: !c.NoFencing,
 		Faults: c.Faults, Outage: c.Outage, Latency: c.Latency, Window: c.Window, DropRate: c.DropRate,
 	}
+	if c.Workload == WorkloadSemaphore {
+		s.Permits = c.Permits
+	}
+	return s
 }
 
 // Failed returns the invariants that failed.
@@ -101,8 +107,15 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	if c.Register != "" && c.Register != "memory" {
 		register = " (register " + c.Register + ")"
 	}
-	fmt.Fprintf(&b, "drill: store %s, %d %s, %d jobs, TTL %v, %s, renew failure: %s, fencing %s%s, faults: %s\n",
-		c.Store, c.Replicas, replicas, c.Jobs, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), register, faultList(c.Faults))
+	work := fmt.Sprintf("%d jobs", c.Jobs)
+	switch c.Workload {
+	case WorkloadElection:
+		work = "election"
+	case WorkloadSemaphore:
+		work = fmt.Sprintf("semaphore of %d permits", c.Permits)
+	}
+	fmt.Fprintf(&b, "drill: store %s, %d %s, %s, TTL %v, %s, renew failure: %s, fencing %s%s, faults: %s\n",
+		c.Store, c.Replicas, replicas, work, c.TTL, c.OnStoreError, c.OnRenewFailure, onOff(c.Fencing), register, faultList(c.Faults))
 	for _, iv := range r.Invariants {
 		fmt.Fprintf(&b, "%-4s  %-42s %s\n", iv.Verdict, iv.Name, iv.Summary)
 		if verbose || iv.Verdict != Pass {

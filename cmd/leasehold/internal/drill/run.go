@@ -93,6 +93,8 @@ type drill struct {
 	// arrive at once.
 	arrival  time.Duration
 	injected atomic.Bool
+	// restarting is set while the restart fault runs.
+	restarting atomic.Bool
 
 	// abort ends the workload early; failed is why (a worker process that
 	// could not start or died on its own).
@@ -197,7 +199,15 @@ func (d *drill) run(parent context.Context) {
 	d.progress("%d replicas working on %d jobs (TTL %v); faults: %v", len(d.replicas), d.cfg.Jobs, d.cfg.TTL, d.cfg.Faults)
 	injCtx, stopInj := context.WithCancel(work)
 	var injWG sync.WaitGroup
-	injWG.Go(func() { d.inject(injCtx) })
+	injDone := make(chan struct{})
+	injWG.Go(func() {
+		defer close(injDone)
+		d.inject(injCtx)
+		if d.cfg.Workload != WorkloadJobs { // a few quiet terms, then stop
+			sleep(injCtx, 4*d.cfg.TTL)
+			d.doneOnce.Do(func() { close(d.allDone) })
+		}
+	})
 	sampCtx, stopSamp := context.WithCancel(context.Background())
 	var sampWG sync.WaitGroup
 	sampWG.Go(func() { d.sample(sampCtx) })
@@ -207,6 +217,10 @@ func (d *drill) run(parent context.Context) {
 	case <-ctx.Done():
 	}
 	d.rec.count(func(h *History) { h.Duration = d.rec.since() })
+	select { // every planned fault is injected, also when the jobs were done first (a long pause)
+	case <-injDone:
+	case <-ctx.Done():
+	}
 	stopInj()
 	injWG.Wait() // the injector heals the store and thaws paused replicas
 	stopWork()
@@ -229,6 +243,9 @@ func (d *drill) run(parent context.Context) {
 }
 
 func (d *drill) markDone(job int) {
+	if d.cfg.Workload != WorkloadJobs { // no job is ever done: the run ends with the faults
+		return
+	}
 	if d.done[job].CompareAndSwap(false, true) {
 		if int(d.doneCount.Add(1)) == d.cfg.Jobs {
 			d.doneOnce.Do(func() { close(d.allDone) })
@@ -300,9 +317,9 @@ func (d *drill) sample(ctx context.Context) {
 		// time List returns, is the conservative moment to compare with.
 		now := d.rec.since()
 		lctx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
-		locks, err := d.be.observer().List(lctx, keyPrefix)
+		locks, err := d.groupLocks(lctx)
 		cancel()
-		if err != nil {
+		if err != nil || d.restarting.Load() {
 			continue
 		}
 		for _, l := range locks {
@@ -395,7 +412,7 @@ func (d *drill) finalProbe(ctx context.Context) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*d.be.observeTimeout())
-	locks, err := d.be.observer().List(lctx, keyPrefix)
+	locks, err := d.groupLocks(lctx)
 	cancel()
 	if err != nil {
 		return

@@ -41,11 +41,13 @@ type procStore struct {
 // Every store in this repository has all four; newProcStore refuses one that
 // lacks any rather than hide or fake it.
 var (
-	_ leasehold.Store         = (*procStore)(nil)
-	_ leasehold.Inspector     = (*procStore)(nil)
-	_ leasehold.Notifier      = (*procStore)(nil)
-	_ leasehold.BatchRenewer  = (*procStore)(nil)
-	_ leasehold.ForceReleaser = (*procStore)(nil)
+	_ leasehold.Store          = (*procStore)(nil)
+	_ leasehold.Inspector      = (*procStore)(nil)
+	_ leasehold.Notifier       = (*procStore)(nil)
+	_ leasehold.BatchRenewer   = (*procStore)(nil)
+	_ leasehold.ForceReleaser  = (*procStore)(nil)
+	_ leasehold.Semaphorer     = (*procStore)(nil)
+	_ leasehold.PermitNotifier = (*procStore)(nil)
 )
 
 // fullStore is a store with every optional capability.
@@ -55,6 +57,8 @@ type fullStore interface {
 	leasehold.Notifier
 	leasehold.BatchRenewer
 	leasehold.ForceReleaser
+	leasehold.Semaphorer
+	leasehold.PermitNotifier
 }
 
 // newProcStore wraps st for one replica process; it fails when st lacks an
@@ -62,7 +66,7 @@ type fullStore interface {
 func newProcStore(st leasehold.Store, rec callRecorder, replica int, applied func(error) bool, late time.Duration) (*procStore, error) {
 	full, ok := st.(fullStore)
 	if !ok {
-		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, BatchRenewer, ForceReleaser); %T lacks one", ErrSetup, st)
+		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, BatchRenewer, ForceReleaser, Semaphorer, PermitNotifier); %T lacks one", ErrSetup, st)
 	}
 	return &procStore{inner: full, rec: rec, replica: replica, applied: applied, late: late}, nil
 }
@@ -123,9 +127,59 @@ func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (
 	g, err := p.inner.Acquire(ctx, req)
 	p.end(token, call, err)
 	if err == nil {
-		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, At: p.rec.since()})
+		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, Call: call, At: p.rec.since()})
 	}
 	return g, err
+}
+
+// AcquirePermit, RenewPermit and ReleasePermit are recorded as Acquire,
+// Renew and Release are (the semaphore workload).
+func (p *procStore) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+	if err := p.gate(ctx); err != nil {
+		return leasehold.Grant{}, err
+	}
+	call := p.rec.begin(req.Token)
+	g, err := p.inner.AcquirePermit(ctx, req)
+	p.end(req.Token, call, err)
+	if err == nil {
+		p.rec.acquired(Acquisition{Key: req.Key, Token: req.Token, Fence: g.Fence, Replica: p.replica, Call: call, At: p.rec.since()})
+	}
+	return g, err
+}
+
+func (p *procStore) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := p.gate(ctx); err != nil {
+		return err
+	}
+	call := p.rec.begin(token)
+	err := p.inner.RenewPermit(ctx, key, token, ttl)
+	p.end(token, call, err)
+	return err
+}
+
+func (p *procStore) ReleasePermit(ctx context.Context, key, token string) error {
+	if err := p.gate(ctx); err != nil {
+		return err
+	}
+	call := p.rec.begin(token)
+	err := p.inner.ReleasePermit(ctx, key, token)
+	p.rec.end(token, call, false, 0)
+	return err
+}
+
+func (p *procStore) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+	if err := p.gate(ctx); err != nil {
+		return leasehold.PermitInfo{}, err
+	}
+	return p.inner.Permits(ctx, key)
+}
+
+// WaitPermit forwards to the shared store's permit notifier.
+func (p *procStore) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := p.gate(ctx); err != nil {
+		return nil, nil, err
+	}
+	return p.inner.WaitPermit(ctx, key, token)
 }
 
 func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {

@@ -59,7 +59,7 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 	defer cancel()
 	wh := newWorkerHost(ctx, hello, out)
 	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(hello.Jobs, 1))}
-	ps, err := newProcStore(st, wh, r.id, redisMaybeApplied, hello.Late)
+	ps, err := newProcStore(st, wh, r.id, new(proxied).maybeApplied, hello.Late)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,329 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// The election and semaphore workloads (Config.Workload). Every replica
+// contends for one key, groupKey, through the same faults as the jobs
+// workload. Each leadership term or permit is a Section that spans the time
+// its holder trusted it: from Campaign's or Acquire's return until its
+// context ended (no later than its ValidUntil), it resigned or released, or
+// it crashed. The checker counts the Sections open at any moment.
+
+// groupKey is the one key the election and semaphore workloads contend for.
+var groupKey = jobKey(0)
+
+// trustSlack absorbs the recorder's clock reads at the two ends of a term.
+const trustSlack = clockSlack
+
+// runGroup runs one incarnation of r in the election or semaphore workload
+// until ctx ends or the incarnation crashes.
+func (d *drill) runGroup(ctx context.Context, r *replica, inc *incarnation) {
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if d.cfg.Workload == WorkloadElection {
+			d.campaign(ictx, r, inc)
+		} else {
+			d.holdPermits(ictx, r, inc)
+		}
+	})
+	select {
+	case <-ctx.Done():
+	case <-inc.crash:
+	}
+	cancel()
+	wg.Wait()
+}
+
+// campaign takes part in the election on groupKey (Election.Run) until ctx
+// ends. A leader ends its term after a random length by cancelling its Run
+// (which resigns), then campaigns again.
+func (d *drill) campaign(ctx context.Context, r *replica, inc *incarnation) {
+	for ctx.Err() == nil && !inc.dead() {
+		runCtx, endTerm := context.WithCancel(ctx)
+		el, err := leasehold.NewElection(inc.locker, groupKey, leasehold.Callbacks{
+			OnStartedLeading: func(lctx context.Context, ls *leasehold.Lease) {
+				trust := lctx
+				if d.cfg.brokenTrust {
+					trust = runCtx // the broken variant: leadership outlives the lease
+				}
+				d.term(ctx, trust, r, inc, ls, true)
+				endTerm()
+			},
+		})
+		if err != nil { // the key is fixed and every drill store is an Inspector
+			panic(err)
+		}
+		_ = el.Run(runCtx)
+		endTerm()
+	}
+}
+
+// holdPermits takes a permit of groupKey's semaphore (waiting in its queue),
+// holds it for a random time and releases it, until ctx ends.
+func (d *drill) holdPermits(ctx context.Context, r *replica, inc *incarnation) {
+	sem, err := inc.locker.Semaphore(groupKey, d.cfg.Permits)
+	if err != nil { // the key is fixed and Config checked the limit
+		panic(err)
+	}
+	for ctx.Err() == nil && !inc.dead() {
+		actx, cancel := context.WithTimeout(ctx, 4*d.cfg.TTL+d.cfg.WorkMax)
+		ls, err := sem.Acquire(actx)
+		cancel()
+		if err != nil {
+			sleep(ctx, 25*time.Millisecond+d.randN(25*time.Millisecond))
+			continue
+		}
+		trust := ls.Context()
+		if d.cfg.brokenTrust {
+			trust = ctx
+		}
+		if d.term(ctx, trust, r, inc, ls, false) {
+			_ = ls.Release(context.WithoutCancel(ctx))
+		}
+		sleep(ctx, d.randN(10*time.Millisecond))
+	}
+}
+
+// term records one term (leadership or permit) as a Section while its holder
+// trusts it (until trust ends or its random length runs out) and returns
+// whether the holder is still alive. An election leader writes its fence to
+// the register every TTL/8, after an ownership check; a pause lands right
+// before such a write (or, on a permit, at the same moment).
+func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, ls *leasehold.Lease, write bool) (alive bool) {
+	sec := Section{Replica: r.id, Incarnation: inc.n, Key: groupKey, Token: ls.Token(), Fence: ls.Fence(),
+		Degraded: ls.Degraded(), Start: d.since()}
+	id := d.openSection(sec)
+	sec.ID = id
+	r.setWorking(0, !ls.Degraded())
+	defer r.setWorking(-1, false)
+	length := d.cfg.WorkMin + d.randN(d.cfg.WorkMax-d.cfg.WorkMin)
+	if write {
+		length *= 2
+	}
+	if d.cfg.brokenTrust {
+		length += 3 * d.cfg.TTL
+	}
+	deadline := time.NewTimer(length)
+	defer deadline.Stop()
+	worked := false
+	end := func(outcome string) bool {
+		at := d.since()
+		switch {
+		case inc.dead(): // the crash also ends ctx: whichever select saw first
+			d.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: groupKey, Token: ls.Token(), At: at})
+			d.endSection(id, at, "crashed", worked)
+			return false
+		case trust.Err() != nil: // it may have ended during a pause
+			at, outcome = d.trustEnd(ls), causeName(ls.Err())
+		}
+		d.endSection(id, at, outcome, worked)
+		return true
+	}
+	for {
+		step := time.NewTimer(d.cfg.TTL/8 + d.randN(d.cfg.TTL/8))
+		select {
+		case <-step.C:
+		case <-deadline.C:
+			return end("term over")
+		case <-trust.Done():
+			step.Stop()
+			return end("")
+		case <-inc.crash:
+			step.Stop()
+			return end("crashed")
+		case <-ctx.Done():
+			step.Stop()
+			return end("stopped")
+		}
+		if trust.Err() != nil { // the last check before the write
+			continue
+		}
+		if write {
+			d.checkBelief(ctx, ls, &sec)
+		}
+		d.beforeWrite(ctx, r, inc, 0, ls, id)
+		if inc.dead() {
+			continue
+		}
+		if write {
+			d.write(r.id, 0, id, ls.Fence(), fmt.Sprintf("r%d/s%d", r.id, id))
+			worked = true
+		}
+	}
+}
+
+// trustEnd is when a holder stopped trusting a lease whose context ended:
+// now, or its ValidUntil when that came first (the holder noticed late).
+func (d *drill) trustEnd(ls *leasehold.Lease) time.Duration {
+	if d.cfg.brokenTrust {
+		return d.since()
+	}
+	return min(d.since(), ls.ValidUntil().Sub(d.rec.t0))
+}
+
+// takenOver reports whether a paused holder's place was taken meanwhile:
+// its job written (jobs), a write by another leader (election), another
+// replica's permit (semaphore).
+func (d *drill) takenOver(ev pauseEvent) bool {
+	if d.cfg.Workload == WorkloadJobs {
+		return d.done[ev.job].Load()
+	}
+	taken := false
+	d.rec.count(func(h *History) {
+		for _, o := range h.Ops {
+			taken = taken || o.Write && o.Accepted && o.Client != ev.replica && o.Call > ev.at
+		}
+		for _, a := range h.Acquisitions {
+			taken = taken || d.cfg.Workload == WorkloadSemaphore && a.Replica != ev.replica && a.At > ev.at
+		}
+	})
+	return taken
+}
+
+// groupLocks returns what the store holds for the workload: the locks
+// under keyPrefix, or the semaphore's live permits.
+func (d *drill) groupLocks(ctx context.Context) ([]leasehold.LockInfo, error) {
+	if d.cfg.Workload != WorkloadSemaphore {
+		return d.be.observer().List(ctx, keyPrefix)
+	}
+	info, err := d.be.observer().Permits(ctx, groupKey)
+	return info.Holders, err
+}
+
+// checkGroup decides the election or semaphore workload's invariants.
+func checkGroup(cfg Config, h History, rep *Report) []Invariant {
+	if cfg.Workload == WorkloadElection {
+		return []Invariant{
+			checkTrusted(h, 1, "at most one trusted leader"),
+			checkStale(h),
+			checkLinearizable(h, !cfg.NoFencing),
+			checkTakeover(cfg, h, rep),
+			checkFences(h),
+			checkStuck(cfg, h),
+			checkBeliefs(h),
+			terms(h),
+		}
+	}
+	return []Invariant{
+		checkTrusted(h, cfg.Permits, fmt.Sprintf("at most %d trusted holders", cfg.Permits)),
+		checkPermitFences(h),
+		checkStuck(cfg, h),
+		terms(h),
+	}
+}
+
+// checkTrusted sweeps the Sections: at no moment more than limit of them
+// open (each shortened by trustSlack at its end). A moment after a store
+// restart that every open Section started before is counted apart: the
+// restart lost the lock, so the store handed it out while its holder still
+// trusted it until its next renewal.
+func checkTrusted(h History, limit int, name string) Invariant {
+	iv := Invariant{Name: name}
+	type edge struct {
+		at    time.Duration
+		delta int
+		sec   int
+	}
+	var edges []edge
+	for i, s := range h.Sections {
+		end := s.End - trustSlack
+		if s.End == 0 {
+			end = h.Duration
+		}
+		if end > s.Start {
+			edges = append(edges, edge{s.Start, 1, i}, edge{end, -1, i})
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int { // ends before starts at the same instant
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.delta - b.delta
+	})
+	open := map[int]bool{}
+	bad, restart, most := 0, 0, 0
+	for _, e := range edges {
+		if e.delta < 0 {
+			delete(open, e.sec)
+			continue
+		}
+		open[e.sec] = true
+		most = max(most, len(open))
+		if len(open) <= limit {
+			continue
+		}
+		var who []string
+		first := e.at
+		for _, i := range slices.Sorted(maps.Keys(open)) {
+			s := h.Sections[i]
+			first = min(first, s.Start)
+			who = append(who, fmt.Sprintf("replica %d fence %d %v–%v", s.Replica, s.Fence, fmtDur(s.Start), fmtDur(s.End)))
+		}
+		if slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= first && r <= e.at }) {
+			restart++
+			iv.detail("at %v, across a store restart (expected until the next renewal): %s", fmtDur(e.at), strings.Join(who, "; "))
+			continue
+		}
+		bad++
+		iv.detail("at %v, %d trusted at once: %s", fmtDur(e.at), len(open), strings.Join(who, "; "))
+	}
+	iv.Verdict = passUnless(bad > 0)
+	iv.Summary = fmt.Sprintf("%d moments with more than %d trusted (at most %d at once over %d terms); %d more across a store restart",
+		bad, limit, most, len(h.Sections), restart)
+	return iv
+}
+
+// checkPermitFences: every permit's fence is unique, and a permit acquired
+// after another one's acquire returned has a greater fence (concurrent
+// acquisitions are not ordered), also across a store restart.
+func checkPermitFences(h History) Invariant {
+	iv := Invariant{Name: "fences unique and increasing"}
+	seen := map[uint64]int{}
+	dup, backward := 0, 0
+	for _, a := range h.Acquisitions {
+		if seen[a.Fence]++; seen[a.Fence] == 2 {
+			dup++
+			iv.detail("fence %d granted more than once", a.Fence)
+		}
+	}
+	for _, a := range h.Acquisitions {
+		for _, p := range h.Acquisitions {
+			if p.Token != a.Token && p.At < a.Call && a.Fence <= p.Fence {
+				backward++
+				iv.detail("fence %d acquired at %v after fence %d was returned at %v", a.Fence, fmtDur(a.At), p.Fence, fmtDur(p.At))
+				break
+			}
+		}
+	}
+	iv.Verdict = passUnless(dup+backward > 0)
+	iv.Summary = fmt.Sprintf("%d of %d permits repeated a fence, %d went backward", dup, len(h.Acquisitions), backward)
+	return iv
+}
+
+// terms summarizes the terms (INFO).
+func terms(h History) Invariant {
+	outcomes := map[string]int{}
+	replicas := map[int]bool{}
+	for _, s := range h.Sections {
+		outcomes[s.Outcome]++
+		replicas[s.Replica] = true
+	}
+	var parts []string
+	for _, o := range slices.Sorted(maps.Keys(outcomes)) {
+		parts = append(parts, fmt.Sprintf("%d %s", outcomes[o], o))
+	}
+	return Invariant{Name: "terms", Verdict: Info,
+		Summary: fmt.Sprintf("%d terms held by %d replicas: %s", len(h.Sections), len(replicas), strings.Join(parts, ", "))}
+}
