@@ -1,10 +1,11 @@
 -- acquire: the queue rule, SET PX with the holder, and the fence, in one round trip.
 -- KEYS[1] lock key  (string "token|holder", PX = TTL)
 -- KEYS[2] fence key (string: the last fence minted for the key, a decimal uint64)
--- KEYS[3] queue key (hash: token -> "seq|deadline ms|TTL ms|holder", "#" -> last seq;
+-- KEYS[3] queue key (hash: token -> "seq|deadline ms|TTL ms|wake|holder", "#" -> last seq;
 --                    PEXPIRE = the latest deadline, so it vanishes with its last waiter)
 -- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3] fence key
--- expiry ms, ARGV[4] queue TTL ms (0: never queue). (Ten words in all: Redis
+-- expiry ms, ARGV[4] "QUEUE_TTL_MS|WAKE": the queue TTL (0: never queue) and
+-- the suffix of the waiter's process channel (CHANNEL:WAKE). (Ten words in all: Redis
 -- answers a longer command from a client that has not authenticated with a
 -- protocol error instead of NOAUTH.)
 -- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
@@ -33,7 +34,8 @@ end
 -- @lib
 
 local token = string.match(value, '^[^|]*')
-local qttl = tonumber(ARGV[4])
+local qttl, wake = string.match(ARGV[4], '^(%d+)|?(%x*)$')
+qttl = tonumber(qttl) or 0
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.
@@ -63,7 +65,7 @@ local function enqueue(live, pos, nowms)
   local dl = nowms + qttl
   local seq
   if pos then seq = live[pos][2] else seq = redis.call('HINCRBY', KEYS[3], '#', 1) end
-  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|', seq, dl, ttl) .. holder_of(value))
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, dl, ttl, wake) .. holder_of(value))
   for _, e in ipairs(live) do
     if e[3] > dl then dl = e[3] end
   end

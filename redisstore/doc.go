@@ -12,10 +12,13 @@
 //	leasehold:{TAG}:fence   string: the last fence minted for KEY, a decimal
 //	                        uint64 (the holder's fence while the lock exists);
 //	                        expires FenceRetention (default 24 h) after the lock's TTL
-//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER"
+//	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER"
 //	                        ("#" -> last SEQ); expires with its last live waiter
-//	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster): a release
-//	                        publishes the token of the waiter to wake
+//	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster), every
+//	                        waiter: "" when a release left nobody queued
+//	leasehold:{TAG}:wake:ID one per waiting process (ID in its queue entry):
+//	                        the grant "TOKEN|FENCE|TTL_MS" to its head waiter
+//	leasehold:{TAG}:watch   observers: every release, grant and wake-up
 //
 // Everything of one key shares the hash tag, hence one Cluster slot, so one
 // script touches it all. Runbook:
@@ -25,7 +28,7 @@
 //	redis-cli GET  'leasehold:{scheduler:job:42}:fence'   # fence of the holder
 //	redis-cli HGETALL 'leasehold:{scheduler:job:42}:queue' # waiters (SEQ orders them)
 //	redis-cli --scan --pattern 'leasehold:{scheduler:*}:lock'  # locks under a prefix
-//	redis-cli SUBSCRIBE 'leasehold:{scheduler:job:42}:wake'    # watch hand-offs
+//	redis-cli SUBSCRIBE 'leasehold:{scheduler:job:42}:watch'   # watch hand-offs
 //
 // Deleting the lock key by hand is the break-glass release (Store.ForceRelease
 // does the same and also wakes the head waiter). Never delete a valid fence
@@ -39,8 +42,14 @@
 // EXISTS, SET NX PX GET, TIME and SET PX GET, nothing more. A waiting
 // acquire (QueueTTL > 0) that is refused joins the queue or refreshes its
 // place; a waiter that stops refreshing drops out at its deadline. Renew
-// (compare-and-PEXPIRE) and Release (compare-and-DEL, leave the queue, wake
-// the head) are one EVALSHA each. Release returns leasehold.ErrNotHeld when
+// (compare-and-PEXPIRE) and Release (compare-and-DEL, leave the queue, grant
+// the key to the head) are one EVALSHA each. A release that frees a key with
+// a live head waiter makes that waiter the holder in the same script (its
+// token, holder and TTL, PX capped at its queue deadline, a fresh fence) and
+// publishes the grant; the waiter's Locker takes its lease from the message
+// (leasehold.Granter), so a contended acquisition costs the queued acquire
+// and the release. A waiter that missed the message finds itself the holder
+// on its next acquire. Release returns leasehold.ErrNotHeld when
 // the key is gone, also when a retry finds its own earlier release applied,
 // and leasehold.ErrNotOwned only when another token holds the key. Scripts
 // are sent by SHA and re-sent in full on NOSCRIPT (go-redis Script.Run).
@@ -88,8 +97,12 @@
 // connection (one for a single node, one per master on a Cluster, where
 // SSUBSCRIBE reaches only the node that owns the key's slot) and returns
 // once Redis confirmed it, bounded by the waiter's own context: a waiter never
-// waits for another waiter's dial. A release publishes the head's token, and
-// only that waiter is woken; waiters of other keys are not disturbed.
+// waits for another waiter's dial. A release publishes the head's grant (or
+// token), and only that waiter is woken; waiters of other keys are not
+// disturbed. A channel stays subscribed for 2 s after its last waiter in the
+// process left, so a replica that waits on one key again and again
+// subscribes once, and its next waiter subscribes before its first acquire
+// (no second acquire to catch a release in between).
 //
 // # ACL
 //

@@ -19,7 +19,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   local live = load_queue(KEYS[3], nowms, true)
   if #live > 0 then
     info[4], info[5] = #live, live[1][4]
-    notify(live[1][1])
+    notify(live[1][1], live[1][6])
     return info
   end
 end

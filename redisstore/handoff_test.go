@@ -185,8 +185,8 @@ func TestLoopingWaiterKeepsItsSubscription(t *testing.T) {
 			t.Errorf("turn %d: the waiter sent %d commands for one contended acquisition and its release, expected 2 (the queued acquire and the release)", turn, sent)
 		}
 	}
-	if n := subscribeCalls(t, admin); n != 1 {
-		t.Errorf("%d turns of one waiter on one key: expected 1 SUBSCRIBE (the channel lingers between waits), Redis counted %d", turns, n)
+	if n := subscribeCalls(t, admin); n != 2 {
+		t.Errorf("%d turns of one waiter on one key: expected 2 SUBSCRIBEs (the key's channel and the process's, once: they linger between waits), Redis counted %d", turns, n)
 	}
 }
 
@@ -205,4 +205,57 @@ func subscribeCalls(t *testing.T, c *redis.Client) int {
 		}
 	}
 	return 0
+}
+
+// TestGrantReachesOnlyTheHeadsProcess checks that a hand-off is published
+// to the head's process alone (its WaiterChannel) and to observers, not on
+// the key's channel that every waiting process subscribes: on a busy host
+// every process woken for nothing delays the one that was granted.
+func TestGrantReachesOnlyTheHeadsProcess(t *testing.T) {
+	srv := testredis.Start(t)
+	opts := leasehold.Options{TTL: 10 * time.Second, WaiterTTL: time.Minute}
+	a, b := newReplica(t, srv, opts), newReplica(t, srv, opts)
+	ctx := t.Context()
+	const key = "handoff:fanout"
+	spy := srv.Client(t).Subscribe(ctx, a.s.Channel(key), b.s.WaiterChannel(key), a.s.ObserverChannel(key))
+	defer spy.Close()
+	for range 3 {
+		if _, err := spy.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := a.lk.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, b.lk, key)
+	waitQueued(t, b, key, 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := map[string]bool{b.s.WaiterChannel(key): true, a.s.ObserverChannel(key): true}
+	for range 2 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := spy.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("expected the grant on %v: %v", want, err)
+		}
+		if !want[m.Channel] || !strings.HasPrefix(m.Payload, r.ls.Token()+"|") {
+			t.Fatalf("hand-off published %q on %s; expected the grant to %s on the head's process channel and the observer channel only", m.Payload, m.Channel, r.ls.Token())
+		}
+		delete(want, m.Channel)
+	}
+	if err := r.ls.Release(ctx); err != nil { // nobody queued: "" on the key's channel and the observers'
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if m, err := spy.ReceiveMessage(rctx); err != nil || m.Channel != a.s.Channel(key) || m.Payload != "" {
+		t.Fatalf("release with nobody queued: expected \"\" on %s first, got %+v, %v", a.s.Channel(key), m, err)
+	}
 }

@@ -48,9 +48,10 @@ local function clock()
 end
 
 -- load_queue returns the live entries of the queue hash (token ->
--- "seq|deadline ms|ttl ms|holder", field "#" the last seq) in FIFO order, as
--- {token, seq, deadline, holder, ttl}. ttl is the lock TTL the waiter asked
--- for (nil in an entry written before it was stored: "seq|deadline ms|holder").
+-- "seq|deadline ms|ttl ms|wake|holder", field "#" the last seq) in FIFO
+-- order, as {token, seq, deadline, holder, ttl, wake}. ttl is the lock TTL
+-- the waiter asked for and wake the suffix of its process's channel (nil in
+-- an entry of an older client: "seq|deadline ms|holder").
 -- With prune it deletes dead or unreadable entries (and the hash when none is left).
 local function load_queue(qk, nowms, prune)
   local raw = redis.call('HGETALL', qk)
@@ -58,12 +59,12 @@ local function load_queue(qk, nowms, prune)
   for i = 1, #raw, 2 do
     local f = raw[i]
     if f ~= '#' then
-      local seq, dl, ttl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(%d+)|(.*)$')
+      local seq, dl, ttl, wake, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(%d+)|(%x*)|(.*)$')
       if not seq then
         seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
       end
       if seq and tonumber(dl) > nowms then
-        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h, tonumber(ttl)}
+        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h, tonumber(ttl), wake}
       else
         dead[#dead + 1] = f
       end
@@ -105,12 +106,19 @@ local function position(live, token)
   return nil
 end
 
--- notify wakes a waiter: token on the key's channel ('' wakes every waiter).
--- ARGV[1] is the channel, ARGV[2] '1' for sharded pub/sub (Cluster).
-local function notify(token)
-  if ARGV[2] == '1' then
-    redis.call('SPUBLISH', ARGV[1], token)
+-- notify publishes msg (a token, a grant "TOKEN|FENCE|TTL_MS", or '' for
+-- every waiter) on the channel of the waiter's process (CHANNEL:WAKE) when
+-- its queue entry names one, so that the other processes waiting on the key
+-- are not woken, else on the key's channel; and on the key's observer
+-- channel (PREFIX{TAG}:watch). ARGV[1] is the key's channel
+-- (PREFIX{TAG}:wake), ARGV[2] '1' for sharded pub/sub (Cluster).
+local function notify(msg, wake)
+  local pub = 'PUBLISH'
+  if ARGV[2] == '1' then pub = 'SPUBLISH' end
+  if wake and wake ~= '' then
+    redis.call(pub, ARGV[1] .. ':' .. wake, msg)
   else
-    redis.call('PUBLISH', ARGV[1], token)
+    redis.call(pub, ARGV[1], msg)
   end
+  redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', msg)
 end

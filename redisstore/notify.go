@@ -14,12 +14,14 @@ import (
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
-// notifier delivers the per-key wake-ups. Each key with a waiter has its
-// channel (Store.Channel) subscribed on a pub/sub connection: one connection
-// for a single node, one per master on a Cluster (sharded pub/sub, so a
-// release reaches only the node that owns the key's slot). A release
-// publishes the token of the waiter to wake, and only that waiter's channel
-// receives a value.
+// notifier delivers the per-key wake-ups and grants. Each key with a waiter
+// has its channels (Store.Channel and this Store's Store.WaiterChannel; an
+// observer's Store.ObserverChannel) subscribed on a pub/sub connection: one
+// connection for a single node, one per master on a Cluster (sharded
+// pub/sub, so a release reaches only the node that owns the key's slot). A
+// release publishes the grant or token of the head waiter to the head's
+// process, and only that waiter's channel receives a value. A channel
+// lingers for defaultLinger after its last waiter left.
 //
 // Each connection has two goroutines, joined by Close: a receiver that
 // reads messages and subscription confirmations, and a controller that sends
@@ -86,10 +88,12 @@ func (n *notifier) init(s *Store) {
 	n.linger = defaultLinger
 }
 
-// WaitRelease implements leasehold.Notifier. It subscribes key's channel
-// (unless another waiter of the key already did) and returns once Redis has
-// confirmed the subscription, so a release after WaitRelease returns is
-// seen; ctx bounds the wait. The channel receives a value when a release
+// WaitRelease implements leasehold.Notifier. A waiter (token != "")
+// subscribes key's Channel and this Store's WaiterChannel, an observer
+// (token == "") the ObserverChannel, unless another waiter of the key in
+// this Store already did; it returns once Redis has confirmed the
+// subscriptions, so a release after WaitRelease returns is seen; ctx bounds
+// the wait. The channel receives a value when a release
 // names token (token is the new head of the queue of a free key, or the
 // queue is empty), and after every reconnect of the pub/sub connection (a
 // wake-up may have been lost there, so every waiter re-checks). Expiry sends
@@ -98,41 +102,53 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subscribe(ctx, "subscribe", key, s.Channel(key), key, token)
+	chans := []string{s.ObserverChannel(key)}
+	if token != "" {
+		chans = []string{s.Channel(key), s.WaiterChannel(key)}
+	}
+	return s.subscribe(ctx, "subscribe", key, chans, key, token)
 }
 
-// subscribe joins channel ch for the waiter token registered under
-// waiterKey in the notifier's waiter set, and returns once Redis confirmed
-// the subscription, bounded by ctx. op names the call in errors.
-func (s *Store) subscribe(ctx context.Context, op, key, ch, waiterKey, token string) (<-chan struct{}, func(), error) {
-	g, err := s.notify.group(ctx, ch)
+// subscribe joins the channels chans (of one key: one hash slot, so one
+// connection) for the waiter token registered under waiterKey in the
+// notifier's waiter set, and returns once Redis confirmed every
+// subscription, bounded by ctx. op names the call in errors.
+func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan struct{}, func(), error) {
+	g, err := s.notify.group(ctx, chans[0])
 	if err != nil {
 		return nil, nil, err
 	}
 	wake, unwake := s.notify.waiters.AddToken(waiterKey, token)
-	sub := s.notify.join(g, ch, waiterKey)
+	subs := make([]*subscription, len(chans))
+	for i, ch := range chans {
+		subs[i] = s.notify.join(g, ch, waiterKey)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			unwake()
 			s.notify.forget(handoffKey{waiterKey, token})
-			s.notify.leave(g, ch)
+			for _, ch := range chans {
+				s.notify.leave(g, ch)
+			}
 		})
 	}
-	select {
-	case <-sub.ready:
-		if sub.err != nil {
+	for _, sub := range subs {
+		select {
+		case <-sub.ready:
+			if sub.err != nil {
+				stop()
+				return nil, nil, s.fail(op, key, sub.err)
+			}
+		case <-ctx.Done():
 			stop()
-			return nil, nil, s.fail(op, key, sub.err)
+			return nil, nil, s.fail(op, key, ctx.Err())
+		case <-s.notify.done:
+			stop()
+			return nil, nil, ErrClosed
 		}
-		return wake, stop, nil
-	case <-ctx.Done():
-		stop()
-		return nil, nil, s.fail(op, key, ctx.Err())
-	case <-s.notify.done:
-		stop()
-		return nil, nil, ErrClosed
 	}
+	return wake, stop, nil
 }
 
 // group returns the connection for channel ch, starting it if needed.
@@ -432,16 +448,21 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 // confirmed on a notification connection of this Store (a waiter of the key
 // keeps it, or its linger has not ended).
 func (s *Store) Live(key string) bool {
-	ch := s.Channel(key)
 	n := &s.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.groups {
-		if sub := g.chans[ch]; sub != nil && sub.confirmed && sub.err == nil {
+		if g.confirmed(s.Channel(key)) && g.confirmed(s.WaiterChannel(key)) {
 			return true
 		}
 	}
 	return false
+}
+
+// confirmed reports whether ch is subscribed on g. n.mu must be held.
+func (g *group) confirmed(ch string) bool {
+	sub := g.chans[ch]
+	return sub != nil && sub.confirmed && sub.err == nil
 }
 
 // confirm marks a subscription confirmed by Redis. A subscription that

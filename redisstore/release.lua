@@ -10,10 +10,11 @@
 -- the lock is set to its token and holder with PX = min(its TTL, its queue
 -- deadline - now), so a waiter that died holds the key no longer than its
 -- queue place would have, with a fresh fence by the acquire rules, and
--- "TOKEN|FENCE|TTL_MS" is published on the key's channel. An entry without
--- a TTL (an older client queued it), or a fence key that holds no fence,
--- only wakes the head: "TOKEN". With no queue a release wakes every
--- subscriber of the key (waiters that did not queue): "".
+-- "TOKEN|FENCE|TTL_MS" is published to the head's process (lib.lua notify).
+-- An entry without a TTL (an older client queued it), or a fence key that
+-- holds no fence, only wakes the head: "TOKEN". With no queue a release
+-- wakes every waiter of the key (waiters that did not queue): "". Observers
+-- get every message on PREFIX{TAG}:watch.
 local token = ARGV[3]
 local v = redis.call('GET', KEYS[1])
 local res = 0
@@ -26,8 +27,11 @@ if v then
   end
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
-  if res == 1 then -- nobody queued: wake whoever subscribed without queueing
-    if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
+  if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
+    local pub = 'PUBLISH'
+    if ARGV[2] == '1' then pub = 'SPUBLISH' end
+    redis.call(pub, ARGV[1], '')
+    redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', '')
   end
   return res
 end
@@ -52,9 +56,9 @@ if ttl and ttl > 0 then
     if head[4] ~= '' then hv = hv .. '|' .. head[4] end
     redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, head[3] - nowms))
     if #live == 1 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], head[1]) end
-    notify(head[1] .. '|' .. f .. '|' .. ttl)
+    notify(head[1] .. '|' .. f .. '|' .. ttl, head[6])
     return res
   end
 end
-notify(head[1])
+notify(head[1], head[6])
 return res

@@ -66,7 +66,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struc
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subscribe(ctx, "subscribe permits", key, s.PermitChannel(key), permitWaiterKey(key), token)
+	return s.subscribe(ctx, "subscribe permits", key, []string{s.PermitChannel(key)}, permitWaiterKey(key), token)
 }
 
 // AcquirePermit implements leasehold.Semaphorer: one EVALSHA prunes expired

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -116,6 +118,7 @@ type Store struct {
 	prefix    string
 	retention time.Duration
 	fcall     fcaller // nil unless Options.Functions
+	wake      string  // this Store's waiter channel suffix (WaiterChannel), random hex
 
 	notify notifier
 }
@@ -138,7 +141,9 @@ func New(client Client, opts Options) (*Store, error) {
 	case opts.FenceRetention == 0:
 		opts.FenceRetention = DefaultFenceRetention
 	}
-	s := &Store{c: client, sharded: "0", prefix: opts.Prefix, retention: opts.FenceRetention}
+	var id [6]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+	s := &Store{c: client, sharded: "0", prefix: opts.Prefix, retention: opts.FenceRetention, wake: hex.EncodeToString(id[:])}
 	if cc, ok := client.(clusterClient); ok {
 		s.cluster, s.sharded = cc, "1"
 	}
@@ -182,16 +187,32 @@ func (s *Store) LockKey(key string) string { return s.base(key) + ":lock" }
 func (s *Store) FenceKey(key string) string { return s.base(key) + ":fence" }
 
 // QueueKey returns the Redis key of key's waiter queue: PREFIX{TAG}:queue, a
-// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|HOLDER" (FIFO by SEQ; TTL_MS is
-// the lock TTL the waiter asked for, which a release grants it; field "#" holds
-// the last SEQ). It expires with its last live waiter.
+// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER" (FIFO by SEQ; TTL_MS
+// is the lock TTL the waiter asked for, which a release grants it, and WAKE
+// the id of its process's WaiterChannel; field "#" holds the last SEQ). It
+// expires with its last live waiter.
 func (s *Store) QueueKey(key string) string { return s.base(key) + ":queue" }
 
-// Channel returns key's notification channel, PREFIX{TAG}:wake: a release
-// publishes "TOKEN|FENCE|TTL_MS" when it granted the key to the head waiter
-// TOKEN, the token of the waiter to wake, or "" to wake every subscriber. It
+// Channel returns key's notification channel, PREFIX{TAG}:wake, which every
+// waiter subscribes (besides its WaiterChannel): a release with nobody
+// queued publishes "" there, waking every waiter, and a wake-up of a head
+// queued by an older client (no WaiterChannel recorded) its token. Grants
+// ("TOKEN|FENCE|TTL_MS") go to the head's WaiterChannel. It
 // is a sharded channel (SPUBLISH/SSUBSCRIBE) on a Cluster.
 func (s *Store) Channel(key string) string { return s.base(key) + ":wake" }
+
+// WaiterChannel returns the channel on which this Store's waiters of key
+// are woken and granted the key: PREFIX{TAG}:wake:ID, where ID is random per
+// Store (per process). A waiting acquire records ID in its queue entry, and
+// a release publishes the grant to the head's process alone, so the other
+// processes that wait on the key are not woken by every hand-off.
+func (s *Store) WaiterChannel(key string) string { return s.Channel(key) + ":" + s.wake }
+
+// ObserverChannel returns key's channel for observers (WaitRelease with no
+// token: election followers, `leasehold leader --watch`):
+// PREFIX{TAG}:watch. Every release and every grant or wake-up of a queue
+// head is published there too.
+func (s *Store) ObserverChannel(key string) string { return s.base(key) + ":watch" }
 
 func (s *Store) keys(key string) []string { return []string{s.LockKey(key), s.FenceKey(key)} }
 
@@ -241,7 +262,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	}
 	base := s.base(req.Key)
 	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
-		value, ms, ms+s.retention.Milliseconds(), qms).Result()
+		value, ms, ms+s.retention.Milliseconds(), strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
 	if err != nil {
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}

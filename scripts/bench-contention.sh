@@ -11,7 +11,9 @@
 # outside the repository, Redis only), then runs
 #   leasehold bench --contention --replicas 8 --processes ...
 # with every variant interleaved. Extra arguments go to leasehold bench
-# (e.g. --passes 5 --cell 3s --takeovers 5 --json).
+# (e.g. --passes 5 --cell 3s --takeovers 5 --json). STORES="redis" runs
+# Redis only. A BEFORE that has cmd/leasehold/internal/contention (main since
+# round 2) runs its own `leasehold bench-child`.
 #
 # Needs: go, git, redis-server, etcd, /usr/lib/postgresql/*/bin (see
 # scripts/install-test-deps.sh). Run from anywhere inside the repository.
@@ -50,16 +52,17 @@ aspg() {
 echo "building after ($(git -C "$root" rev-parse --short HEAD)) and before ($before)" >&2
 (cd "$root/cmd/leasehold" && go build -o "$tmp/leasehold" .)
 git -C "$root" worktree add --detach "$tmp/before" "$before" >/dev/null 2>&1
-if [ -d "$tmp/before/cmd/leasehold/internal/contention" ]; then
-	# BEFORE has the benchmark itself (round 2 on): its own binary.
+if [ -f "$tmp/before/cmd/leasehold/internal/contention/child.go" ]; then
+	# BEFORE has the benchmark itself (main since round 2): its own replica.
 	(cd "$tmp/before/cmd/leasehold" && go build -o "$tmp/leasehold-before" .)
-	beforecmd="$tmp/leasehold-before bench-child"
+	printf '#!/bin/sh\nexec "%s" bench-child "$@"\n' "$tmp/leasehold-before" >"$tmp/child-before"
+	chmod +x "$tmp/child-before"
 else
-	mkdir -p "$tmp/before/internal/contention" "$tmp/before/cmd/contention-child"
-	cp "$root/cmd/leasehold/internal/contention/child.go" "$tmp/before/internal/contention/"
-	sed 's#github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl#github.com/leasehold/leasehold/storeurl#' \
-		"$root/cmd/leasehold/internal/contention/open.go" >"$tmp/before/internal/contention/open.go"
-	cat >"$tmp/before/cmd/contention-child/main.go" <<'GO'
+mkdir -p "$tmp/before/internal/contention" "$tmp/before/cmd/contention-child"
+cp "$root/cmd/leasehold/internal/contention/child.go" "$tmp/before/internal/contention/"
+sed 's#github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl#github.com/leasehold/leasehold/storeurl#' \
+	"$root/cmd/leasehold/internal/contention/open.go" >"$tmp/before/internal/contention/open.go"
+cat >"$tmp/before/cmd/contention-child/main.go" <<'GO'
 package main
 
 import (
@@ -70,46 +73,49 @@ import (
 
 func main() { os.Exit(contention.ChildMain(os.Args[1:], contention.OpenLeasehold, os.Stdin, os.Stdout)) }
 GO
-	(cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
-	beforecmd="$tmp/child-before"
+(cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
 fi
-set -- --variant "before=$beforecmd" --variant "after=$tmp/leasehold bench-child" "$@"
+set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
 if [ "${PEERS:-0}" = 1 ]; then
 	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
 	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync" \
 		--variant "etcdmutex@etcd=$tmp/peers/child etcdmutex" --variant "advisory@postgres=$tmp/peers/child advisory"
 fi
 
-# Servers.
+# Servers (STORES="redis" runs Redis only; default all three).
+stores=${STORES:-redis etcd postgres}
+has() { case " $stores " in *" $1 "*) return 0 ;; esac; return 1; }
 rport=$(freeport)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
 pids="$pids $!"
 eport=$(freeport)
 epeer=$(freeport)
+pport=$(freeport)
+set -- --redis "redis://127.0.0.1:$rport" "$@"
+if has etcd; then
+set -- --etcd "etcd://127.0.0.1:$eport" --etcd-metrics "http://127.0.0.1:$eport/metrics" "$@"
 etcd --name b --data-dir "$tmp/etcd" \
 	--listen-client-urls "http://127.0.0.1:$eport" --advertise-client-urls "http://127.0.0.1:$eport" \
 	--listen-peer-urls "http://127.0.0.1:$epeer" --initial-advertise-peer-urls "http://127.0.0.1:$epeer" \
 	--initial-cluster "b=http://127.0.0.1:$epeer" --heartbeat-interval 10 --election-timeout 100 \
 	--log-level error >"$tmp/etcd.log" 2>&1 &
 pids="$pids $!"
-pport=$(freeport)
+fi
+if has postgres; then
+set -- --postgres "postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable" "$@"
 mkdir -p "$tmp/pg"
 [ "$(id -u)" -ne 0 ] || chown postgres "$tmp" "$tmp/pg"
 aspg "$pgbin/initdb" -D "$tmp/pg" -U postgres --auth=trust --no-sync >/dev/null
 aspg "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w -o \
 	"-p $pport -c listen_addresses=127.0.0.1 -c unix_socket_directories=$tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_preload_libraries=pg_stat_statements" \
 	start >/dev/null
+fi
 for _ in $(seq 50); do
-	redis-cli -p "$rport" ping >/dev/null 2>&1 && ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" endpoint health >/dev/null 2>&1 && break
+	redis-cli -p "$rport" ping >/dev/null 2>&1 &&
+		{ ! has etcd || ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" endpoint health >/dev/null 2>&1; } && break
 	sleep 0.2
 done
 
 echo "load before the run: $(uptime)" >&2
-# STORES (default "redis etcd postgres") picks the stores to run against.
-stores=${STORES:-redis etcd postgres}
-targets=()
-case " $stores " in *" redis "*) targets+=(--redis "redis://127.0.0.1:$rport") ;; esac
-case " $stores " in *" etcd "*) targets+=(--etcd "etcd://127.0.0.1:$eport" --etcd-metrics "http://127.0.0.1:$eport/metrics") ;; esac
-case " $stores " in *" postgres "*) targets+=(--postgres "postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable") ;; esac
-"$tmp/leasehold" bench --contention --replicas 8 --processes "${targets[@]}" "$@"
+"$tmp/leasehold" bench --contention --replicas 8 --processes "$@"
 echo "load after the run: $(uptime)" >&2
