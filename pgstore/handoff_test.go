@@ -49,11 +49,7 @@ func TestReleaseGrantsTheHead(t *testing.T) {
 	if err := h.Release(ctx, "k", "h"); err != nil {
 		t.Fatal(err)
 	}
-	info, err := h.Inspect(ctx, "k")
-	if err != nil || info.Token != "w" || info.Holder != "host-w" || info.Fence <= f1.Fence ||
-		info.Remaining <= 20*time.Second || info.Remaining > 30*time.Second || info.Waiting != 0 {
-		t.Fatalf("after the release: expected the key granted to w (host-w, fence > %d, ~30s left, queue empty), got %+v, %v", f1.Fence, info, err)
-	}
+	info := expectGranted(t, h, f1.Fence)
 	if _, err := h.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "newcomer", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("a newcomer after the grant: expected ErrNotAcquired, got %v", err)
 	}
@@ -67,6 +63,18 @@ func TestReleaseGrantsTheHead(t *testing.T) {
 	if err := w.Release(ctx, "k", "w"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// expectGranted checks that k is held by w (host-w) with a fence above
+// after, about 30 s left and nobody queued, and returns what it saw.
+func expectGranted(t *testing.T, s *pgstore.Store, after uint64) leasehold.LockInfo {
+	t.Helper()
+	info, err := s.Inspect(ctx5(t), "k")
+	if err != nil || info.Token != "w" || info.Holder != "host-w" || info.Fence <= after ||
+		info.Remaining <= 20*time.Second || info.Remaining > 30*time.Second || info.Waiting != 0 {
+		t.Fatalf("after the release: expected the key granted to w (host-w, fence > %d, ~30s left, queue empty), got %+v, %v", after, info, err)
+	}
+	return info
 }
 
 // A WaitRelease subscription row (a token that did not queue, or an
