@@ -98,6 +98,21 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	}, nil
 }
 
+// WakeChannel returns the store's own NOTIFY channel (see wakeChannel).
+func (s *Store) WakeChannel() string { return s.wakeChannel() }
+
+// wakeChannel is the store's own NOTIFY channel, which its LISTEN
+// connection listens on beside the shared one: a release notifies a queue
+// head there, so a hand-off wakes the head's process alone and not every
+// process waiting on the table's channel. Empty when the store cannot
+// LISTEN (releases then use the shared channel, which nobody here hears).
+func (s *Store) wakeChannel() string {
+	if s.opts.Listen == nil {
+		return ""
+	}
+	return "leasehold.wake." + s.id
+}
+
 // rowToken is the token of token's subscription row: token itself, or for
 // an observer (token "") one that is unique to this store, so that a store
 // that stops observing deletes its own row and not another store's.
@@ -347,9 +362,11 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.s.channel}.Sanitize()); err != nil {
-		closeConn(conn)
-		return nil, err
+	for _, ch := range []string{l.s.channel, l.s.wakeChannel()} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			closeConn(conn)
+			return nil, err
+		}
 	}
 	return conn, nil
 }

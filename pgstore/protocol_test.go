@@ -454,7 +454,7 @@ func listen(t *testing.T, dsn, channel string) <-chan string {
 
 // #21 item 2: releases nobody waits for send no NOTIFY (which would take the
 // cluster-wide notify lock at commit); a release with a queued waiter sends
-// one, naming the head.
+// one, naming the head, on the head's store's own channel only.
 func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
@@ -480,11 +480,17 @@ func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w1", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatal(err)
 	}
+	own := listen(t, dsn, s.WakeChannel())
 	if err := s.Release(ctx, "k", "holder"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case p := <-got:
+		t.Fatalf("a grant to a queued waiter with its own channel was also sent on the shared channel: %q", p)
+	case <-time.After(300 * time.Millisecond):
+	}
+	select {
+	case p := <-own:
 		// The release granted the key to the head: "g", its token's
 		// length, ":", the token, the fence, ":", its TTL in ms, ":", the key.
 		if !strings.HasPrefix(p, "g2:w1") || !strings.HasSuffix(p, ":60000:k") {

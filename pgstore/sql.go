@@ -54,7 +54,7 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7)`
+	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7, $8)`
 	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
 	// Close: release many locks and queue entries ($1 keys, $2 tokens).
 	s.releaseAllSQL = `SELECT ` + n.release + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
@@ -163,6 +163,7 @@ CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 	PRIMARY KEY (key, token)
 );
 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS ttl_us bigint NOT NULL DEFAULT 0; -- the TTL a queued waiter asked for: a release grants it
+ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS wake text NOT NULL DEFAULT ''; -- the waiter's store's own NOTIFY channel ('': the shared one)
 CREATE TABLE IF NOT EXISTS {counter} (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	v   bigint  NOT NULL
@@ -176,7 +177,9 @@ DO $mig$ BEGIN
 END $mig$;
 
 DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean); -- before the channel argument
+DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, text); -- before the wake argument
 CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text DEFAULT '', -- the caller's store's own channel, on which a release notifies it when it heads the queue
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -275,9 +278,9 @@ BEGIN
 		holder := r.holder;
 	END IF;
 	IF p_queue_us > 0 THEN
-		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us)
-		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond', p_ttl_us)
-		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true, ttl_us = EXCLUDED.ttl_us,
+		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us, wake)
+		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond', p_ttl_us, p_wake)
+		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true, ttl_us = EXCLUDED.ttl_us, wake = EXCLUDED.wake,
 			-- a subscription row becoming a queue entry takes the queue TTL
 			expires_at = CASE WHEN w.queued THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
@@ -318,6 +321,7 @@ DECLARE
 	g_holder text;
 	g_ttl   bigint;
 	g_until timestamptz;
+	g_chan  text;
 	v_fence bigint;
 BEGIN
 	-- No advisory lock: the DELETE takes the row, and an acquirer that
@@ -356,9 +360,11 @@ BEGIN
 		ELSIF res = 0 OR mine THEN
 			head := heads[1];
 		END IF;
-		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
-			SELECT w.holder, w.ttl_us, w.expires_at INTO g_holder, g_ttl, g_until
+		IF head IS NOT NULL THEN -- notify the head on its store's own channel, when it has one
+			SELECT w.holder, w.ttl_us, w.expires_at, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
 				FROM {waiters} w WHERE w.key = p_key AND w.token = head;
+		END IF;
+		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
 			IF g_ttl > 0 THEN -- 0: queued by an older version, which acquires itself
 				v_fence := GREATEST(f + 1, now_us, (SELECT c.v FROM {counter} c) + 1);
 				INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
@@ -370,14 +376,20 @@ BEGIN
 						PERFORM set_config('synchronous_commit', 'on', true);
 					END IF;
 					granted := head;
-					PERFORM pg_notify(p_channel, 'g' || octet_length(head) || ':' || head || v_fence || ':' || (g_ttl / 1000) || ':' || p_key);
+					PERFORM pg_notify(g_chan, 'g' || octet_length(head) || ':' || head || v_fence || ':' || (g_ttl / 1000) || ':' || p_key);
+					IF subs AND g_chan <> p_channel THEN -- the key changed hands: its observers learn it
+						PERFORM pg_notify(p_channel, '0:' || p_key);
+					END IF;
 				END IF;
 			END IF;
 		END IF;
 		IF granted IS NOT NULL THEN
 			NULL; -- notified above
 		ELSIF head IS NOT NULL THEN
-			PERFORM pg_notify(p_channel, octet_length(head) || ':' || head || p_key);
+			PERFORM pg_notify(g_chan, octet_length(head) || ':' || head || p_key);
+			IF subs AND g_chan <> p_channel THEN
+				PERFORM pg_notify(p_channel, '0:' || p_key);
+			END IF;
 		ELSIF res = 0 AND heads IS NULL AND subs THEN
 			PERFORM pg_notify(p_channel, '*:' || p_key);
 		END IF;

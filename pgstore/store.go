@@ -344,7 +344,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	)
 	sent := time.Now()
 	err = retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel).
+		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
 	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
