@@ -79,9 +79,12 @@
 // in the same statement: the row gets the head's token, holder and TTL
 // (capped at the head's queue deadline) and a fresh fence by the acquire
 // rules, the head leaves the queue, and the NOTIFY payload names the head
-// and carries the grant, so only its waiter wakes, and its next Acquire
-// finds its own token holding the key (the retry path: same fence, TTL
-// extended). A waiter that gives up calls Release with its token, which
+// and carries the grant. It goes to the head's store's own channel
+// (WakeChannel, recorded in the queue entry; the store LISTENs on it beside
+// the shared Channel), so only that process and its waiter wake; the
+// waiter's Locker takes the lease from it (leasehold.Granter), or its next
+// Acquire finds its own token holding the key (the retry path: same fence,
+// TTL extended). A waiter that gives up calls Release with its token, which
 // frees a grant it may have received and hands the key to the next head.
 //
 // WaitRelease writes no row for a token this store has queued (its queue
