@@ -10,7 +10,8 @@
 //	                         (or expired, not yet taken over) lock; a release deletes it
 //	leasehold_locks_waiters  the per-key FIFO queue (queued rows) and WaitRelease subscriptions
 //	leasehold_locks_counter  one row: the durable fence floor
-//	leasehold_locks_acquire, _release, _force_release   PL/pgSQL functions, one call per operation
+//	leasehold_locks_acquire2, _release, _force_release  PL/pgSQL functions, one call per operation
+//	leasehold_locks_acquire  the acquire of earlier versions (no wake channel)
 //
 // # Round trips
 //

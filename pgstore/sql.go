@@ -15,6 +15,7 @@ type names struct {
 	waiters       string // the waiter queue and the subscribers of each key
 	counter       string // one row: the durable fence floor
 	acquire       string // functions
+	acquire2      string
 	release       string
 	force         string
 	lockClass     int32 // advisory lock class of the per-key transaction locks
@@ -25,9 +26,14 @@ const (
 	sufWaiters = "_waiters"
 	sufCounter = "_counter"
 	sufAcquire = "_acquire"
-	sufRelease = "_release"
-	sufForce   = "_force_release"
-	longestSuf = sufForce
+	// sufAcquire2 is the acquire function with the waiter's wake channel: a
+	// new name, not a new signature of the old one, so that an older
+	// version's migration (CREATE OR REPLACE of the 7-argument function)
+	// never makes a call ambiguous during a rolling upgrade.
+	sufAcquire2 = "_acquire2"
+	sufRelease  = "_release"
+	sufForce    = "_force_release"
+	longestSuf  = sufForce
 )
 
 func newNames(schema, table string) names {
@@ -37,7 +43,7 @@ func newNames(schema, table string) names {
 	return names{
 		schema: schema, table: table,
 		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter),
-		acquire: q(sufAcquire), release: q(sufRelease), force: q(sufForce),
+		acquire: q(sufAcquire), acquire2: q(sufAcquire2), release: q(sufRelease), force: q(sufForce),
 		lockClass: int32(h.Sum32()),
 	}
 }
@@ -54,7 +60,7 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7, $8)`
+	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire2 + `($1, $2, $3, $4, $5, $6, $7, $8)`
 	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
 	// Close: release many locks and queue entries ($1 keys, $2 tokens).
 	s.releaseAllSQL = `SELECT ` + n.release + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
@@ -126,7 +132,7 @@ func MigrationSQL(opts Options) string {
 	}
 	r := strings.NewReplacer(
 		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
-		"{acquire}", n.acquire, "{release}", n.release, "{force}", n.force,
+		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{release}", n.release, "{force}", n.force,
 		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
 	return r.Replace(migrationTemplate)
@@ -177,9 +183,11 @@ DO $mig$ BEGIN
 END $mig$;
 
 DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean); -- before the channel argument
-DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, text); -- before the wake argument
-CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
-	p_wake text DEFAULT '', -- the caller's store's own channel, on which a release notifies it when it heads the queue
+DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, text, text); -- a development version
+-- p_wake is the caller's store's own channel, on which a release notifies it
+-- when it heads the queue ('': the shared p_channel).
+CREATE OR REPLACE FUNCTION {acquire2}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -292,6 +300,14 @@ BEGIN
 	END IF;
 	ahead := v_ahead;
 END
+$fn$;
+
+-- {acquire} is the acquire of earlier versions (no wake channel), kept for
+-- replicas that still call it during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
+LANGUAGE sql AS $fn$
+	SELECT * FROM {acquire2}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '')
 $fn$;
 
 -- {release} returns 0 (released), 1 (another token holds the key) or 2

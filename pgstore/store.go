@@ -86,7 +86,8 @@ type Options struct {
 	Schema string
 	// Table is the lock table. Default "leasehold_locks". The other objects
 	// are named after it: Table+"_waiters", Table+"_counter",
-	// Table+"_acquire", Table+"_release", Table+"_force_release".
+	// Table+"_acquire2", Table+"_acquire" (for older versions),
+	// Table+"_release", Table+"_force_release".
 	Table string
 	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
 	// key's waiters. Default Schema + "." + Table (at most 63 bytes).
