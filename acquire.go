@@ -129,7 +129,9 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 		return nil, err
 	}
 	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start)})
-	lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
+	if lease.debugOn() {
+		lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
+	}
 	return lease, nil
 }
 

@@ -9,7 +9,14 @@ import (
 
 // scheduler owns the timing of every lease of one Locker: one goroutine and
 // one heap of deadlines, however many leases are held. The goroutine runs
-// while the Locker holds a lease (and idleLinger longer), until Close.
+// while the Locker holds a lease, until Close; after the last lease ended it
+// notices at its next timer (armed) and exits idleLinger later.
+//
+// The goroutine is woken only when a deadline earlier than the one its timer
+// is armed for reaches the head of the heap. Adding a lease whose first
+// deadline is later, and ending a lease, do not wake it: the timer fires at
+// the old deadline, finds nothing due, and is armed again for the new head.
+// So an uncontended TryAcquire + Release cycle costs no goroutine wake-up.
 //
 // Each held lease sits in the heap at its next deadline, the earliest of:
 //
@@ -48,6 +55,8 @@ type scheduler struct {
 	leases  map[*Lease]struct{}
 	closed  bool // Close began: no new leases, renewal outcomes are ignored
 	running bool
+	armed   time.Time // when the loop looks at the heap next; zero: only when signalled
+	passes  int       // times the loop looked at the heap (tests count wake-ups)
 
 	ctx    context.Context // parent of every renewal; cancelled by Close
 	cancel context.CancelFunc
@@ -97,8 +106,8 @@ func (s *scheduler) fix(ls *Lease) {
 		ls.at = at
 		heap.Push(&s.q, ls)
 	}
-	if s.q[0] == ls {
-		s.signal()
+	if s.q[0] == ls && (s.armed.IsZero() || at.Before(s.armed)) {
+		s.signal() // the loop would look too late
 	}
 }
 
@@ -119,9 +128,7 @@ func (s *scheduler) finish(ls *Lease, cause error) bool {
 	ls.over, ls.cause = true, cause
 	s.fix(ls)
 	delete(s.leases, ls)
-	if len(s.leases) == 0 {
-		s.signal() // the loop can stop
-	}
+	// No wake-up: the loop sees at its armed time that no lease is left.
 	return true
 }
 
@@ -133,12 +140,9 @@ func (s *scheduler) loop() {
 	defer t.Stop()
 	for {
 		next, idle := s.runDue(time.Now())
-		switch {
-		case idle:
-			t.Reset(idleLinger)
-		case next.IsZero():
+		if next.IsZero() {
 			t.Stop()
-		default:
+		} else {
 			t.Reset(time.Until(next))
 		}
 		select {
@@ -154,7 +158,8 @@ func (s *scheduler) loop() {
 }
 
 // idleLinger is how long the scheduler goroutine waits for a new lease
-// after the last one ended before it exits, so that a Locker taking and
+// after it found that the last one ended (at its next armed deadline: ending
+// a lease does not wake it) before it exits, so that a Locker taking and
 // releasing one lease at a time does not start a goroutine per lease.
 const idleLinger = 100 * time.Millisecond
 
@@ -188,6 +193,7 @@ const (
 // the next deadline (zero: none). It reports idle when no lease is left.
 func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	s.mu.Lock()
+	s.passes++
 	var steps []step
 	var renew []*Lease
 	for len(s.q) > 0 && !s.q[0].at.After(now) {
@@ -212,6 +218,10 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 		next = s.q[0].at
 	}
 	idle = len(s.leases) == 0
+	if idle {
+		next = now.Add(idleLinger) // a new lease due earlier signals
+	}
+	s.armed = next
 	s.mu.Unlock()
 	for _, st := range steps {
 		st.ls.report(st.what)

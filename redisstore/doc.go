@@ -18,7 +18,7 @@
 //	                        waiter: "" when a release left nobody queued
 //	leasehold:{TAG}:wake:ID one per waiting process (ID in its queue entry):
 //	                        the grant "TOKEN|FENCE|TTL_MS" to its head waiter
-//	leasehold:{TAG}:watch   observers: every release, grant and wake-up
+//	leasehold:{TAG}:watch   observers (besides :wake): a copy of each grant
 //
 // Everything of one key shares the hash tag, hence one Cluster slot, so one
 // script touches it all. Runbook:

@@ -91,9 +91,15 @@ type FunctionLoader interface {
 // LoadFunctions loads Library into Redis with FUNCTION LOAD REPLACE. An
 // operator runs it once per server (and after every upgrade of leasehold),
 // with a user allowed FUNCTION; the service user then needs +fcall and
-// no +eval (Options.Functions).
+// no +eval (Options.Functions). A refusal that retrying cannot fix (NOPERM:
+// the user may not run FUNCTION; WRONGPASS, NOAUTH) wraps
+// leasehold.ErrMisconfigured.
 func LoadFunctions(ctx context.Context, c FunctionLoader) error {
-	return c.FunctionLoadReplace(ctx, Library()).Err()
+	err := c.FunctionLoadReplace(ctx, Library()).Err()
+	if err != nil && (isMisconfigured(err) || strings.Contains(err.Error(), "unauthenticated")) {
+		return fmt.Errorf("redisstore: FUNCTION LOAD: %w: %w", leasehold.ErrMisconfigured, err)
+	}
+	return err
 }
 
 // fcaller is what Functions mode needs of the client.

@@ -156,3 +156,14 @@ func fieldsAny(s string) []any {
 	}
 	return out
 }
+
+// TestLoadFunctionsRefusedIsMisconfigured: a user whose ACL does not allow
+// FUNCTION gets ErrMisconfigured (NOPERM), which retrying cannot fix.
+func TestLoadFunctionsRefusedIsMisconfigured(t *testing.T) {
+	srv := testredis.Start(t)
+	svc := aclUser(t, srv, "svc", serviceACL)
+	err := redisstore.LoadFunctions(t.Context(), svc)
+	if !errors.Is(err, leasehold.ErrMisconfigured) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("LoadFunctions as a user without +function: expected ErrMisconfigured (NOPERM), got %v", err)
+	}
+}

@@ -109,16 +109,17 @@ end
 -- notify publishes msg (a token, a grant "TOKEN|FENCE|TTL_MS", or '' for
 -- every waiter) on the channel of the waiter's process (CHANNEL:WAKE) when
 -- its queue entry names one, so that the other processes waiting on the key
--- are not woken, else on the key's channel; and on the key's observer
--- channel (PREFIX{TAG}:watch). ARGV[1] is the key's channel
--- (PREFIX{TAG}:wake), ARGV[2] '1' for sharded pub/sub (Cluster).
+-- are not woken, and then on the key's observer channel
+-- (PREFIX{TAG}:watch); else on the key's channel, which every waiter and
+-- observer subscribes. ARGV[1] is the key's channel (PREFIX{TAG}:wake),
+-- ARGV[2] '1' for sharded pub/sub (Cluster).
 local function notify(msg, wake)
   local pub = 'PUBLISH'
   if ARGV[2] == '1' then pub = 'SPUBLISH' end
   if wake and wake ~= '' then
     redis.call(pub, ARGV[1] .. ':' .. wake, msg)
+    redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', msg)
   else
     redis.call(pub, ARGV[1], msg)
   end
-  redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', msg)
 end

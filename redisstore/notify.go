@@ -90,7 +90,7 @@ func (n *notifier) init(s *Store) {
 
 // WaitRelease implements leasehold.Notifier. A waiter (token != "")
 // subscribes key's Channel and this Store's WaiterChannel, an observer
-// (token == "") the ObserverChannel, unless another waiter of the key in
+// (token == "") Channel and ObserverChannel, unless another waiter of the key in
 // this Store already did; it returns once Redis has confirmed the
 // subscriptions, so a release after WaitRelease returns is seen; ctx bounds
 // the wait. The channel receives a value when a release
@@ -102,9 +102,9 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	chans := []string{s.ObserverChannel(key)}
+	chans := []string{s.Channel(key), s.ObserverChannel(key)}
 	if token != "" {
-		chans = []string{s.Channel(key), s.WaiterChannel(key)}
+		chans[1] = s.WaiterChannel(key)
 	}
 	return s.subscribe(ctx, "subscribe", key, chans, key, token)
 }

@@ -13,8 +13,8 @@
 -- "TOKEN|FENCE|TTL_MS" is published to the head's process (lib.lua notify).
 -- An entry without a TTL (an older client queued it), or a fence key that
 -- holds no fence, only wakes the head: "TOKEN". With no queue a release
--- wakes every waiter of the key (waiters that did not queue): "". Observers
--- get every message on PREFIX{TAG}:watch.
+-- wakes every waiter and observer of the key: "" on its channel. Observers
+-- get the messages addressed to one process on PREFIX{TAG}:watch.
 local token = ARGV[3]
 local v = redis.call('GET', KEYS[1])
 local res = 0
@@ -28,10 +28,7 @@ if v then
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
-    local pub = 'PUBLISH'
-    if ARGV[2] == '1' then pub = 'SPUBLISH' end
-    redis.call(pub, ARGV[1], '')
-    redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', '')
+    if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
   end
   return res
 end

@@ -281,6 +281,7 @@ func TestSentinelFailoverLaggingReplica(t *testing.T) {
 	old := g.Master.Addr
 	start := time.Now()
 	g.Master.Stop()
+	stopped := time.Now()
 	g.Link.Cut()
 	nw := g.WaitNewMaster(t, old, 30*time.Second)
 	took := time.Since(start)
@@ -313,5 +314,9 @@ func TestSentinelFailoverLaggingReplica(t *testing.T) {
 	if t.Failed() {
 		run.logTimeline(t, start)
 	}
-	assertGrantsAfter(t, run, start.Add(took))
+	// A grant after the old master's process exited came from the new one.
+	// Not "after WaitNewMaster returned": under load a waiter can take a key
+	// on the new master before the sentinels' answer reaches the test, and
+	// then hold it (8 s turns) past the end of the run.
+	assertGrantsAfter(t, run, stopped.Add(50*time.Millisecond))
 }

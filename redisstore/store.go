@@ -210,8 +210,9 @@ func (s *Store) WaiterChannel(key string) string { return s.Channel(key) + ":" +
 
 // ObserverChannel returns key's channel for observers (WaitRelease with no
 // token: election followers, `leasehold leader --watch`):
-// PREFIX{TAG}:watch. Every release and every grant or wake-up of a queue
-// head is published there too.
+// PREFIX{TAG}:watch. Every grant or wake-up published to one process's
+// WaiterChannel is published there too; observers also subscribe Channel,
+// which carries the rest.
 func (s *Store) ObserverChannel(key string) string { return s.base(key) + ":watch" }
 
 func (s *Store) keys(key string) []string { return []string{s.LockKey(key), s.FenceKey(key)} }

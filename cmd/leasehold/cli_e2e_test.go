@@ -26,10 +26,6 @@ func TestVersionHelpAndUnknownCommands(t *testing.T) {
 	if code, out, _ := lh(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
 		t.Errorf("completion bash: expected a bash completion script, got exit %d", code)
 	}
-	dir := t.TempDir()
-	if code, _, stderr := lh(t, nil, "man", dir); code != 0 || readFile(t, dir+"/leasehold-run.1") == "" {
-		t.Errorf("man: expected leasehold-run.1 in %s, got exit %d: %s", dir, code, stderr)
-	}
 	code, _, stderr := lh(t, []string{"LEASEHOLD_STORE=redis://127.0.0.1:1"}, "run", "--key", "k", "--ttl", "1ms", "--", "true")
 	if code != 2 || !strings.Contains(stderr, "--ttl") || strings.Contains(stderr, "DriftMargin") {
 		t.Errorf("run --ttl 1ms: expected exit 2 naming --ttl (not DriftMargin), got %d: %s", code, stderr)

@@ -168,8 +168,8 @@ func TestDockerfile(t *testing.T) {
 	switch {
 	case len(froms) != 2:
 		t.Errorf("expected a two-stage build, got FROM %q", froms)
-	case !strings.Contains(df, "-tags grpcnotrace"):
-		t.Error("expected -tags grpcnotrace (13 MB less binary)")
+	case !strings.Contains(df, "-tags "+buildTags+" "):
+		t.Errorf("expected the Makefile's -tags %s (14 MB less binary)", buildTags)
 	case !strings.Contains(df, "CGO_ENABLED=0"):
 		t.Error("expected a static build (CGO_ENABLED=0): the final image has no libc")
 	case !strings.Contains(froms[1], "static") || !strings.Contains(froms[1], "nonroot"):

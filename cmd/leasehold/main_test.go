@@ -19,6 +19,10 @@ import (
 // tests run with -race).
 var bin string
 
+// buildTags are the Makefile's BUILD_TAGS, so that these tests run the
+// binary README documents (scripts/check-binary-size.sh checks they agree).
+const buildTags = "grpcnotrace,nethttpomithttp2"
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "leasehold-e2e-")
 	if err != nil {
@@ -26,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "leasehold")
-	args := []string{"build", "-o", bin}
+	args := []string{"build", "-tags", buildTags, "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
 	}

@@ -83,3 +83,39 @@ func TestSetupRedisThenFunctions(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupRedisRefusedIsConfiguration: `setup redis` as a user whose ACL
+// does not allow FUNCTION (NOPERM), or with a wrong password (WRONGPASS),
+// is a configuration error (exit 2, naming the permission), not an
+// unavailable store (69): retrying cannot fix it. A stopped server is
+// still 69.
+func TestSetupRedisRefusedIsConfiguration(t *testing.T) {
+	srv := testredis.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "svc", "on", ">QZJ/pw#2", "resetkeys", "~leasehold:*", "-@all", "+fcall", "+get", "+set").Err(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("QZJ/pw#2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, url, pw string }{
+		{"NOPERM", "redis://svc@" + srv.Addr + "?password_file=" + file, "QZJ/pw#2"},
+		{"WRONGPASS", "redis://svc:QZJ-wrong@" + srv.Addr, "QZJ-wrong"},
+	} {
+		code, out, errOut := lh(t, nil, "setup", "redis", "--store", c.url)
+		if code != 2 || !strings.Contains(errOut, c.name) || !strings.Contains(errOut, "FUNCTION") {
+			t.Errorf("%s: expected exit 2 naming %s and FUNCTION, got %d\n%s%s", c.name, c.name, code, out, errOut)
+		}
+		checkNoPiece(t, c.name, c.pw, out+errOut)
+	}
+	if n, err := admin.Do(t.Context(), "FUNCTION", "LIST").Slice(); err != nil || len(n) != 0 {
+		t.Errorf("a refused setup loaded a library: %v %v", n, err)
+	}
+	down := testredis.Start(t)
+	addr := down.Addr
+	down.Stop()
+	if code, out, errOut := lh(t, nil, "setup", "redis", "--store", "redis://"+addr); code != 69 {
+		t.Errorf("stopped server: expected exit 69, got %d\n%s%s", code, out, errOut)
+	}
+}

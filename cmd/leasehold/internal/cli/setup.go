@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 )
 
@@ -31,8 +32,8 @@ server and again after every upgrade of leasehold. Services then use
 functions=true in their store URL and need +fcall and no +eval (see the
 redisstore README for both ACLs).
 
-Exit status: 0 when loaded, 69 when Redis is unavailable or refuses, 2 on
-bad usage.`,
+Exit status: 0 when loaded, 69 when Redis is unavailable, 2 on bad usage or
+when Redis refuses (a user not allowed FUNCTION, a wrong password).`,
 		Example: `  leasehold setup redis --store 'redis://admin@127.0.0.1:6379?password_file=/run/secrets/redis-admin'`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,6 +45,8 @@ bad usage.`,
 			switch {
 			case errors.Is(err, storeurl.ErrBadURL):
 				return usage("--store: %v", err)
+			case errors.Is(err, leasehold.ErrMisconfigured):
+				return usage("setup redis: Redis refused; the URL's user must be an operator allowed FUNCTION (ACL in the redisstore README): %v", err)
 			case err != nil:
 				return Exit(ExitUnavailable, "setup redis: %v", err)
 			}

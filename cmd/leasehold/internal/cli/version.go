@@ -2,11 +2,9 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
 )
 
 // versionInfo is what `leasehold version` prints, from the build info Go
@@ -60,28 +58,6 @@ func (a *App) versionCmd() *cobra.Command {
 				commit += " (modified)"
 			}
 			fmt.Fprintf(a.Stdout, "leasehold %s\ncommit %s\n%s\n", v.Version, commit, v.Go)
-			return nil
-		},
-	}
-}
-
-// manCmd writes man pages for every command into DIR (hidden: for
-// packagers, `make man`).
-func (a *App) manCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write man pages (leasehold.1, leasehold-run.1, …) into DIR",
-		Hidden: true,
-		Args:   exactArgs(1, "DIR"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := os.MkdirAll(args[0], 0o755); err != nil {
-				return usage("man: %v", err)
-			}
-			root := cmd.Root()
-			root.DisableAutoGenTag = true
-			if err := doc.GenManTree(root, &doc.GenManHeader{Title: "LEASEHOLD", Section: "1", Source: "leasehold " + buildVersion().Version}, args[0]); err != nil {
-				return Exit(ExitFailure, "man: %v", err)
-			}
 			return nil
 		},
 	}

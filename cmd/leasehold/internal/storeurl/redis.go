@@ -3,6 +3,7 @@ package storeurl
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/redisstore"
 )
 
@@ -124,8 +126,9 @@ func sentinelClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, 
 // LoadRedisFunctions loads redisstore's Functions library (FUNCTION LOAD
 // REPLACE) into the Redis server of the URL raw, on every primary of a
 // Cluster. The URL's user must be allowed FUNCTION (an operator, not the
-// service). Errors wrap ErrBadURL or ErrUnavailable and never contain the
-// password.
+// service). Errors wrap ErrBadURL, leasehold.ErrMisconfigured (the server
+// refused: no permission for FUNCTION, a wrong password) or ErrUnavailable,
+// and never contain the password.
 func LoadRedisFunctions(ctx context.Context, raw string, getenv func(string) string) (desc string, err error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -154,7 +157,10 @@ func LoadRedisFunctions(ctx context.Context, raw string, getenv func(string) str
 	} else {
 		err = redisstore.LoadFunctions(ctx, r.client)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return desc, fmt.Errorf("%s: %w", desc, err)
+	case err != nil:
 		return desc, fmt.Errorf("%w: %s: FUNCTION LOAD: %w", ErrUnavailable, desc, err)
 	}
 	return desc, nil
