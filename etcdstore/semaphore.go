@@ -32,8 +32,9 @@ const maxPermitRetries = 32
 // beside the lock keys, under the store prefix without its trailing "/" plus
 // "#sem/", so that List never mistakes them for locks:
 //
-//	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value the identity, on the permit's lease;
-//	                            its create revision is the permit's fence
+//	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value NUL, the permit's TTL in ms, NUL, the
+//	                            identity; on the store's shared lease of the TTL (as
+//	                            locks are); its create revision is the permit's fence
 //	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on a lease of the
 //	                            queue TTL; queue order is create revision order
 //	PREFIX#sem/LEN:KEY/g        the guard: value the last limit; every grant and
@@ -41,8 +42,10 @@ const maxPermitRetries = 32
 //	                            transaction requires it unchanged since its read
 //
 // LEN is len(KEY) in bytes, so no key's keys are a prefix of another's.
-// Expired holders and waiters are deleted by etcd itself when their lease
-// runs out: no sweeper process.
+// A holder the store stops renewing is deleted by the store at its TTL (see
+// the package doc), and by etcd with the shared lease when the store's
+// process is gone; waiters are deleted by etcd when their own lease runs
+// out: no sweeper process.
 func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
@@ -112,29 +115,36 @@ func semStateOf(resp *clientv3.TxnResponse) semState {
 // use the store's bound of it from its last read or grant, see semBounds),
 // then commit the grant in a transaction that requires the guard unchanged
 // since the read (retried with jitter when another grant or a new waiter got in
-// between). A permit's etcd lease is granted only once a read shows a
-// permit for the token. The fence is the holder key's create revision.
-// Expiry only ever lowers the count, so a stale read never admits too many.
+// between). The holder key goes on the store's shared lease for the TTL, as
+// a lock does (no LeaseGrant per permit: an uncontended acquire and release
+// are two transactions), and the store deletes it when its deadline passes
+// unrenewed (see permitTracks). The fence is the holder key's create
+// revision. Expiry only ever lowers the count, so a stale read never admits
+// too many.
 func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
 	if req.Limit < 1 {
 		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+	}
+	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
+		return leasehold.Grant{}, err
+	}
+	secs, err := ttlSeconds(req.TTL)
+	if err != nil {
+		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
 	defer end()
-	secs, err := ttlSeconds(req.TTL)
+	l, err := s.sess.get(ctx, secs, req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	pa := &permitAttempt{s: s, req: req, secs: secs}
+	pa := &permitAttempt{s: s, req: req, l: l}
+	defer pa.finish()
 	for attempt := range maxPermitRetries {
 		g, done, err := pa.try(ctx)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			pa.id = clientv3.NoLease // the retries outlasted the lease: a new one
-			continue
-		}
 		if err != nil || done {
 			return g, err
 		}
@@ -155,26 +165,32 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
-// permitAttempt is one AcquirePermit: its request and the etcd lease granted
-// for it (NoLease until a read showed a permit for it).
+// permitAttempt is one AcquirePermit: its request and the store's shared
+// lease for its TTL, referenced until finish.
 type permitAttempt struct {
 	s    *Store
 	req  leasehold.PermitRequest
-	secs int64
-	id   clientv3.LeaseID
+	l    *lease
+	held bool      // the reference to l went to the permit's track
 	next *semState // what a transaction that lost brought back, for the next try
 }
 
-// lease returns the attempt's lease, granting it the first time.
-func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
-	if pa.id == clientv3.NoLease {
-		lg, err := pa.s.cli.Grant(ctx, pa.secs)
-		if err != nil {
-			return 0, err
-		}
-		pa.id = lg.ID
+// written records that a grant transaction was sent for the token (err is
+// its error): the permit is tracked on the attempt's lease, so that the
+// store deletes it at its deadline unless renewed. A transaction without an
+// answer may have applied, so it is tracked as well.
+func (pa *permitAttempt) written(err error, won bool) {
+	if (err != nil || won) && !pa.held {
+		pa.held = true
+		pa.s.sems.hold(pa.s.sess, ref{pa.req.Key, pa.req.Token}, pa.l, pa.req.TTL)
 	}
-	return pa.id, nil
+}
+
+// finish drops the reference to the lease when no permit took it.
+func (pa *permitAttempt) finish() {
+	if !pa.held {
+		pa.s.sess.put(pa.l)
+	}
 }
 
 // try makes one attempt; done is false when the semaphore changed between
@@ -193,27 +209,26 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	if mine == nil && ahead >= req.Limit-len(st.holders) {
 		return pa.refused(ctx, st, pos, ahead)
 	}
-	id, err := pa.lease(ctx)
-	if err != nil {
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
+	id, val := pa.l.id, permitValue(req.TTL, req.Holder)
 	if mine != nil {
-		// Our own retry after a lost reply: move the key to the new lease
-		// (its create revision, the fence, stays); the old lease expires.
+		// Our own retry after a lost reply: rewrite the key on the lease of
+		// this TTL (its create revision, the fence, stays).
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
-			Then(clientv3.OpPut(hk, string(mine.Value), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+			Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpDelete(qk)).
 			Commit()
+		pa.written(err, err == nil && resp.Succeeded)
 		if err != nil {
 			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
 		return leasehold.Grant{Fence: uint64(mine.CreateRevision)}, resp.Succeeded, nil
 	}
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
-		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		If(grantCmps(p, hk, st.guardRev, st.rev)...).
+		Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
 		Else(semReads(p)...).
 		Commit()
+	pa.written(err, err == nil && resp.Succeeded)
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
@@ -228,6 +243,34 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// grantCmps are the conditions of a grant read at revision rev with the
+// guard at guardRev: the guard unchanged and no holder key for the token.
+func grantCmps(p, hk string, guardRev, rev int64) []clientv3.Cmp {
+	_ = rev
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(p+"g"), "=", guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)}
+}
+
+// permitValue is a holder key's value: NUL, the TTL in milliseconds, NUL,
+// the identity. The leading NUL tells it from the identity alone, which
+// an earlier version wrote.
+func permitValue(ttl time.Duration, holder string) string {
+	return "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
+}
+
+// permitFields decodes a holder key's value; ttl is 0 when unknown (an
+// earlier version's value: the identity alone).
+func permitFields(v []byte) (ttl time.Duration, holder string) {
+	rest, ok := strings.CutPrefix(string(v), "\x00")
+	if !ok {
+		return 0, string(v)
+	}
+	ms, holder, _ := strings.Cut(rest, "\x00")
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+		ttl = time.Duration(n) * time.Millisecond
+	}
+	return ttl, holder
 }
 
 // state returns the semaphore for a try: what the last try's losing
@@ -264,20 +307,16 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit { // 0: no guard, nothing to compare
 		return leasehold.Grant{}, false, nil
 	}
-	id, err := pa.lease(ctx)
-	if err != nil {
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
+	id := pa.l.id
 	p := s.SemaphorePrefix(req.Key)
 	hk, gk := p+"h/"+req.Token, p+"g"
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
-		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Then(clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
 		Else(semReads(p)...).
 		Commit()
+	pa.written(err, err == nil && resp.Succeeded)
 	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return leasehold.Grant{}, false, nil // the caller's loop grants a new lease
 	case err != nil:
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	case !resp.Succeeded:
@@ -307,9 +346,13 @@ type semBound struct {
 // repeat (a deleted and recreated guard gets a new one); a bound taken with
 // no guard (revision 0) is never used, since the guard may have come and
 // gone since.
+//
+// It also holds the store's permit tracks (see permitTracks), under the
+// same mutex.
 type semBounds struct {
 	mu sync.Mutex
 	m  map[string]semBound
+	permitTracks
 }
 
 // maxSemBounds bounds the memory of semBounds: past it, the map is cleared.
@@ -361,8 +404,9 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 	g := leasehold.Grant{Ahead: ahead}
 	if len(st.holders) >= req.Limit && len(st.holders) > 0 {
 		first := st.holders[0]
-		g.Holder = string(first.Value)
-		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease))
+		var ttl time.Duration
+		ttl, g.Holder = permitFields(first.Value)
+		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease), ttl)
 	}
 	return g, true, leasehold.ErrNotAcquired
 }
@@ -410,60 +454,83 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	return true, nil, nil
 }
 
-// RenewPermit implements leasehold.Semaphorer: a read finds the permit's
-// lease, one keep-alive extends it; a TTL longer than the lease's moves the
-// key to a new lease.
+// RenewPermit implements leasehold.Semaphorer with one linearizable read of
+// the holder key: the store's shared lease for ttl is kept alive by the
+// store (and covers ttl from now, or a keep-alive is sent first), so an
+// unchanged permit needs no write. A permit on another lease (another TTL,
+// or an earlier version's own lease) or with another TTL recorded is
+// rewritten on this one, guarded by its mod revision (its fence stays).
+// Renew moves the store's deadline of the permit; a permit the store swept
+// meanwhile is lost (ErrNotOwned).
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := checkNames(key, token, ""); err != nil {
+		return err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return err
+	}
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer end()
-	secs, err := ttlSeconds(ttl)
-	if err != nil {
-		return err
-	}
-	hk := s.SemaphorePrefix(key) + "h/" + token
-	get, err := s.cli.Get(ctx, hk)
+	r := ref{key, token}
+	t := s.sems.lookup(r)
+	l, err := s.sess.get(ctx, secs, ttl)
 	if err != nil {
 		return s.wrap(ctx, "renew permit", key, err)
 	}
-	if len(get.Kvs) == 0 || get.Kvs[0].Lease == 0 {
+	if err := s.renewPermit(ctx, r, l, ttl); err != nil {
+		s.sess.put(l)
+		if errors.Is(err, leasehold.ErrNotOwned) {
+			s.sems.release(s.sess, r)
+		}
+		return err
+	}
+	if !s.sems.renewed(s.sess, r, t, l, ttl) {
+		return leasehold.ErrNotOwned // the store swept it meanwhile
+	}
+	return nil
+}
+
+// renewPermit reads r's holder key and rewrites it on l when its lease or
+// TTL differ.
+func (s *Store) renewPermit(ctx context.Context, r ref, l *lease, ttl time.Duration) error {
+	hk := s.SemaphorePrefix(r.key) + "h/" + r.token
+	get, err := s.cli.Get(ctx, hk)
+	if err != nil {
+		return s.wrap(ctx, "renew permit", r.key, err)
+	}
+	if len(get.Kvs) == 0 {
 		return leasehold.ErrNotOwned
 	}
 	kv := get.Kvs[0]
-	old := clientv3.LeaseID(kv.Lease)
-	ka, err := s.cli.KeepAliveOnce(ctx, old)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return leasehold.ErrNotOwned
-	case err != nil:
-		return s.wrap(ctx, "renew permit", key, err)
-	case ka.TTL >= secs:
+	was, holder := permitFields(kv.Value)
+	if clientv3.LeaseID(kv.Lease) == l.id && was == ttl {
 		return nil
 	}
-	lg, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return s.wrap(ctx, "renew permit", key, err)
-	}
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(hk), "=", old)).
-		Then(clientv3.OpPut(hk, string(kv.Value), clientv3.WithLease(lg.ID))).
+		If(clientv3.Compare(clientv3.ModRevision(hk), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(l.id))).
 		Commit()
 	switch {
 	case err != nil:
-		return s.wrap(ctx, "renew permit", key, err)
+		return s.wrap(ctx, "renew permit", r.key, err)
 	case !resp.Succeeded:
-		return leasehold.ErrNotOwned
+		return leasehold.ErrNotOwned // released or swept meanwhile
 	}
-	return nil // the old lease, kept alive above, expires on its own
+	return nil
 }
 
 // ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
-// holder key and the token's queue entry (their leases expire on their own:
-// no extra round trip). Waiters watching the semaphore (WaitPermit) see the
-// deletes.
+// holder key and the token's queue entry (the shared lease stays for the
+// store's other and next permits and locks). Waiters watching the
+// semaphore (WaitPermit) see the deletes.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
+	if err := checkNames(key, token, ""); err != nil {
+		return err
+	}
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return err
@@ -474,6 +541,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err != nil {
 		return s.wrap(ctx, "release permit", key, err)
 	}
+	s.sems.release(s.sess, ref{key, token})
 	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
@@ -499,10 +567,11 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 		info.NextHolder = string(st.queue[0].Value)
 	}
 	for _, kv := range st.holders {
+		ttl, holder := permitFields(kv.Value)
 		info.Holders = append(info.Holders, leasehold.LockInfo{
-			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: string(kv.Value),
+			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder,
 			Fence:     uint64(kv.CreateRevision),
-			Remaining: s.permitRemaining(ctx, clientv3.LeaseID(kv.Lease)),
+			Remaining: s.permitRemaining(ctx, clientv3.LeaseID(kv.Lease), ttl),
 			Facts:     map[string]string{"store": "etcd", "etcd_key": string(kv.Key), "lease": fmt.Sprintf("%x", kv.Lease)},
 		})
 	}
@@ -668,10 +737,12 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 	return now
 }
 
-// permitRemaining is the time left on a holder's lease. etcd reports whole
-// seconds rounded down; a live lease with less than a second left reports
-// 1ms (0 would mean "a permit is free").
-func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID) time.Duration {
+// permitRemaining is the time left on a holder's lease, capped by the
+// permit's TTL when known (ttl > 0: the shared lease outlives the permit by
+// up to a second). etcd reports whole seconds rounded down; a live lease
+// with less than a second left reports 1ms (0 would mean "a permit is
+// free").
+func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
 	r, err := s.cli.TimeToLive(ctx, id)
 	switch {
 	case err != nil || r.TTL < 0:
@@ -679,5 +750,125 @@ func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID) time.D
 	case r.TTL == 0:
 		return time.Millisecond
 	}
-	return time.Duration(r.TTL) * time.Second
+	d := time.Duration(r.TTL) * time.Second
+	if ttl > 0 {
+		d = min(d, ttl)
+	}
+	return d
+}
+
+// permitTracks bounds how long a permit on a shared lease outlives its
+// holder, as the session does for locks: the store records the deadline of
+// every permit it granted or renewed (its TTL after the reply, later than
+// the holder's own expiry guard) and deletes the holder key when the
+// deadline passes (within a session tick, 50 ms), again every tick while
+// etcd does not answer. Each track keeps a reference to the permit's lease,
+// so that the session does not revoke it as idle. A renewal that read the
+// permit while its sweep was in flight is not trusted (the delete may apply
+// after the read). When the store's process is gone, etcd deletes the
+// permit with the shared lease, at most TTL+1 s after the last keep-alive.
+type permitTracks struct {
+	held  map[ref]*permitTrack
+	swept map[ref]bool         // sweeps in flight
+	retry map[ref]*permitTrack // sweeps etcd did not answer, tried again next tick
+}
+
+// permitTrack is a permit this store wrote.
+type permitTrack struct {
+	lease    *lease
+	deadline time.Time
+}
+
+// hold records (or refreshes) r's permit on l, taking over the caller's
+// reference to l; ttl from now is its deadline.
+func (c *semBounds) hold(ss *session, r ref, l *lease, ttl time.Duration) {
+	c.mu.Lock()
+	if c.held == nil {
+		c.held, c.swept, c.retry = map[ref]*permitTrack{}, map[ref]bool{}, map[ref]*permitTrack{}
+	}
+	old, retried := c.held[r], c.retry[r]
+	c.held[r] = &permitTrack{lease: l, deadline: time.Now().Add(ttl)}
+	delete(c.retry, r)
+	c.mu.Unlock()
+	for _, t := range []*permitTrack{old, retried} {
+		if t != nil {
+			ss.put(t.lease)
+		}
+	}
+}
+
+// lookup returns r's track (nil if none), to be passed to renewed after
+// the renewal's read.
+func (c *semBounds) lookup(r ref) *permitTrack {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[r]
+}
+
+// renewed records a successful renewal read of r on l (its reference taken
+// over). It returns false, dropping the reference, when the store swept r
+// since t was looked up or is sweeping it.
+func (c *semBounds) renewed(ss *session, r ref, t *permitTrack, l *lease, ttl time.Duration) bool {
+	c.mu.Lock()
+	lost := c.swept[r] || (t != nil && c.held[r] != t)
+	c.mu.Unlock()
+	if lost {
+		ss.put(l)
+		return false
+	}
+	c.hold(ss, r, l, ttl)
+	return true
+}
+
+// release forgets r's permit.
+func (c *semBounds) release(ss *session, r ref) {
+	c.mu.Lock()
+	old, retried := c.held[r], c.retry[r]
+	delete(c.held, r)
+	delete(c.retry, r)
+	c.mu.Unlock()
+	for _, t := range []*permitTrack{old, retried} {
+		if t != nil {
+			ss.put(t.lease)
+		}
+	}
+}
+
+// expiredPermits takes the permits past their deadline at now, and the
+// sweeps to try again, marking them swept.
+func (c *semBounds) expiredPermits(now time.Time) []ref {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ref
+	for r, t := range c.held {
+		if now.After(t.deadline) {
+			delete(c.held, r)
+			c.retry[r] = t
+		}
+	}
+	for r := range c.retry {
+		if !c.swept[r] {
+			c.swept[r] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sweepPermit deletes r's holder key, whose deadline passed. The key holds
+// r's token, so no other permit can be deleted. The track keeps its lease
+// reference until etcd answered.
+func (s *Store) sweepPermit(ctx context.Context, r ref) {
+	_, err := s.cli.Delete(ctx, s.SemaphorePrefix(r.key)+"h/"+r.token)
+	c := &s.sems
+	c.mu.Lock()
+	delete(c.swept, r)
+	t := c.retry[r]
+	if err == nil {
+		delete(c.retry, r)
+	}
+	c.mu.Unlock()
+	if err == nil && t != nil {
+		s.sess.put(t.lease)
+	}
 }
