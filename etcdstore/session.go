@@ -371,6 +371,9 @@ func (ss *session) round(now time.Time) {
 	for _, sw := range entries {
 		wg.Go(func() { ss.sweepEntry(ctx, sw) })
 	}
+	for _, r := range ss.s.sems.expiredPermits(now) { // see permitTracks
+		wg.Go(func() { ss.s.sweepPermit(ctx, r) })
+	}
 	wg.Wait()
 }
 
