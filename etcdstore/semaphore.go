@@ -248,8 +248,28 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 // grantCmps are the conditions of a grant read at revision rev with the
 // guard at guardRev: the guard unchanged and no holder key for the token.
 func grantCmps(p, hk string, guardRev, rev int64) []clientv3.Cmp {
-	_ = rev
-	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(p+"g"), "=", guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)}
+	return append(unchangedCmps(p, guardRev, rev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0))
+}
+
+// unchangedCmps hold when no holder or waiter joined the semaphore under p
+// since a read at revision rev that saw the guard at guardRev.
+//
+// Every grant and new waiter rewrites the guard, so its mod revision
+// unchanged says so, with one exception: a read that found no guard
+// (guardRev 0). The guard lives on the lease of its last writer, so it can
+// appear and vanish again before the transaction (a grant, then a waiter
+// whose queue lease ends), and "absent" compares equal again while the
+// grant's holder lives on. So without a guard the transaction also
+// requires every holder and waiter key to be created at or before rev
+// (TestPermitGrantWithoutGuardSeesNewHolders).
+func unchangedCmps(p string, guardRev, rev int64) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(p+"g"), "=", guardRev)}
+	if guardRev == 0 {
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.CreateRevision(p+"h/"), "<", rev+1).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(p+"q/"), "<", rev+1).WithPrefix())
+	}
+	return cmps
 }
 
 // permitValue is a holder key's value: NUL, the TTL in milliseconds, NUL,
@@ -439,7 +459,7 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
+		If(append(unchangedCmps(p, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))...).
 		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
 		Else(semReads(p)...).
 		Commit()

@@ -1,0 +1,141 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/etcdstore"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// A permit lives on the store's shared lease, which the store keeps alive
+// for its other permits and locks: the store itself deletes a permit nobody
+// renews at its TTL, and its holder's next renewal reports the loss
+// (ErrNotOwned), while a renewed permit on the same lease lives on.
+func TestPermitUnrenewedSweptAtTTL(t *testing.T) {
+	c := testetcd.Start(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	const ttl = time.Second
+	req := func(tok string) leasehold.PermitRequest {
+		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: ttl, Limit: 4, Holder: tok}
+	}
+	start := time.Now()
+	if _, err := s.AcquirePermit(ctx, req("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquirePermit(ctx, req("dropped")); err != nil {
+		t.Fatal(err)
+	}
+	hk := s.SemaphorePrefix("sem") + "h/dropped"
+	var gone time.Duration
+	for gone == 0 {
+		if time.Since(start) > 5*ttl {
+			t.Fatalf("an unrenewed permit still there after %v (TTL %v)", time.Since(start), ttl)
+		}
+		if err := s.RenewPermit(ctx, "sem", "kept", ttl); err != nil {
+			t.Fatalf("renewing the other permit: %v", err)
+		}
+		r, err := s.Client().Get(ctx, hk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) == 0 {
+			gone = time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gone < ttl {
+		t.Fatalf("the unrenewed permit was deleted after %v, before its TTL %v", gone, ttl)
+	}
+	if err := s.RenewPermit(ctx, "sem", "dropped", ttl); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("renewing the swept permit: expected ErrNotOwned, got %v", err)
+	}
+	info, err := s.Permits(ctx, "sem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 1 || info.Holders[0].Token != "kept" || info.Holders[0].Remaining > ttl {
+		t.Fatalf("expected the renewed permit alone, Remaining at most its TTL, got %+v", info.Holders)
+	}
+	t.Logf("unrenewed permit deleted %v after its acquire (TTL %v)", gone, ttl)
+}
+
+// A grant read while the semaphore had no guard must not be admitted when,
+// before its transaction, another store granted a permit and the guard
+// then disappeared (here: the lease of a waiter that rewrote it ended). The
+// guard's "absent" compares equal again; without more, the stale read
+// admitted a second holder under limit 1.
+func TestPermitGrantWithoutGuardSeesNewHolders(t *testing.T) {
+	c := testetcd.Start(t)
+	side := c.Client(t)
+	a, b := newStore(t, c), newStore(t, c)
+	var (
+		armed atomic.Bool
+		txns  atomic.Int32
+		hook  func(context.Context) error
+	)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				// The second transaction of the acquire (the grant, after the
+				// read): other stores act first.
+				if armed.Load() && method == "/etcdserverpb.KV/Txn" && txns.Add(1) == 2 {
+					if err := hook(ctx); err != nil {
+						return err
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := func(tok string) leasehold.PermitRequest {
+		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
+	}
+	gk := s.SemaphorePrefix("sem") + "g"
+	hook = func(ctx context.Context) error {
+		if _, err := a.AcquirePermit(ctx, req("a")); err != nil {
+			return err
+		}
+		w := req("waiter")
+		w.QueueTTL = time.Minute
+		if _, err := b.AcquirePermit(ctx, w); !errors.Is(err, leasehold.ErrNotAcquired) {
+			return errors.Join(errors.New("the waiter was not queued"), err)
+		}
+		g, err := side.Get(ctx, gk)
+		if err != nil || len(g.Kvs) != 1 {
+			return errors.Join(errors.New("no guard after the waiter"), err)
+		}
+		_, err = side.Revoke(ctx, clientv3.LeaseID(g.Kvs[0].Lease)) // the waiter's lease ends
+		return err
+	}
+	ctx := ctxFor(t, 20*time.Second)
+	armed.Store(true)
+	g, err := s.AcquirePermit(ctx, req("stale"))
+	if err == nil {
+		t.Fatalf("a grant on a read from before another store's grant: admitted (fence %d) beside holder a under limit 1", g.Fence)
+	}
+	if !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	info, err := s.Permits(ctx, "sem")
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Token != "a" {
+		t.Fatalf("expected holder a alone, got %+v, %v", info.Holders, err)
+	}
+}
