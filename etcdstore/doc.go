@@ -95,6 +95,28 @@
 // Etcd's leader checks for expired leases every 500 ms, and a newly elected
 // leader extends every lease by its full TTL.
 //
+// # Semaphores
+//
+// A permit (AcquirePermit; keys under SemaphorePrefix) is a holder key on
+// the same shared lease as the store's locks of its TTL, so an uncontended
+// AcquirePermit and ReleasePermit are one transaction each, as for a lock
+// (the store's bound of the semaphore spares the read, see semBounds).
+// The store tracks each permit's deadline like a lock's and deletes the
+// holder key, token by token, when the deadline passes unrenewed; the
+// holder's next RenewPermit (one read) then answers ErrNotOwned. When the
+// store's process dies, its permits go with the shared lease, at most
+// TTL+1 s (plus etcd's 500 ms check) after its last keep-alive: unlike a
+// lock, a permit has no takeover by a waiter at the exact TTL yet.
+// Waiters are queue entries on their own lease of the queue TTL.
+//
+// Every grant and new waiter rewrites the semaphore's guard key, and a
+// grant's transaction requires the guard unchanged since its read: nothing
+// joined in between. The guard lives on its last writer's lease, so a read
+// can find none, and a guard written and then expired before the
+// transaction (a grant, then a waiter whose lease ran out) would compare
+// equal to "absent" again; so a read without a guard also requires every
+// holder and waiter key to be no newer than the read.
+//
 // Errors: a request that gets no answer within Options.RequestTimeout fails
 // with ErrUnavailable (a store failure, never contention); etcd's auth and
 // permission errors wrap leasehold.ErrMisconfigured; List skips locks it
