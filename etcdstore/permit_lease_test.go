@@ -139,3 +139,97 @@ func TestPermitGrantWithoutGuardSeesNewHolders(t *testing.T) {
 		t.Fatalf("expected holder a alone, got %+v, %v", info.Holders, err)
 	}
 }
+
+// A waiter takes a dead holder's permit at about the permit's TTL, not when
+// etcd expires the holder's shared lease (TTL + 1 s after its last
+// keep-alive, checked every 500 ms), and never before the holder's own
+// expiry guard stopped trusting it.
+func TestCrashedPermitTakenOverAtItsTTL(t *testing.T) {
+	c := testetcd.Start(t)
+	const ttl = time.Second
+	drift := leasehold.DefaultDriftMargin(ttl)
+	for i := range 3 {
+		holder, crash := crashable(t, c)
+		waiter := newStore(t, c)
+		lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		key := uniqueKey(t, "k")
+		ctx := ctxFor(t, 10*time.Second)
+		warm(t, holder, key+"-warm") // the holder's shared lease exists, as in steady use
+		sem, err := lk.Semaphore(key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		g, err := holder.AcquirePermit(ctx, leasehold.PermitRequest{Key: key, Token: "dead", TTL: ttl, Limit: 1, Holder: "dead"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		crash()
+		permit, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("run %d: the waiter: %v", i, err)
+		}
+		late := time.Since(sent.Add(ttl))
+		t.Logf("run %d: taken over %v after the holder's TTL", i, late)
+		if late < -drift {
+			t.Fatalf("run %d: taken over %v before the holder's TTL, while its guard (drift margin %v) still trusted it", i, -late, drift)
+		}
+		if late > 500*time.Millisecond {
+			t.Fatalf("run %d: taken over %v after the holder's TTL, expected about at it", i, late)
+		}
+		if permit.Fence() <= g.Fence {
+			t.Fatalf("run %d: fence %d not above the dead holder's %d", i, permit.Fence(), g.Fence)
+		}
+		if err := permit.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A holder that keeps renewing is never taken over, however long a waiter
+// waits: each renewal that sees a waiter writes the holder key.
+func TestRenewedPermitNotTakenOver(t *testing.T) {
+	c := testetcd.Start(t)
+	const ttl = time.Second
+	holder, waiter := newStore(t, c), newStore(t, c)
+	lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	key := uniqueKey(t, "k")
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := holder.AcquirePermit(ctx, leasehold.PermitRequest{Key: key, Token: "alive", TTL: ttl, Limit: 1, Holder: "alive"}); err != nil {
+		t.Fatal(err)
+	}
+	sem, err := lk.Semaphore(key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*ttl)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		p, err := sem.Acquire(wctx)
+		if err == nil {
+			_ = p.Release(ctx)
+		}
+		got <- err
+	}()
+	for wctx.Err() == nil {
+		if err := holder.RenewPermit(ctx, key, "alive", ttl); err != nil {
+			t.Fatalf("renewal while a waiter waits: %v", err)
+		}
+		time.Sleep(ttl / 4)
+	}
+	if err := <-got; err == nil {
+		t.Fatal("the waiter took the permit of a holder that kept renewing it")
+	}
+	if err := holder.RenewPermit(ctx, key, "alive", ttl); err != nil {
+		t.Fatalf("renewal after the wait: %v", err)
+	}
+}

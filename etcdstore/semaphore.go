@@ -207,6 +207,9 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
 	if mine == nil && ahead >= req.Limit-len(st.holders) {
+		if g, done, ok, err := pa.takeOver(ctx, st, pos, ahead); ok {
+			return g, done, err
+		}
 		return pa.refused(ctx, st, pos, ahead)
 	}
 	id, val := pa.l.id, permitValue(req.TTL, req.Holder)
@@ -240,6 +243,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	queued := len(st.queue)
 	if pos >= 0 {
 		queued--
+		s.sems.forget(ref{req.Key, req.Token})
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
@@ -373,6 +377,7 @@ type semBounds struct {
 	mu sync.Mutex
 	m  map[string]semBound
 	permitTracks
+	sights permitSights // see takeOver
 }
 
 // maxSemBounds bounds the memory of semBounds: past it, the map is cleared.
@@ -427,6 +432,11 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 		var ttl time.Duration
 		ttl, g.Holder = permitFields(first.Value)
 		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease), ttl)
+		if left, ok := s.sems.firstExpiry(ref{req.Key, req.Token}, time.Now()); ok && req.QueueTTL > 0 {
+			// A waiter retries when the first holder it watches runs out
+			// of its TTL, and takes the permit over (takeOver).
+			g.Remaining = max(left, time.Millisecond)
+		}
 	}
 	return g, true, leasehold.ErrNotAcquired
 }
@@ -460,7 +470,8 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(append(unchangedCmps(p, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))...).
-		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID)),
+			clientv3.OpGet(p+"h/", clientv3.WithPrefix())).
 		Else(semReads(p)...).
 		Commit()
 	if err != nil {
@@ -470,6 +481,12 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	if !resp.Succeeded {
 		st := semStateOf(resp)
 		return false, &st, nil
+	}
+	// The holders as of the entry's creation: the first sights (takeOver).
+	now := time.Now()
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+		ttl, _ := permitFields(kv.Value)
+		s.sems.saw(ref{req.Key, req.Token}, resp.Header.Revision, string(kv.Key), kv.ModRevision, now, ttl)
 	}
 	return true, nil, nil
 }
@@ -514,20 +531,24 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	return nil
 }
 
-// renewPermit reads r's holder key and rewrites it on l when its lease or
-// TTL differ.
+// renewPermit reads r's holder key and the semaphore's waiter count (a
+// read-only transaction) and rewrites the key on l when its lease or TTL
+// differ, or when someone waits: the new mod revision tells the waiters
+// that the holder is alive (see takeOver).
 func (s *Store) renewPermit(ctx context.Context, r ref, l *lease, ttl time.Duration) error {
-	hk := s.SemaphorePrefix(r.key) + "h/" + r.token
-	get, err := s.cli.Get(ctx, hk)
+	p := s.SemaphorePrefix(r.key)
+	hk := p + "h/" + r.token
+	get, err := s.cli.Txn(ctx).Then(clientv3.OpGet(hk), clientv3.OpGet(p+"q/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return s.wrap(ctx, "renew permit", r.key, err)
 	}
-	if len(get.Kvs) == 0 {
+	kvs := get.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
 		return leasehold.ErrNotOwned
 	}
-	kv := get.Kvs[0]
+	kv := kvs[0]
 	was, holder := permitFields(kv.Value)
-	if clientv3.LeaseID(kv.Lease) == l.id && was == ttl {
+	if clientv3.LeaseID(kv.Lease) == l.id && was == ttl && get.Responses[1].GetResponseRange().GetCount() == 0 {
 		return nil
 	}
 	resp, err := s.cli.Txn(ctx).
@@ -628,6 +649,9 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struc
 		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
 	m := newPermitModel(s.SemaphorePrefix(key), token, st)
+	m.saw = func(hk string, entry, mod int64, ttl time.Duration) {
+		s.sems.saw(ref{key, token}, entry, hk, mod, time.Now(), ttl)
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithRev(st.rev+1), clientv3.WithCreatedNotify())
 	if err := awaitCreated(wctx, wch, startTimeout); err != nil {
@@ -688,6 +712,9 @@ type permitModel struct {
 	queue      map[string]int64 // entry key -> create revision
 	limit      int              // 0 until a guard was seen
 	was        bool             // the turn had come at the last check
+	// saw records a holder write seen while the token's queue entry
+	// (create revision entry) was older than it (see takeOver).
+	saw func(hk string, entry, mod int64, ttl time.Duration)
 }
 
 func newPermitModel(p, token string, st semState) *permitModel {
@@ -704,6 +731,15 @@ func newPermitModel(p, token string, st semState) *permitModel {
 	}
 	m.was = m.turn()
 	return m
+}
+
+// sawHolder passes a holder write to saw when the token's queue entry is
+// older than it: the holder's renewals from then on write its key.
+func (m *permitModel) sawHolder(kv *mvccpb.KeyValue) {
+	if e, ok := m.queue[m.me]; ok && e < kv.ModRevision && m.saw != nil {
+		ttl, _ := permitFields(kv.Value)
+		m.saw(string(kv.Key), e, kv.ModRevision, ttl)
+	}
 }
 
 // turn reports whether fewer waiters are ahead of the token than permits
@@ -733,6 +769,7 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 		switch {
 		case strings.HasPrefix(k, m.hp) && put:
 			m.holders[k] = struct{}{}
+			m.sawHolder(ev.Kv)
 		case strings.HasPrefix(k, m.hp):
 			delete(m.holders, k)
 			freed = true
@@ -846,6 +883,7 @@ func (c *semBounds) release(ss *session, r ref) {
 	old, retried := c.held[r], c.retry[r]
 	delete(c.held, r)
 	delete(c.retry, r)
+	delete(c.sights, r)
 	c.mu.Unlock()
 	for _, t := range []*permitTrack{old, retried} {
 		if t != nil {
@@ -891,4 +929,143 @@ func (s *Store) sweepPermit(ctx context.Context, r ref) {
 	if err == nil && t != nil {
 		s.sess.put(t.lease)
 	}
+}
+
+// Takeover of a dead holder's permit at its TTL, as for locks (see the
+// package doc, Takeover): a holder's RenewPermit writes its key whenever
+// its read shows a waiter, which moves the key's mod revision. A waiter
+// records, for each holder, the mod revision it saw and when it first saw
+// it (on its own clock, after the answer arrived; from its acquires' reads
+// and its WaitPermit watch), while its own queue entry existed at one
+// create revision. A holder seen at one mod revision for its whole TTL has
+// not renewed since before the waiter's entry existed or since that write,
+// so its expiry guard stopped trusting the permit; a waiter whose turn
+// that frees deletes such holders in its grant's transaction, guarded by
+// their mod revisions and its own entry.
+
+// permitSights is what the waiters of this store saw of the holders of
+// their semaphores, by waiter.
+type permitSights map[ref]*waiterSight
+
+// waiterSight is one waiter's record: its queue entry's create revision,
+// and per holder key the first sight of its current mod revision.
+type waiterSight struct {
+	entry   int64
+	holders map[string]holderSight
+}
+
+type holderSight struct {
+	mod int64
+	at  time.Time
+	ttl time.Duration
+}
+
+// maxSights bounds the waiters recorded: past it, the record is cleared.
+const maxSights = 4096
+
+// saw records that waiter r, with its queue entry at create revision entry,
+// saw holder key hk at mod revision mod (TTL ttl) at time at.
+func (c *semBounds) saw(r ref, entry int64, hk string, mod int64, at time.Time, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sights == nil || len(c.sights) >= maxSights {
+		c.sights = permitSights{}
+	}
+	w := c.sights[r]
+	if w == nil || w.entry != entry {
+		w = &waiterSight{entry: entry, holders: map[string]holderSight{}}
+		c.sights[r] = w
+	}
+	if h, ok := w.holders[hk]; ok && h.mod >= mod {
+		return // the same write (its first sight counts), or an older one
+	}
+	w.holders[hk] = holderSight{mod: mod, at: at, ttl: ttl}
+}
+
+// expiredHolders returns the holders of st that waiter r (entry at create
+// revision entry) has seen unchanged for their whole TTL by now.
+func (c *semBounds) expiredHolders(r ref, entry int64, st semState, now time.Time) []*mvccpb.KeyValue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.sights[r]
+	if w == nil || w.entry != entry {
+		return nil
+	}
+	var out []*mvccpb.KeyValue
+	for _, kv := range st.holders {
+		h, ok := w.holders[string(kv.Key)]
+		if ok && h.mod == kv.ModRevision && h.ttl > 0 && !now.Before(h.at.Add(h.ttl)) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// firstExpiry returns how long until the first holder waiter r watches
+// runs out of its TTL by r's sights.
+func (c *semBounds) firstExpiry(r ref, now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.sights[r]
+	if w == nil {
+		return 0, false
+	}
+	var first time.Time
+	for _, h := range w.holders {
+		if end := h.at.Add(h.ttl); h.ttl > 0 && (first.IsZero() || end.Before(first)) {
+			first = end
+		}
+	}
+	return first.Sub(now), !first.IsZero()
+}
+
+// forget drops waiter r's sights.
+func (c *semBounds) forget(r ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sights, r)
+}
+
+// takeOver records what a waiting acquire's read st showed of the holders
+// (when the read showed its queue entry, at index pos) and, when holders it
+// has seen unchanged for their TTL free a permit for it, grants it in one
+// transaction that deletes them. ok is false when there is nothing to take
+// over; otherwise g, done and err are try's answer.
+func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead int) (g leasehold.Grant, done, ok bool, err error) {
+	s, req := pa.s, pa.req
+	if req.QueueTTL <= 0 || pos < 0 {
+		return leasehold.Grant{}, false, false, nil
+	}
+	r, entry, now := ref{req.Key, req.Token}, st.queue[pos].CreateRevision, time.Now()
+	for _, kv := range st.holders {
+		ttl, _ := permitFields(kv.Value)
+		s.sems.saw(r, entry, string(kv.Key), kv.ModRevision, now, ttl)
+	}
+	dead := s.sems.expiredHolders(r, entry, st, now)
+	if len(dead) == 0 || ahead >= req.Limit-len(st.holders)+len(dead) {
+		return leasehold.Grant{}, false, false, nil
+	}
+	p := s.SemaphorePrefix(req.Key)
+	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	cmps := append(grantCmps(p, hk, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", entry))
+	var ops []clientv3.Op
+	for _, kv := range dead {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+	}
+	ops = append(ops, clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(pa.l.id)),
+		clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(pa.l.id)), clientv3.OpDelete(qk))
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
+	pa.written(err, err == nil && resp.Succeeded)
+	switch {
+	case err != nil:
+		return leasehold.Grant{}, true, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	case !resp.Succeeded:
+		next := semStateOf(resp)
+		pa.next = &next
+		return leasehold.Grant{}, false, true, nil
+	}
+	s.sems.forget(r)
+	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) - len(dead) + 1, queued: len(st.queue) - 1})
+	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, true, nil
 }
