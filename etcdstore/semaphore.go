@@ -432,9 +432,10 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 		var ttl time.Duration
 		ttl, g.Holder = permitFields(first.Value)
 		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease), ttl)
-		if left, ok := s.sems.firstExpiry(ref{req.Key, req.Token}, time.Now()); ok && req.QueueTTL > 0 {
-			// A waiter retries when the first holder it watches runs out
-			// of its TTL, and takes the permit over (takeOver).
+		if left, ok := s.sems.firstExpiry(ref{req.Key, req.Token}, st, time.Now()); ok && req.QueueTTL > 0 {
+			// A waiter retries when the next holder it watches runs out
+			// of its TTL, and takes the permit over if it is its turn
+			// (takeOver).
 			g.Remaining = max(left, time.Millisecond)
 		}
 	}
@@ -1001,9 +1002,11 @@ func (c *semBounds) expiredHolders(r ref, entry int64, st semState, now time.Tim
 	return out
 }
 
-// firstExpiry returns how long until the first holder waiter r watches
-// runs out of its TTL by r's sights.
-func (c *semBounds) firstExpiry(r ref, now time.Time) (time.Duration, bool) {
+// firstExpiry returns how long until the next of st's holders runs out of
+// its TTL by waiter r's sights; ok is false when none is known to run out
+// after now (a waiter whose turn an expired holder does not free waits for
+// the waiters ahead of it, and is woken by WaitPermit).
+func (c *semBounds) firstExpiry(r ref, st semState, now time.Time) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.sights[r]
@@ -1011,8 +1014,10 @@ func (c *semBounds) firstExpiry(r ref, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	var first time.Time
-	for _, h := range w.holders {
-		if end := h.at.Add(h.ttl); h.ttl > 0 && (first.IsZero() || end.Before(first)) {
+	for _, kv := range st.holders {
+		h, ok := w.holders[string(kv.Key)]
+		end := h.at.Add(h.ttl)
+		if ok && h.ttl > 0 && end.After(now) && (first.IsZero() || end.Before(first)) {
 			first = end
 		}
 	}
