@@ -105,9 +105,17 @@
 // holder key, token by token, when the deadline passes unrenewed; the
 // holder's next RenewPermit (one read) then answers ErrNotOwned. When the
 // store's process dies, its permits go with the shared lease, at most
-// TTL+1 s (plus etcd's 500 ms check) after its last keep-alive: unlike a
-// lock, a permit has no takeover by a waiter at the exact TTL yet.
-// Waiters are queue entries on their own lease of the queue TTL.
+// TTL+1 s (plus etcd's 500 ms check) after its last keep-alive, unless a
+// waiter takes them over first, at their TTL, the way the head of a lock's
+// queue does (above): a renewal whose read counts a waiter writes the
+// holder key (a new mod revision); a waiter records each holder's mod
+// revision and when it first saw it while its own queue entry existed (its
+// join's transaction reads the holders; its acquires and its WaitPermit
+// watch see later writes), and when holders it saw unchanged for their TTL
+// free its turn, its grant's transaction deletes them, guarded by their mod
+// revisions and its entry. Same clock assumption as for locks; a renewal
+// of a permit that others wait for is one read and one write. Waiters are
+// queue entries on their own lease of the queue TTL.
 //
 // Every grant and new waiter rewrites the semaphore's guard key, and a
 // grant's transaction requires the guard unchanged since its read: nothing
