@@ -79,27 +79,9 @@ func TestPermitGrantWithoutGuardSeesNewHolders(t *testing.T) {
 	a, b := newStore(t, c), newStore(t, c)
 	var (
 		armed atomic.Bool
-		txns  atomic.Int32
 		hook  func(context.Context) error
 	)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				// The second transaction of the acquire (the grant, after the
-				// read): other stores act first.
-				if armed.Load() && method == "/etcdserverpb.KV/Txn" && txns.Add(1) == 2 {
-					if err := hook(ctx); err != nil {
-						return err
-					}
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := beforeSecondTxn(t, c, &armed, func(ctx context.Context) error { return hook(ctx) })
 	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +120,30 @@ func TestPermitGrantWithoutGuardSeesNewHolders(t *testing.T) {
 	if err != nil || len(info.Holders) != 1 || info.Holders[0].Token != "a" {
 		t.Fatalf("expected holder a alone, got %+v, %v", info.Holders, err)
 	}
+}
+
+// beforeSecondTxn returns a client that, once armed, runs hook before its
+// second transaction (a permit grant's, after its read).
+func beforeSecondTxn(t *testing.T, c *testetcd.Cluster, armed *atomic.Bool, hook func(context.Context) error) *clientv3.Client {
+	t.Helper()
+	var txns atomic.Int32
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if armed.Load() && method == "/etcdserverpb.KV/Txn" && txns.Add(1) == 2 {
+					if err := hook(ctx); err != nil {
+						return err
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }
 
 // A waiter takes a dead holder's permit at about the permit's TTL, not when
