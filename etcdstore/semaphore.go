@@ -171,8 +171,9 @@ type permitAttempt struct {
 	s    *Store
 	req  leasehold.PermitRequest
 	l    *lease
-	held bool      // the reference to l went to the permit's track
-	next *semState // what a transaction that lost brought back, for the next try
+	held bool             // the reference to l went to the permit's track
+	qid  clientv3.LeaseID // the queue entry's lease granted by a join that lost, for the next
+	next *semState        // what a transaction that lost brought back, for the next try
 }
 
 // written records that a grant transaction was sent for the token (err is
@@ -420,7 +421,7 @@ func (c *semBounds) released(key string) {
 func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
-		ok, next, err := s.queue(ctx, req, st, pos)
+		ok, next, err := s.queue(ctx, req, st, pos, &pa.qid)
 		if err != nil || !ok {
 			pa.next = next
 			return leasehold.Grant{}, ok, err
@@ -447,8 +448,9 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 // or refreshes its entry with a keep-alive of that lease (the entry keeps
 // its create revision, its place). ok is false when the semaphore changed
 // since st was read; next is then the semaphore as it is now, when the
-// transaction brought it back.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
+// transaction brought it back. A join's lease is granted once per
+// AcquirePermit (*qid), reused by the joins that follow one that lost.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int, qid *clientv3.LeaseID) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
 	if pos >= 0 {
@@ -465,16 +467,23 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	if err != nil {
 		return true, nil, err
 	}
-	lg, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+	if *qid == clientv3.NoLease {
+		lg, err := s.cli.Grant(ctx, secs)
+		if err != nil {
+			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+		}
+		*qid = lg.ID
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(append(unchangedCmps(p, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))...).
-		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID)),
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(*qid)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(*qid)),
 			clientv3.OpGet(p+"h/", clientv3.WithPrefix())).
 		Else(semReads(p)...).
 		Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		*qid = clientv3.NoLease // the retries outlasted it: grant another
+		return false, nil, nil
+	}
 	if err != nil {
 		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
