@@ -90,9 +90,10 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	if gr := a.granter(); gr != nil && a.spec.wait && gr.Live(a.spec.key) {
 		a.subscribe(ctx)
 	}
+	reqCtx := ctx // the store requests' context
 	for {
 		sent := time.Now()
-		g, err := a.ops.acquire(ctx, a.request())
+		g, err := a.ops.acquire(reqCtx, a.request())
 		switch {
 		case err == nil:
 			return a.granted(ctx, g, sent)
@@ -102,17 +103,43 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if !a.spec.wait {
 				return nil, a.contended(fmt.Errorf("%w: %q is held by another owner (%v left, %d waiting)", ErrNotAcquired, a.spec.key, g.Remaining, g.Ahead))
 			}
-			a.queued = true
-			if err := a.waitTurn(ctx, g, sent); err != nil {
+			if !a.queued {
+				// From its first place in the queue until it returns, a
+				// waiting acquire is one that Close waits for (Close
+				// returns after it left the queue, even when it was
+				// between two requests), and its requests end when the
+				// Locker closes.
+				a.queued = true
+				if !l.enterWait() {
+					a.leave(ctx)
+					return nil, ErrLockerClosed
+				}
+				defer l.waiting.Done()
+				var stop context.CancelFunc
+				reqCtx, stop = a.boundByLocker(ctx)
+				defer stop()
+			}
+			if err := a.waitTurn(reqCtx, g, sent); err != nil {
 				return nil, err
 			}
 			if lease, ok, err := a.handedOff(ctx, sent); ok {
 				return lease, err
 			}
+		case a.queued && l.ctx.Err() != nil:
+			a.leave(ctx)
+			return nil, ErrLockerClosed
 		default:
 			return a.failed(ctx, sent, err)
 		}
 	}
+}
+
+// boundByLocker returns ctx, also ended when the Locker closes, and the
+// function that frees it.
+func (a *attempt) boundByLocker(ctx context.Context) (context.Context, context.CancelFunc) {
+	bctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(a.l.ctx, cancel)
+	return bctx, func() { stop(); cancel() }
 }
 
 func (a *attempt) request() AcquireRequest {
@@ -128,7 +155,7 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start)})
+	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start), Permit: a.ops.permit()})
 	if lease.debugOn() {
 		lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
 	}
@@ -200,7 +227,7 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
 		return nil, serr
 	}
-	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err})
+	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})
 	l.opts.Logger.ErrorContext(ctx, "leasehold: store failed, failing open with a local-only lease: cross-replica races are now possible",
 		slog.String("locker", l.opts.Name), slog.String("key", key), slog.String("holder", l.opts.Identity), slog.Any("error", err))
 	return l.newLease(ctx, a.spec, grant{token: a.token, sent: sent, degraded: true, gate: a.gate})
@@ -214,11 +241,6 @@ func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
 	if a.subscribe(ctx) {
 		return nil // subscribed: try again at once, so no release is missed
 	}
-	if !a.l.enterWait() {
-		a.leave(ctx)
-		return ErrLockerClosed
-	}
-	defer a.l.waiting.Done()
 	t := time.NewTimer(time.Until(a.nextTry(g, sent)))
 	defer t.Stop()
 	select {
@@ -228,6 +250,9 @@ func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
 		return nil
 	case <-ctx.Done():
 		a.leave(ctx)
+		if a.l.ctx.Err() != nil {
+			return ErrLockerClosed // ctx is bound by the Locker
+		}
 		return a.contended(joinErrors(a.gaveUp(), ctx.Err()))
 	case <-a.l.ctx.Done():
 		a.leave(ctx)

@@ -367,5 +367,5 @@ func (ls *Lease) observeHeld(cause error) {
 	if ls.ctx.Err() != nil {
 		cause = context.Cause(ls.ctx)
 	}
-	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause})
+	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause, Permit: ls.ops.permit()})
 }

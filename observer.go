@@ -43,6 +43,16 @@ const (
 	// EventStaleWrite is a write rejected at the fenced boundary (package
 	// fence): Fence (the stale fence), Op (the resource).
 	EventStaleWrite
+	// EventPermitWaiting is a Semaphore.Acquire (or Do) that joined the
+	// key's queue: its first attempt refused with every permit taken or
+	// others ahead. Exactly one EventPermitWaitEnded follows when the wait
+	// ends. Permit is set.
+	EventPermitWaiting
+	// EventPermitWaitEnded ends an EventPermitWaiting: Result (as in
+	// EventAcquire: acquired, contended when it gave up, error), Duration
+	// (time since EventPermitWaiting), Fence on success, Err on error.
+	// Permit is set.
+	EventPermitWaitEnded
 )
 
 var eventNames = [...]string{
@@ -60,6 +70,9 @@ var eventNames = [...]string{
 	EventHeld:        "held",
 	EventStoreError:  "store_error",
 	EventStaleWrite:  "stale_write",
+
+	EventPermitWaiting:   "permit_waiting",
+	EventPermitWaitEnded: "permit_wait_ended",
 }
 
 // String returns a stable snake_case name.
@@ -88,6 +101,10 @@ type Event struct {
 	Attempt  int
 	Duration time.Duration
 	Err      error
+	// Permit is set on the events of a Semaphore's permits that count
+	// them: EventAcquire, EventFailOpen and EventHeld of a permit, and
+	// EventPermitWaiting and EventPermitWaitEnded.
+	Permit bool
 }
 
 // Observer receives events. Events that end a lease are reported before its

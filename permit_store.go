@@ -30,7 +30,12 @@ import (
 //     holder: new permits wait until the count is under the new limit.
 //     Every user of a key should pass the same limit; the store remembers
 //     the limit of the last grant (or a later request) for PermitInfo.
-//   - ReleasePermit frees the permit and wakes the key's waiters.
+//   - ReleasePermit frees the permit and wakes, through PermitNotifier, only
+//     the waiters whose turn came: the first F live waiters of the queue, F
+//     the permits free afterwards under the limit the store saw last (none
+//     while the count is at or over a lowered limit). A waiter among those F
+//     that leaves passes its turn on the same way. With an empty queue a
+//     freed permit wakes every subscriber of the key.
 //
 // The keys of a semaphore are a namespace of their own: a semaphore "k" and
 // a mutex "k" do not exclude each other.

@@ -25,6 +25,9 @@ type keyOps interface {
 	gated() bool
 	// batchable reports whether renewals may go through BatchRenewer.
 	batchable() bool
+	// permit reports whether these are a semaphore's permit operations
+	// (Event.Permit).
+	permit() bool
 }
 
 // opsOf returns the operations of an acquisition.
@@ -58,6 +61,7 @@ func (o lockOps) wait(ctx context.Context, key, token string) (<-chan struct{}, 
 
 func (lockOps) gated() bool     { return true }
 func (lockOps) batchable() bool { return true }
+func (lockOps) permit() bool    { return false }
 
 // batchable reports whether every lease of a renewal batch may be renewed
 // with one RenewBatch.
@@ -151,14 +155,36 @@ func (s *Semaphore) SetLimit(limit int) error {
 // an error wrapping ErrNotAcquired when every permit is held or others wait,
 // and a *StoreError when the store fails under FailClosed.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, ops: permitOps{s}})
+	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, ops: permitOps{s: s}})
 }
 
 // Acquire waits in the key's queue for a permit until ctx ends. Waiting is
 // fair across processes (FIFO in the store). It returns an error wrapping
 // ErrNotAcquired when ctx ends first.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, wait: true, ops: permitOps{s}})
+	w := &permitWait{}
+	lease, err := s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, wait: true, ops: permitOps{s: s, w: w}})
+	if w.queued {
+		e := Event{Kind: EventPermitWaitEnded, Key: s.key, Result: ResultAcquired, Duration: time.Since(w.start), Permit: true}
+		switch {
+		case lease != nil:
+			e.Fence = lease.Fence()
+		case errors.Is(err, ErrNotAcquired):
+			e.Result = ResultContended
+		default:
+			e.Result, e.Err = ResultError, err
+		}
+		s.l.observe(e)
+	}
+	return lease, err
+}
+
+// permitWait is one waiting acquisition's state: whether it joined the
+// queue (EventPermitWaiting was reported). Only the acquisition's own
+// goroutine touches it.
+type permitWait struct {
+	queued bool
+	start  time.Time
 }
 
 // Do takes a permit (waiting in the queue), runs fn with a context that
@@ -193,13 +219,22 @@ func (s *Semaphore) Permits(ctx context.Context) (PermitInfo, error) {
 	return info, nil
 }
 
-// permitOps are a semaphore's permit operations.
-type permitOps struct{ s *Semaphore }
+// permitOps are a semaphore's permit operations; w is set for a waiting
+// acquisition (Acquire).
+type permitOps struct {
+	s *Semaphore
+	w *permitWait
+}
 
 func (o permitOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	return o.s.store.AcquirePermit(ctx, PermitRequest{
+	g, err := o.s.store.AcquirePermit(ctx, PermitRequest{
 		Key: req.Key, Token: req.Token, TTL: req.TTL, Holder: req.Holder, QueueTTL: req.QueueTTL, Limit: o.s.Limit(),
 	})
+	if o.w != nil && !o.w.queued && req.QueueTTL > 0 && errors.Is(err, ErrNotAcquired) {
+		o.w.queued, o.w.start = true, time.Now()
+		o.s.l.observe(Event{Kind: EventPermitWaiting, Key: req.Key, Permit: true})
+	}
+	return g, err
 }
 
 func (o permitOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -218,3 +253,4 @@ func (o permitOps) wait(ctx context.Context, key, token string) (<-chan struct{}
 
 func (permitOps) gated() bool     { return false }
 func (permitOps) batchable() bool { return false }
+func (permitOps) permit() bool    { return true }

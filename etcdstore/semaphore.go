@@ -25,11 +25,8 @@ var (
 
 // maxPermitRetries bounds the optimistic retries of one AcquirePermit when
 // other acquirers keep changing the semaphore between its read and its
-// transaction.
+// transaction; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
-
-// errPermitContended is returned when maxPermitRetries ran out.
-var errPermitContended = errors.New("semaphore changed under every attempt")
 
 // SemaphorePrefix returns the etcd prefix of key's semaphore. Its keys live
 // beside the lock keys, under the store prefix without its trailing "/" plus
@@ -56,6 +53,7 @@ type semState struct {
 	queue    []*mvccpb.KeyValue // by create revision
 	guardRev int64              // mod revision of the guard, 0 if absent
 	limit    int
+	rev      int64 // the revision of the read
 }
 
 func (st *semState) holder(tok string, hp string) *mvccpb.KeyValue {
@@ -78,32 +76,42 @@ func (st *semState) position(tok, qp string) (int, int) {
 	return -1, len(st.queue)
 }
 
+// semReads are the reads of a semaphore's holders, waiters and guard under
+// prefix p: readSem's transaction, and the Else branch of the grant and
+// queue transactions, so that one that loses to another acquirer brings back
+// the semaphore as it is now.
+func semReads(p string) []clientv3.Op {
+	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	return []clientv3.Op{clientv3.OpGet(p+"h/", byCreate...), clientv3.OpGet(p+"q/", byCreate...), clientv3.OpGet(p + "g")}
+}
+
 // readSem reads holders, waiters and guard in one transaction.
 func (s *Store) readSem(ctx context.Context, key string) (semState, error) {
-	p := s.SemaphorePrefix(key)
-	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(p+"h/", byCreate...),
-		clientv3.OpGet(p+"q/", byCreate...),
-		clientv3.OpGet(p+"g"),
-	).Commit()
+	resp, err := s.cli.Txn(ctx).Then(semReads(s.SemaphorePrefix(key))...).Commit()
 	if err != nil {
 		return semState{}, err
 	}
+	return semStateOf(resp), nil
+}
+
+// semStateOf decodes the responses of semReads.
+func semStateOf(resp *clientv3.TxnResponse) semState {
 	st := semState{
 		holders: resp.Responses[0].GetResponseRange().GetKvs(),
 		queue:   resp.Responses[1].GetResponseRange().GetKvs(),
+		rev:     resp.Header.Revision,
 	}
 	if g := resp.Responses[2].GetResponseRange().GetKvs(); len(g) == 1 {
 		st.guardRev = g[0].ModRevision
 		st.limit, _ = strconv.Atoi(string(g[0].Value))
 	}
-	return st, nil
+	return st
 }
 
-// AcquirePermit implements leasehold.Semaphorer: read the semaphore, then
-// commit the grant in a transaction that requires the guard unchanged since
-// the read (retried with jitter when another grant or a new waiter got in
+// AcquirePermit implements leasehold.Semaphorer: read the semaphore (or
+// use the store's bound of it from its last read or grant, see semBounds),
+// then commit the grant in a transaction that requires the guard unchanged
+// since the read (retried with jitter when another grant or a new waiter got in
 // between). A permit's etcd lease is granted only once a read shows a
 // permit for the token. The fence is the holder key's create revision.
 // Expiry only ever lowers the count, so a stale read never admits too many.
@@ -140,7 +148,11 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 	}
-	return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, errPermitContended)
+	// Every attempt got an answer: other acquirers kept changing the
+	// semaphore. That is contention, not a store failure: a waiting
+	// acquire backs off and tries again.
+	return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: semaphore %q changed under each of %d attempts by other acquirers",
+		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
 // permitAttempt is one AcquirePermit: its request and the etcd lease granted
@@ -150,6 +162,7 @@ type permitAttempt struct {
 	req  leasehold.PermitRequest
 	secs int64
 	id   clientv3.LeaseID
+	next *semState // what a transaction that lost brought back, for the next try
 }
 
 // lease returns the attempt's lease, granting it the first time.
@@ -167,13 +180,14 @@ func (pa *permitAttempt) lease(ctx context.Context) (clientv3.LeaseID, error) {
 // try makes one attempt; done is false when the semaphore changed between
 // the read and the transaction.
 func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
+	st, g, done, err := pa.state(ctx)
+	if done {
+		return g, true, err
+	}
 	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
 	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
-	st, err := s.readSem(ctx, req.Key)
-	if err != nil {
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
+	s.sems.set(req.Key, semBound{guardRev: st.guardRev, holders: len(st.holders), queued: len(st.queue)})
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
 	if mine == nil && ahead >= req.Limit-len(st.holders) {
@@ -198,22 +212,149 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
 		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Else(semReads(p)...).
 		Commit()
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	if !resp.Succeeded {
+		next := semStateOf(resp)
+		pa.next = &next
 		return leasehold.Grant{}, false, nil
 	}
+	queued := len(st.queue)
+	if pos >= 0 {
+		queued--
+	}
+	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// state returns the semaphore for a try: what the last try's losing
+// transaction brought back, else what a grant on the store's bound brought
+// back when it lost (done when it won, see tryBound), else a read.
+func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, bool, error) {
+	if st := pa.next; st != nil {
+		pa.next = nil
+		return *st, leasehold.Grant{}, false, nil
+	}
+	g, done, err := pa.tryBound(ctx)
+	if done || err != nil {
+		return semState{}, g, true, err
+	}
+	if st := pa.next; st != nil {
+		pa.next = nil
+		return *st, leasehold.Grant{}, false, nil
+	}
+	st, err := pa.s.readSem(ctx, pa.req.Key)
+	if err != nil {
+		return semState{}, leasehold.Grant{}, true, pa.s.wrap(ctx, "acquire permit", pa.req.Key, err)
+	}
+	return st, leasehold.Grant{}, false, nil
+}
+
+// tryBound grants without reading the semaphore first when the store's
+// bound for the key (see semBounds) shows a free permit and no waiter: one
+// transaction that requires the guard unchanged since the bound was taken.
+// done is false when there is no such bound or the guard changed; in the
+// latter case the transaction brought the semaphore back in pa.next.
+func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, error) {
+	s, req := pa.s, pa.req
+	b, ok := s.sems.get(req.Key)
+	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit { // 0: no guard, nothing to compare
+		return leasehold.Grant{}, false, nil
+	}
+	id, err := pa.lease(ctx)
+	if err != nil {
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	p := s.SemaphorePrefix(req.Key)
+	hk, gk := p+"h/"+req.Token, p+"g"
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
+		Then(clientv3.OpPut(hk, req.Holder, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Else(semReads(p)...).
+		Commit()
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return leasehold.Grant{}, false, nil // the caller's loop grants a new lease
+	case err != nil:
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+	case !resp.Succeeded:
+		s.sems.drop(req.Key)
+		next := semStateOf(resp)
+		pa.next = &next
+		return leasehold.Grant{}, false, nil
+	}
+	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: b.holders + 1})
+	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// semBound is an upper bound of a semaphore's live holders and waiters,
+// valid while the guard's mod revision is guardRev.
+type semBound struct {
+	guardRev        int64
+	holders, queued int
+}
+
+// semBounds remembers, per key, what this store last read or wrote of a
+// semaphore, so that an uncontended AcquirePermit needs no read. It is safe
+// because every grant and every new waiter rewrites the guard, and nothing
+// else adds a holder or a waiter: while the guard's mod revision is the one
+// recorded (the grant's transaction compares it), holders and waiters can
+// only have left or expired, so the recorded counts stay upper bounds and a
+// grant they allow is one a fresh read would allow. Guard revisions never
+// repeat (a deleted and recreated guard gets a new one); a bound taken with
+// no guard (revision 0) is never used, since the guard may have come and
+// gone since.
+type semBounds struct {
+	mu sync.Mutex
+	m  map[string]semBound
+}
+
+// maxSemBounds bounds the memory of semBounds: past it, the map is cleared.
+const maxSemBounds = 4096
+
+func (c *semBounds) get(key string) (semBound, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[key]
+	return b, ok
+}
+
+func (c *semBounds) set(key string, b semBound) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSemBounds {
+		c.m = make(map[string]semBound)
+	}
+	c.m[key] = b
+}
+
+func (c *semBounds) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+// released lowers the holders' bound after this store deleted a live
+// permit of key: the permit was live, so every bound still valid counted it.
+func (c *semBounds) released(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.m[key]; ok && b.holders > 0 {
+		b.holders--
+		c.m[key] = b
+	}
 }
 
 // refused queues a waiting token and describes the contention.
 func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
-		ok, err := s.queue(ctx, req, st, pos)
+		ok, next, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
+			pa.next = next
 			return leasehold.Grant{}, ok, err
 		}
 	}
@@ -230,36 +371,43 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 // waiter rewrites the guard, so a grant read before it cannot overtake it),
 // or refreshes its entry with a keep-alive of that lease (the entry keeps
 // its create revision, its place). ok is false when the semaphore changed
-// since st was read.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (bool, error) {
+// since st was read; next is then the semaphore as it is now, when the
+// transaction brought it back.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
 	if pos >= 0 {
 		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return false, nil // the entry just expired: join again
+			return false, nil, nil // the entry just expired: join again
 		case err != nil:
-			return true, s.wrap(ctx, "acquire permit", req.Key, err)
+			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
-		return true, nil
+		return true, nil, nil
 	}
 	secs, err := ttlSeconds(req.QueueTTL)
 	if err != nil {
-		return true, err
+		return true, nil, err
 	}
 	lg, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", st.guardRev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)).
 		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(lg.ID)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(lg.ID))).
+		Else(semReads(p)...).
 		Commit()
 	if err != nil {
-		return true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	return resp.Succeeded, nil
+	s.sems.drop(req.Key) // the guard changed
+	if !resp.Succeeded {
+		st := semStateOf(resp)
+		return false, &st, nil
+	}
+	return true, nil, nil
 }
 
 // RenewPermit implements leasehold.Semaphorer: a read finds the permit's
@@ -329,6 +477,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
+	s.sems.released(key)
 	return nil
 }
 
@@ -362,11 +511,20 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 }
 
 // WaitPermit implements leasehold.PermitNotifier with a watch on the
-// semaphore's prefix that passes deletes only: a release, an expired holder
-// and a waiter leaving or expiring all wake every waiter of the key. It
-// returns once etcd confirmed the watch; the channel also gets a value when
-// the watch breaks. stop cancels the watch and waits for its goroutine.
-func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{}, func(), error) {
+// semaphore's prefix, started after one read of it, and a model of the
+// semaphore that the watch keeps current: live holders, the queue in create
+// revision order and the limit last written to the guard. The channel gets a
+// value each time token's turn comes: fewer waiters ahead of it (the whole
+// queue while it has not joined) than permits free under that limit; and
+// again when a holder or waiter leaves while it is its turn. So a release,
+// an expired holder or a waiter leaving wakes only the waiters whose turn
+// it is (the first F live waiters, F the permits free), and none while the
+// count is at or over a lowered limit. Before any guard was seen (its lease ended)
+// every delete wakes the waiter. It returns once etcd confirmed the watch,
+// signalling at once when the turn has already come; the channel also gets
+// a value when the watch breaks. stop cancels the watch and waits for its
+// goroutine.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
@@ -374,25 +532,19 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 	if startTimeout <= 0 {
 		startTimeout = watchStartTimeout
 	}
+	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
+	st, err := s.readSem(rctx, key)
+	rcancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
+	}
+	m := newPermitModel(s.SemaphorePrefix(key), token, st)
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	t := time.NewTimer(startTimeout)
-	defer t.Stop()
-	select {
-	case wr, ok := <-wch:
-		if !ok || !wr.Created || wr.Err() != nil {
-			cancel()
-			drain(wch)
-			err := wr.Err()
-			if err == nil {
-				err = context.Cause(wctx)
-			}
-			return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
-		}
-	case <-t.C:
+	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithRev(st.rev+1), clientv3.WithCreatedNotify())
+	if err := awaitCreated(wctx, wch, startTimeout); err != nil {
 		cancel()
 		drain(wch)
-		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w: etcd did not confirm the watch within %v", key, ErrUnavailable, startTimeout)
+		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
 	ch := make(chan struct{}, 1)
 	wake := func() {
@@ -401,11 +553,14 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 		default:
 		}
 	}
+	if m.was {
+		wake() // the turn has already come
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for wr := range wch {
-			if wr.Err() != nil || len(wr.Events) > 0 {
+			if wr.Err() != nil || m.apply(wr.Events) {
 				wake()
 			}
 		}
@@ -415,6 +570,102 @@ func (s *Store) WaitPermit(ctx context.Context, key, _ string) (<-chan struct{},
 	}()
 	var once sync.Once
 	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
+}
+
+// awaitCreated waits for etcd's confirmation of a watch.
+func awaitCreated(wctx context.Context, wch clientv3.WatchChan, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case wr, ok := <-wch:
+		if ok && wr.Created && wr.Err() == nil {
+			return nil
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		return context.Cause(wctx)
+	case <-t.C:
+		return fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, timeout)
+	}
+}
+
+// permitModel is one WaitPermit's view of a semaphore, owned by its watch
+// goroutine after WaitPermit returns.
+type permitModel struct {
+	hp, qp, gk string
+	me         string // the token's queue entry key
+	holders    map[string]struct{}
+	queue      map[string]int64 // entry key -> create revision
+	limit      int              // 0 until a guard was seen
+	was        bool             // the turn had come at the last check
+}
+
+func newPermitModel(p, token string, st semState) *permitModel {
+	m := &permitModel{
+		hp: p + "h/", qp: p + "q/", gk: p + "g", me: p + "q/" + token,
+		holders: make(map[string]struct{}, len(st.holders)), queue: make(map[string]int64, len(st.queue)),
+		limit: st.limit,
+	}
+	for _, kv := range st.holders {
+		m.holders[string(kv.Key)] = struct{}{}
+	}
+	for _, kv := range st.queue {
+		m.queue[string(kv.Key)] = kv.CreateRevision
+	}
+	m.was = m.turn()
+	return m
+}
+
+// turn reports whether fewer waiters are ahead of the token than permits
+// are free.
+func (m *permitModel) turn() bool {
+	if m.limit <= 0 {
+		return false
+	}
+	ahead := len(m.queue)
+	if rev, ok := m.queue[m.me]; ok {
+		ahead = 0
+		for _, r := range m.queue {
+			if r < rev {
+				ahead++
+			}
+		}
+	}
+	return ahead < m.limit-len(m.holders)
+}
+
+// apply applies watch events and reports whether the token's turn came
+// with them (or, with no limit known, whether anything was deleted).
+func (m *permitModel) apply(evs []*clientv3.Event) bool {
+	freed := false // a holder or a waiter left
+	for _, ev := range evs {
+		k, put := string(ev.Kv.Key), ev.Type == mvccpb.PUT
+		switch {
+		case strings.HasPrefix(k, m.hp) && put:
+			m.holders[k] = struct{}{}
+		case strings.HasPrefix(k, m.hp):
+			delete(m.holders, k)
+			freed = true
+		case strings.HasPrefix(k, m.qp) && put:
+			m.queue[k] = ev.Kv.CreateRevision
+		case strings.HasPrefix(k, m.qp):
+			delete(m.queue, k)
+			freed = true
+		case k == m.gk && put:
+			m.limit, _ = strconv.Atoi(string(ev.Kv.Value))
+		}
+	}
+	if m.limit <= 0 {
+		return freed
+	}
+	// Wake when the turn comes, and again when something leaves while it is
+	// the turn (as the other stores wake the first F waiters on every
+	// release): a waiter that lost its grant to a newcomer between two
+	// events of one batch is not left asleep.
+	now := m.turn()
+	m.was, now = now, now && (!m.was || freed)
+	return now
 }
 
 // permitRemaining is the time left on a holder's lease. etcd reports whole

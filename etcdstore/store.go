@@ -59,6 +59,7 @@ type Store struct {
 	timeout time.Duration // per request; <= 0: none
 	sess    *session
 	watches watches
+	sems    semBounds // see semaphore.go
 
 	closeOnce sync.Once
 }

@@ -194,11 +194,12 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if m == nil {
 		return after(f, leasehold.ErrNotHeld)
 	}
+	free, pos := m.limit-len(m.holders), m.position(token)
 	left := m.leave(token)
 	_, held := m.holders[token]
 	delete(m.holders, token)
-	if held || left {
-		s.semWaiters.Wake(key)
+	if held || (left && pos < free) { // a permit freed, or a waiter whose turn had come left
+		s.wakePermits(key, m, held)
 	}
 	if len(m.holders) == 0 && len(m.queue) == 0 {
 		delete(s.sems, key)
@@ -207,6 +208,22 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 		return after(f, leasehold.ErrNotHeld)
 	}
 	return after(f, nil)
+}
+
+// wakePermits wakes the first F live waiters of key's queue, F the permits
+// free now (limit minus live holders): the waiters whose turn came, and no
+// other. With an empty queue a freed permit wakes every subscriber of key
+// (none has a place to keep). s.mu must be held.
+func (s *Store) wakePermits(key string, m *semaphore, freed bool) {
+	if len(m.queue) == 0 {
+		if freed {
+			s.semWaiters.Wake(key)
+		}
+		return
+	}
+	for i := range min(m.limit-len(m.holders), len(m.queue)) {
+		s.semWaiters.WakeToken(key, m.queue[i].token)
+	}
 }
 
 // Permits implements leasehold.Semaphorer.
@@ -237,10 +254,14 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 	return info, after(f, nil)
 }
 
-// WaitPermit implements leasehold.PermitNotifier: every waiter of key wakes
-// on every release of a permit and when a waiter leaves. Expiry sends no
-// notification.
-func (s *Store) WaitPermit(_ context.Context, key, _ string) (<-chan struct{}, func(), error) {
-	ch, stop := s.semWaiters.Add(key)
+// WaitPermit implements leasehold.PermitNotifier. The channel receives a
+// value when a ReleasePermit leaves token among the first F live waiters of
+// key's queue, F the permits free afterwards (under the limit the store saw
+// last): a release wakes only as many heads as permits are free, and a
+// waiter whose turn had come leaving passes its turn on. A freed permit with
+// an empty queue wakes every subscriber of key. Expiry sends no
+// notification; Restart and the end of an outage wake every waiter.
+func (s *Store) WaitPermit(_ context.Context, key, token string) (<-chan struct{}, func(), error) {
+	ch, stop := s.semWaiters.AddToken(key, token)
 	return ch, stop, nil
 }

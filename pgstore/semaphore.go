@@ -23,8 +23,12 @@ var (
 func permitWakeKey(key string) string { return "\x01permit:" + key }
 
 // WaitPermit implements leasehold.PermitNotifier over the store's LISTEN
-// connection (see WaitRelease): every waiter of key wakes on every permit
-// release and when a waiter leaves. Expiry sends no notification.
+// connection (see WaitRelease). A permit release notifies, by token, only the
+// waiters whose turn came: the first F live waiters of the queue, F the
+// permits free afterwards (none while the count is at or over a lowered
+// limit); a waiter among those F leaving passes its turn on the same way.
+// With an empty queue a freed permit wakes every subscriber of key. Expiry
+// sends no notification.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
@@ -153,25 +157,49 @@ RETURNS boolean
 LANGUAGE plpgsql AS $fn$
 DECLARE
 	ts timestamptz;
+	lim_ integer;
+	n integer;
 	held boolean;
-	left_queue boolean;
+	myseq bigint;
+	pos integer;
+	w text;
+	wake_key text := chr(1) || 'permit:' || p_key;
 BEGIN
-	PERFORM 1 FROM $L m WHERE m.key = p_key FOR UPDATE;
+	SELECT m.lim INTO lim_ FROM $L m WHERE m.key = p_key FOR UPDATE;
 	ts := clock_timestamp();
-	DELETE FROM $P p WHERE p.key = p_key AND p.token = p_token AND p.expires_at > ts;
-	held := FOUND;
-	DELETE FROM $Q q WHERE q.key = p_key AND q.token = p_token;
-	left_queue := FOUND;
 	DELETE FROM $P p WHERE p.key = p_key AND p.expires_at <= ts;
+	SELECT count(*) INTO n FROM $P p WHERE p.key = p_key;
+	DELETE FROM $P p WHERE p.key = p_key AND p.token = p_token;
+	held := FOUND;
+	DELETE FROM $Q q WHERE q.key = p_key AND q.token = p_token AND q.deadline > ts RETURNING q.seq INTO myseq;
+	IF myseq IS NOT NULL THEN
+		SELECT count(*) INTO pos FROM $Q q WHERE q.key = p_key AND q.deadline > ts AND q.seq < myseq;
+	END IF;
+	DELETE FROM $Q q WHERE q.key = p_key AND q.token = p_token;
 	-- The row keeps the last fence: it goes only when the clock floor alone
 	-- keeps the next fence above it.
 	DELETE FROM $L m WHERE m.key = p_key
 		AND m.last_fence < (extract(epoch FROM ts) * 1000000)::bigint
 		AND NOT EXISTS (SELECT 1 FROM $P p WHERE p.key = p_key)
 		AND NOT EXISTS (SELECT 1 FROM $Q q WHERE q.key = p_key AND q.deadline > ts);
-	IF held OR left_queue THEN
-		PERFORM pg_notify(p_channel, '*:' || chr(1) || 'permit:' || p_key); -- every permit waiter of the key
+	-- Wake only the waiters whose turn came: the first F live waiters, F the
+	-- permits free now, when a permit was freed or a waiter among the first
+	-- F before this call left. With an empty queue a freed permit wakes
+	-- every subscriber of the key; with no limit row, every waiter.
+	IF NOT held AND NOT (myseq IS NOT NULL AND pos < COALESCE(lim_, 0) - n) THEN
+		RETURN held;
 	END IF;
+	IF held THEN
+		n := n - 1;
+	END IF;
+	IF lim_ IS NULL OR (held AND NOT EXISTS (SELECT 1 FROM $Q q WHERE q.key = p_key AND q.deadline > ts)) THEN
+		PERFORM pg_notify(p_channel, '*:' || wake_key);
+		RETURN held;
+	END IF;
+	FOR w IN SELECT q.token FROM $Q q WHERE q.key = p_key AND q.deadline > ts
+			ORDER BY q.seq LIMIT GREATEST(lim_ - n, 0) LOOP
+		PERFORM pg_notify(p_channel, octet_length(w) || ':' || w || wake_key);
+	END LOOP;
 	RETURN held;
 END
 $fn$;

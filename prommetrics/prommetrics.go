@@ -28,7 +28,9 @@
 //	leasehold_not_owned_total{locker,op}                release or renew answered "not owned"; op: release|renew|other
 //	leasehold_store_errors_total{locker,op}             store failures; op: acquire|renew|release|inspect|list|other
 //	leasehold_stale_writes_rejected_total{locker,resource}  writes rejected at a fenced boundary (package fence)
-//	leasehold_leases_held{locker}                       gauge of leases held now (acquired or failed open, not yet ended)
+//	leasehold_leases_held{locker}                       gauge of leases held now (acquired or failed open, not yet ended), permits included
+//	leasehold_permits_held{locker}                      gauge of semaphore permits held now (a subset of leases_held)
+//	leasehold_permits_waiting{locker}                   gauge of Semaphore.Acquire calls waiting in a key's queue now
 //
 // Every series of a locker starts at zero the first time the locker is seen.
 // The first time is often the first event itself (a store error, a rejected
@@ -101,6 +103,8 @@ type Observer struct {
 	misconfigured *prometheus.CounterVec
 	staleWrites   *prometheus.CounterVec
 	leasesHeld    *prometheus.GaugeVec
+	permitsHeld   *prometheus.GaugeVec
+	permitsWait   *prometheus.GaugeVec
 
 	lockers   bounded[lockerSeries]
 	resources bounded[prometheus.Counter]
@@ -112,7 +116,7 @@ var _ leasehold.Observer = (*Observer)(nil)
 // lookups.
 type lockerSeries struct {
 	acquire       [3]prometheus.Observer // by Results
-	held          [7]prometheus.Observer // by Reasons
+	heldFor       [7]prometheus.Observer // by Reasons
 	renew         prometheus.Observer
 	contention    prometheus.Counter
 	failOpen      prometheus.Counter
@@ -125,6 +129,8 @@ type lockerSeries struct {
 	storeErrors   [6]prometheus.Counter // by StoreOps
 	misconfigured prometheus.Counter
 	leasesHeld    prometheus.Gauge
+	permitsHeld   prometheus.Gauge
+	permitsWait   prometheus.Gauge
 }
 
 // New returns an Observer whose metrics are registered with reg (e.g.
@@ -144,6 +150,11 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: o.Namespace, Name: name, Help: help, Buckets: b, ConstLabels: o.ConstLabels,
 		}, append([]string{"locker"}, labels...))
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: name, Help: help, ConstLabels: o.ConstLabels,
+		}, []string{"locker"})
 	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -181,14 +192,17 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			"Store failures that are configuration errors (wrong password, missing permission, wrong key type, cross-slot keys, missing schema): never failed open; fix the configuration."),
 		staleWrites: counter("stale_writes_rejected_total",
 			"Writes rejected at a fenced boundary because their fence was older than the last accepted one, by resource.", "resource"),
-		leasesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: o.Namespace, Name: "leases_held", ConstLabels: o.ConstLabels,
-			Help: "Leases held now: acquired (or failed open) and not yet ended.",
-		}, []string{"locker"}),
+		leasesHeld: gauge("leases_held",
+			"Leases held now: acquired (or failed open) and not yet ended; semaphore permits included."),
+		permitsHeld: gauge("permits_held",
+			"Semaphore permits held now: acquired (or failed open) and not yet ended."),
+		permitsWait: gauge("permits_waiting",
+			"Semaphore acquisitions waiting in a key's queue now."),
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
 		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.misconfigured, m.staleWrites, m.leasesHeld,
+		m.permitsHeld, m.permitsWait,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register metrics: %w", err)
@@ -218,12 +232,14 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 		maxHold:       m.maxHold.WithLabelValues(name),
 		misconfigured: m.misconfigured.WithLabelValues(name),
 		leasesHeld:    m.leasesHeld.WithLabelValues(name),
+		permitsHeld:   m.permitsHeld.WithLabelValues(name),
+		permitsWait:   m.permitsWait.WithLabelValues(name),
 	}
 	for i, r := range Results {
 		s.acquire[i] = m.acquireWait.WithLabelValues(name, r)
 	}
 	for i, r := range Reasons {
-		s.held[i] = m.held.WithLabelValues(name, r)
+		s.heldFor[i] = m.held.WithLabelValues(name, r)
 	}
 	for i, op := range NotOwnedOps {
 		s.notOwned[i] = m.notOwned.WithLabelValues(name, op)
@@ -257,26 +273,51 @@ func (m *Observer) Observe(e leasehold.Event) {
 	case leasehold.EventAcquire, leasehold.EventContention, leasehold.EventFailOpen,
 		leasehold.EventRenewed, leasehold.EventRenewFailed, leasehold.EventAbandoned,
 		leasehold.EventLost, leasehold.EventExpired, leasehold.EventMaxHold,
-		leasehold.EventNotOwned, leasehold.EventHeld, leasehold.EventStoreError:
+		leasehold.EventNotOwned, leasehold.EventHeld, leasehold.EventStoreError,
+		leasehold.EventPermitWaiting, leasehold.EventPermitWaitEnded:
 	default:
 		// EventReleased is counted through EventHeld{reason="released"};
 		// other kinds are unknown to this version.
 		return
 	}
 	s := m.lockers.get(e.Locker)
+	if !s.lifecycle(e) {
+		s.count(e)
+	}
+}
+
+// lifecycle records the events that start and end leases, permits and
+// waits, and reports whether e was one of them.
+func (s *lockerSeries) lifecycle(e leasehold.Event) bool {
 	switch e.Kind {
 	case leasehold.EventAcquire:
 		if i := index(Results, e.Result); i >= 0 {
 			s.acquire[i].Observe(seconds(e))
 		}
 		if e.Result == leasehold.ResultAcquired {
-			s.leasesHeld.Inc()
+			s.held(e, 1)
 		}
-	case leasehold.EventContention:
-		s.contention.Inc()
 	case leasehold.EventFailOpen:
 		s.failOpen.Inc()
-		s.leasesHeld.Inc()
+		s.held(e, 1)
+	case leasehold.EventHeld:
+		s.heldFor[reasonIndex(e.Err)].Observe(seconds(e))
+		s.held(e, -1)
+	case leasehold.EventPermitWaiting:
+		s.permitsWait.Inc()
+	case leasehold.EventPermitWaitEnded:
+		s.permitsWait.Dec()
+	default:
+		return false
+	}
+	return true
+}
+
+// count records the other events.
+func (s *lockerSeries) count(e leasehold.Event) {
+	switch e.Kind {
+	case leasehold.EventContention:
+		s.contention.Inc()
 	case leasehold.EventRenewed:
 		s.renew.Observe(seconds(e))
 	case leasehold.EventRenewFailed:
@@ -296,9 +337,14 @@ func (m *Observer) Observe(e leasehold.Event) {
 		if errors.Is(e.Err, leasehold.ErrMisconfigured) {
 			s.misconfigured.Inc()
 		}
-	case leasehold.EventHeld:
-		s.held[reasonIndex(e.Err)].Observe(seconds(e))
-		s.leasesHeld.Dec()
+	}
+}
+
+// held moves the held gauges by d for the lease (or permit) of e.
+func (s *lockerSeries) held(e leasehold.Event, d float64) {
+	s.leasesHeld.Add(d)
+	if e.Permit {
+		s.permitsHeld.Add(d)
 	}
 }
 

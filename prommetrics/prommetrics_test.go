@@ -31,12 +31,15 @@ const (
 	storeErrors   = "leasehold_store_errors_total"
 	staleWrites   = "leasehold_stale_writes_rejected_total"
 	leasesHeld    = "leasehold_leases_held"
+	permitsHeld   = "leasehold_permits_held"
+	permitsWait   = "leasehold_permits_waiting"
 )
 
 // seriesPerLocker is the number of series one locker name creates: 3 acquire
 // results + 7 held reasons + renew + 7 plain counters + 3 not-owned ops + 6
-// store ops + the leases-held gauge.
-const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 // + misconfigured
+// store ops + the leases-held gauge + misconfigured + the permits-held and
+// permits-waiting gauges.
+const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 + 2
 
 var errRenewDown = errors.New("injected renew failure")
 

@@ -50,8 +50,11 @@ func (s *Store) SemaphoreKeys(key string) []string {
 }
 
 // PermitChannel returns key's permit notification channel,
-// PREFIX{TAG}:sem:wake (sharded pub/sub on a Cluster): a permit release, or a
-// waiter leaving, publishes "" on it, which wakes every permit waiter of key.
+// PREFIX{TAG}:sem:wake (sharded pub/sub on a Cluster). A permit release
+// publishes on it the token of each waiter whose turn came (the first F live
+// waiters, F the permits free afterwards), and so does a waiter among those
+// F leaving the queue; with an empty queue a freed permit publishes "",
+// which wakes every subscriber of key.
 func (s *Store) PermitChannel(key string) string { return s.base(key) + ":sem:wake" }
 
 // permitWaiterKey names key's permit waiters in the notifier's waiter set;
@@ -60,8 +63,9 @@ func permitWaiterKey(key string) string { return "\x00permit:" + key }
 
 // WaitPermit implements leasehold.PermitNotifier on the store's notifier (see
 // WaitRelease): it subscribes PermitChannel(key) and returns once Redis
-// confirmed it, bounded by ctx. Expiry sends nothing: a waiter wakes at the
-// Remaining its AcquirePermit reported.
+// confirmed it, bounded by ctx. The channel receives a value when a release
+// names token (see PermitChannel) and after every reconnect. Expiry sends
+// nothing: a waiter wakes at the Remaining its AcquirePermit reported.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
@@ -132,7 +136,8 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 }
 
 // ReleasePermit implements leasehold.Semaphorer: it frees the permit, leaves
-// the queue and PUBLISHes on PermitChannel, in one script.
+// the queue and PUBLISHes the waiters whose turn came on PermitChannel, in
+// one script.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err

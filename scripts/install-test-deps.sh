@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine: redis-server,
-# PostgreSQL (initdb, pg_ctl), etcd (the drill's etcd mode and the cmd
+# PostgreSQL (initdb, pg_ctl, pg_basebackup), iproute2 (ip netns), etcd (the drill's etcd mode and the cmd
 # module's tests start the etcd binary), promtool (Debian's prometheus
 # package) and staticcheck. Idempotent: it installs only what is missing. Needs root (or
 # sudo) for apt-get.
@@ -16,6 +16,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   need+=(postgresql)
 fi
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# ip: the partition tests build network namespaces (internal/netns).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 
 if [ ${#need[@]} -gt 0 ]; then

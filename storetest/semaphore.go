@@ -54,6 +54,8 @@ func RunSemaphore(t *testing.T, h SemaphoreHarness) {
 	t.Run("DeadWaiterLeavesQueue", r.deadWaiter)
 	t.Run("LimitLoweredAtRunTime", r.limitLowered)
 	t.Run("Notification", r.notification)
+	t.Run("ReleaseWakesOnlyFreeHeads", r.wakesOnlyFreeHeads)
+	t.Run("LockersWakeOnlyTheHead", r.lockersWakeOnlyTheHead)
 	t.Run("StoreErrorsAreNotContention", r.storeErrors)
 }
 

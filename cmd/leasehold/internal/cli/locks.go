@@ -77,9 +77,14 @@ func (a *App) inspectCmd() *cobra.Command {
 
 ` + lockFields + `
 
-Exit status: 0 when a lock is held, 1 when none is, 69 when the store is
-unavailable, 2 on bad usage. The memory store is refused: it lives inside one
-process and would always be empty.`,
+When no lock is held on KEY but a semaphore on KEY (run --limit) has
+permits held or waiters, inspect shows the semaphore instead, as
+"leasehold permits KEY" does: its last limit, every permit holder (owner
+token, holder identity, fence, remaining TTL) and the waiters.
+
+Exit status: 0 when a lock (or a permit) is held, 1 when none is, 69 when the
+store is unavailable, 2 on bad usage. The memory store is refused: it lives
+inside one process and would always be empty.`,
 		Example: `  leasehold inspect scheduler:job:42 --store redis://127.0.0.1:6379
   leasehold inspect scheduler:job:42 --json | jq .fence`,
 		Args: exactArgs(1, "one KEY"),
@@ -99,6 +104,9 @@ process and would always be empty.`,
 			}
 			li, err := insp.Inspect(cmd.Context(), key)
 			if errors.Is(err, leasehold.ErrNotHeld) {
+				if handled, err := a.inspectPermits(cmd.Context(), st.Store, key); handled {
+					return err
+				}
 				if a.json {
 					_ = writeJSON(a.Stdout, lockJSON{Key: key, Facts: map[string]string{}})
 				}

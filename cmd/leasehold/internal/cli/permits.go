@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
@@ -40,24 +41,8 @@ store is unavailable, 2 on bad usage.`,
 			if err != nil {
 				return storeFailure(st, "permits "+key, err)
 			}
-			if a.json {
-				if info.Holders == nil {
-					info.Holders = []leasehold.LockInfo{}
-				}
-				if err := writeJSON(a.Stdout, info); err != nil {
-					return err
-				}
-			} else {
-				tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintf(tw, "key\t%s\nlimit\t%d\nheld\t%d\nwaiting\t%d\tnext: %s\n",
-					quoteUnprintable(key), info.Limit, len(info.Holders), info.Waiting, quoteUnprintable(info.NextHolder))
-				fmt.Fprintln(tw, "\nFENCE\tTOKEN\tHOLDER\tREMAINING")
-				for _, h := range info.Holders {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", h.Fence, quoteUnprintable(h.Token), quoteUnprintable(h.Holder), h.Remaining)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
+			if err := a.printPermits(info); err != nil {
+				return err
 			}
 			if len(info.Holders) == 0 {
 				return Exit(ExitFailure, "no permit held on %q", key)
@@ -65,4 +50,43 @@ store is unavailable, 2 on bad usage.`,
 			return nil
 		},
 	}
+}
+
+// printPermits prints a semaphore: JSON with --json, else a table.
+func (a *App) printPermits(info leasehold.PermitInfo) error {
+	if a.json {
+		if info.Holders == nil {
+			info.Holders = []leasehold.LockInfo{}
+		}
+		return writeJSON(a.Stdout, info)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\nlimit\t%d\nheld\t%d\nwaiting\t%d\tnext: %s\n",
+		quoteUnprintable(info.Key), info.Limit, len(info.Holders), info.Waiting, quoteUnprintable(info.NextHolder))
+	fmt.Fprintln(tw, "\nFENCE\tTOKEN\tHOLDER\tREMAINING")
+	for _, h := range info.Holders {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", h.Fence, quoteUnprintable(h.Token), quoteUnprintable(h.Holder), h.Remaining)
+	}
+	return tw.Flush()
+}
+
+// inspectPermits shows key's semaphore for inspect when no lock is held on
+// key: handled is true when the store has a semaphore on key with holders
+// or waiters (printed, exit 0 with holders, 1 without).
+func (a *App) inspectPermits(ctx context.Context, st leasehold.Store, key string) (handled bool, err error) {
+	sem, ok := st.(leasehold.Semaphorer)
+	if !ok {
+		return false, nil
+	}
+	info, err := sem.Permits(ctx, key)
+	if err != nil || (len(info.Holders) == 0 && info.Waiting == 0) {
+		return false, nil // the lock's answer (none held) stands
+	}
+	if err := a.printPermits(info); err != nil {
+		return true, err
+	}
+	if len(info.Holders) == 0 {
+		return true, Exit(ExitFailure, "no lock and no permit held on %q (%d waiting for a permit)", key, info.Waiting)
+	}
+	return true, nil
 }
