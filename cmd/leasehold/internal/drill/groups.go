@@ -205,14 +205,15 @@ func (d *drill) groupLocks(ctx context.Context) ([]leasehold.LockInfo, error) {
 // checkGroup decides the election or semaphore workload's invariants.
 func checkGroup(cfg Config, h History, rep *Report) []Invariant {
 	if cfg.Workload == WorkloadElection {
+		stale := checkStale(h)
 		return []Invariant{
 			checkTrusted(h, 1, "at most one trusted leader"),
-			checkStale(h),
+			stale,
 			checkLinearizable(h, !cfg.NoFencing),
 			checkTakeover(cfg, h, rep),
 			checkFences(h),
 			checkStuck(cfg, h),
-			checkBeliefs(h),
+			checkBeliefs(h, stale.Verdict == Pass),
 			terms(h),
 		}
 	}
