@@ -217,9 +217,9 @@ func checkDuplicates(h History, fenced bool) Invariant {
 			iv.detail("job %d: results accepted from %d leases on both sides of a store restart (expected: the restart lost the lock): %s", j, len(secs), strings.Join(who, "; "))
 			continue
 		}
-		if fenced && straddles(h, failoverStarts(h), order) {
+		if fenced && failoverDuplicate(h, order) {
 			failoverDups++
-			iv.detail("job %d: results accepted from %d leases on both sides of a failover, in fence order (two holders while clients learned the new master): %s", j, len(secs), strings.Join(who, "; "))
+			iv.detail("job %d: results accepted from %d overlapping leases, the later granted during a failover, in fence order (two holders while clients learned the new master): %s", j, len(secs), strings.Join(who, "; "))
 			continue
 		}
 		dupJobs++
@@ -247,15 +247,6 @@ func checkDuplicates(h History, fenced bool) Invariant {
 		iv.Summary += fmt.Sprintf("; %d more across a failover, every stale write rejected", failoverDups)
 	}
 	return iv
-}
-
-// failoverStarts returns when each failover was requested.
-func failoverStarts(h History) []time.Duration {
-	out := make([]time.Duration, len(h.Failovers))
-	for i, f := range h.Failovers {
-		out[i] = f.Start
-	}
-	return out
 }
 
 // straddles reports whether the accepted writes came from leases acquired
@@ -395,7 +386,7 @@ func checkFences(h History) Invariant {
 				}
 			}
 			for _, f := range h.Failovers {
-				if f.Start >= p.At && f.Start <= a.At {
+				if (f.Start >= p.At && f.Start <= a.At) || during(f, a.At) {
 					acrossFailover++
 					break
 				}

@@ -215,6 +215,7 @@ func checkGroup(cfg Config, h History, rep *Report) []Invariant {
 			checkStuck(cfg, h),
 			checkBeliefs(h, stale.Verdict == Pass),
 			terms(h),
+			checkFailovers(h),
 		}
 	}
 	return []Invariant{
