@@ -226,6 +226,19 @@ func checkDuplicates(h History, fenced bool) Invariant {
 		extra += len(secs) - 1
 		iv.detail("job %d: results accepted from %d leases: %s", j, len(secs), strings.Join(who, "; "))
 	}
+	overlaps := workedOverlaps(h)
+	iv.Verdict = passUnless(dupJobs > 0)
+	iv.Summary = fmt.Sprintf("%d jobs executed more than once (%d extra accepted results); %d more across a store restart that lost the lock; %d overlapping critical sections reached their write",
+		dupJobs, extra, restartDups, overlaps)
+	if len(h.Failovers) > 0 {
+		iv.Summary += fmt.Sprintf("; %d more across a failover, every stale write rejected", failoverDups)
+	}
+	return iv
+}
+
+// workedOverlaps counts pairs of critical sections of one job that
+// overlapped in time and both reached their write.
+func workedOverlaps(h History) int {
 	overlaps := 0
 	var worked []Section
 	for _, s := range h.Sections {
@@ -240,13 +253,7 @@ func checkDuplicates(h History, fenced bool) Invariant {
 			}
 		}
 	}
-	iv.Verdict = passUnless(dupJobs > 0)
-	iv.Summary = fmt.Sprintf("%d jobs executed more than once (%d extra accepted results); %d more across a store restart that lost the lock; %d overlapping critical sections reached their write",
-		dupJobs, extra, restartDups, overlaps)
-	if len(h.Failovers) > 0 {
-		iv.Summary += fmt.Sprintf("; %d more across a failover, every stale write rejected", failoverDups)
-	}
-	return iv
+	return overlaps
 }
 
 // straddles reports whether the accepted writes came from leases acquired

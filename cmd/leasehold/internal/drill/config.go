@@ -295,8 +295,6 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Processes {
 		switch {
-		case c.kind() == storeOwnSentinel:
-			return bad("--processes does not run on --store %s yet: its worker processes reach one Redis address; drop --processes", StoreRedisSentinel)
 		case c.kind().etcd():
 			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
 		case !c.kind().redis():
@@ -316,10 +314,18 @@ func (c Config) WithDefaults() (Config, error) {
 			return bad("unknown fault %q", f)
 		}
 	}
-	if slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel {
-		return bad("the failover fault needs replicas to fail over to: use --store %s (the drill starts a master, two replicas and three sentinels)", StoreRedisSentinel)
+	return c, c.checkSentinel()
+}
+
+// checkSentinel checks what needs the drill's own Sentinel group.
+func (c Config) checkSentinel() error {
+	switch {
+	case slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel:
+		return fmt.Errorf("%w: the failover fault needs replicas to fail over to: use --store %s (the drill starts a master, two replicas and three sentinels)", ErrInvalidConfig, StoreRedisSentinel)
+	case c.Processes && c.kind() == storeOwnSentinel:
+		return fmt.Errorf("%w: --processes does not run on --store %s yet: its worker processes reach one Redis address; drop --processes", ErrInvalidConfig, StoreRedisSentinel)
 	}
-	return c, nil
+	return nil
 }
 
 // defaultWorkload fills and checks Workload and Permits (Replicas is set).
