@@ -76,14 +76,15 @@ func Check(cfg Config, h History) *Report {
 // checkJobs decides the jobs workload's invariants.
 func checkJobs(cfg Config, h History, rep *Report) []Invariant {
 	stale := checkStale(h)
+	fenced := stale.Verdict == Pass && !cfg.NoFencing
 	ivs := []Invariant{
 		stale,
 		checkLinearizable(h, !cfg.NoFencing),
-		checkDuplicates(h, stale.Verdict == Pass),
+		checkDuplicates(h, fenced),
 		checkTakeover(cfg, h, rep),
 		checkFences(h),
 		checkStuck(cfg, h),
-		checkBeliefs(h, stale.Verdict == Pass),
+		checkBeliefs(h, fenced),
 		checkProgress(h),
 		eventCounts(h),
 		faultWindows(h),

@@ -61,6 +61,25 @@ func TestCheckerFailoverCountedApartOnlyWhenFenced(t *testing.T) {
 	}
 }
 
+// Two trusted leaders during a failover are counted apart only when fenced.
+func TestCheckTrustedDuringFailover(t *testing.T) {
+	h := History{
+		Failovers: []Span{{Start: 10 * ms, End: 20 * ms}},
+		Sections:  []Section{{Start: 0, End: 100 * ms}, {Start: 30 * ms, End: 150 * ms}},
+	}
+	if v := checkTrusted(h, 1, "x", true); v.Verdict != Pass || !strings.Contains(v.Summary, "1 more during a failover") {
+		t.Errorf("fenced: expected PASS with one moment counted apart, got %s %q", v.Verdict, v.Summary)
+	}
+	if v := checkTrusted(h, 1, "x", false); v.Verdict != Fail {
+		t.Errorf("unfenced: expected FAIL, got %s %q", v.Verdict, v.Summary)
+	}
+	// Two leaders after the failover's settling time: a violation.
+	h.Sections = []Section{{Start: 0, End: failoverSettle + time.Second}, {Start: failoverSettle + 500*ms, End: failoverSettle + 2*time.Second}}
+	if v := checkTrusted(h, 1, "x", true); v.Verdict != Fail {
+		t.Errorf("after the settling time: expected FAIL, got %s %q", v.Verdict, v.Summary)
+	}
+}
+
 func TestFailoverNeedsSentinel(t *testing.T) {
 	for _, s := range []string{"", StoreRedisServer, "redis://127.0.0.1:6379"} {
 		_, err := Config{Store: s, Faults: []Fault{FaultFailover}}.WithDefaults()
