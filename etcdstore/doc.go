@@ -39,8 +39,29 @@
 // treatment with the queue TTL. When the store's process dies, hangs or
 // loses etcd, nobody keeps the lease alive, and etcd deletes everything on
 // it at most TTL+1 s after the last keep-alive (plus etcd's 500 ms expiry
-// check): a crashed holder's lock lives up to one second longer than with a
-// lease per lock.
+// check), unless a waiter takes the lock over first (below).
+//
+// # Takeover at the holder's TTL
+//
+// A crashed holder's shared lease outlives its lock's TTL by up to 1.5 s,
+// and a lease cannot end sooner without a keep-alive per lock. So the head
+// of the queue ends the lock itself. Each waiting Acquire records the lock's
+// mod revision and TTL as it saw them, and when it first saw that revision
+// (with its own queue entry at the same create revision), on the waiter's
+// monotonic clock, after the answer arrived. A holder's Renew writes the
+// lock whenever its read shows a waiter, which moves the mod revision; a
+// renewal that read an empty queue came before any waiter saw the lock. So
+// when the head has seen one mod revision for the lock's whole TTL, every
+// renewal of the holder started more than a TTL ago, and the holder's own
+// expiry guard (TTL minus its drift margin, from before it sent the request)
+// has stopped trusting the lock. The Grant's Remaining tells the head when
+// that is; its next Acquire then deletes the lock in a transaction guarded by
+// that mod revision, its own entry and its place at the head, and takes the
+// key with a new fence: two transactions, about the holder's TTL after its
+// last renewal. Clock assumption: the holder's and the waiters' clocks run at
+// the same rate within the holder's drift margin over a TTL (a Locker's
+// DriftMargin, by default TTL/20 + 5 ms); their offsets do not matter. The
+// price: a renewal of a lock that others wait for is one read and one write.
 //
 // # Operations
 //
@@ -54,20 +75,23 @@
 //   - The fence is the lock key's create revision: revisions only grow, so
 //     every acquisition of a key gets a fence greater than all earlier ones,
 //     and a retry with the same token reports the same fence.
-//   - Renew reads the lock and checks the token and lease (see above).
+//   - Renew reads the lock and its waiter count and checks the token and
+//     lease (see above); it writes the lock when someone waits.
 //   - Release deletes the lock if it holds the token, and the token's queue
 //     entry in any case, in one transaction; it answers ErrNotHeld when the
 //     lock is gone and ErrNotOwned when another token holds it.
 //   - WaitRelease watches the key's range from the revision of the waiter's
 //     last Acquire answer and wakes the waiter only when the lock is free
 //     and no older queue entry is left: the head of the queue, alone. A
-//     release and an expiry both delete the lock key, so a crashed holder's
-//     waiter wakes when etcd expires the lease.
+//     release and an expiry both delete the lock key; the head of a crashed
+//     holder's queue does not wait for that: it retries at the lock's TTL
+//     and takes it over (above).
 //
 // TTLs are whole seconds on the server: a lease's TTL is the lock's TTL
 // rounded up plus one second, and etcd raises TTLs below its minimum (1.5 ×
 // election timeout, rounded up; 2 s with default settings). While the store
-// runs, a lock nobody renews is deleted at its TTL by the store itself.
+// runs, a lock nobody renews is deleted at its TTL by the store itself, and
+// a waiter deletes a crashed holder's lock at its TTL (above).
 // Etcd's leader checks for expired leases every 500 ms, and a newly elected
 // leader extends every lease by its full TTL.
 //

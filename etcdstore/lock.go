@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -52,8 +53,16 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 // store did not know it headed. It owns the references to l and ql.
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
+	if ql != nil {
+		if err := s.takeOver(ctx, r); err != nil {
+			s.sess.put(l)
+			s.sess.put(ql)
+			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r))
+		seen := time.Now()
 		if err != nil {
 			// It may have applied (lost reply): the session deletes the
 			// lock and entry when their deadlines pass, unless the
@@ -80,9 +89,10 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		}
 		rng := inner.GetResponses()[len(inner.GetResponses())-1].GetResponseRange()
 		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
+		left := time.Duration(-1) // unknown
 		if ql != nil {
 			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			s.sess.setQueue(t, v)
+			left = s.sess.setQueue(t, v, seen)
 			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
 				// We head the queue of a free key: take it now.
 				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
@@ -93,8 +103,32 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			}
 		}
 		s.sess.put(l)
-		return s.contended(ctx, req, v), leasehold.ErrNotAcquired
+		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
+}
+
+// takeOver deletes the lock that r waits for when r heads its queue and
+// has seen the lock unchanged for its whole TTL (session.expiredLock): the
+// holder died or hangs, and its shared lease may live on for up to a second
+// (or as long as its process keeps other locks). The delete is guarded by
+// the lock's mod revision (any renewal or new holder since moved it), r's
+// queue entry (same create revision) and r being the oldest entry; the
+// acquire that follows takes the key with a new fence. Nothing is sent when
+// the lock is not known to be expired.
+func (s *Store) takeOver(ctx context.Context, r ref) error {
+	mod, entry, ok := s.sess.expiredLock(r, time.Now())
+	if !ok {
+		return nil
+	}
+	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
+	qs, qe := s.queueRange(r.key)
+	_, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
+			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
+			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
+		Then(clientv3.OpDelete(k)).
+		Commit()
+	return err
 }
 
 // putQueue drops the reference to a queue lease that was not used.
@@ -125,12 +159,14 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 			[]clientv3.Op{clientv3.OpPut(e, req.Holder, clientv3.WithLease(ql.id))}, nil))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
+	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
+	if myRev > 0 || s.sess.mayQueue(ref{req.Key, req.Token}) {
+		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
+	}
 	return s.cli.Txn(ctx).
 		If(mine(k, req.Token)...).
 		Then(clientv3.OpPut(k, val, clientv3.WithLease(l.id), clientv3.WithPrevKV())).
-		Else(clientv3.OpTxn(free,
-			[]clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id)), clientv3.OpDelete(e)},
-			lost)).
+		Else(clientv3.OpTxn(free, take, lost)).
 		Commit()
 }
 
@@ -173,8 +209,9 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 	return v
 }
 
-// contended builds the Grant of a lost acquire.
-func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v keyView) leasehold.Grant {
+// contended builds the Grant of a lost acquire. left is the lock's time
+// left by this store's clock for a waiter (session.setQueue), < 0 unknown.
+func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v keyView, left time.Duration) leasehold.Grant {
 	g := leasehold.Grant{Ahead: len(v.ahead)}
 	if !v.held {
 		return g
@@ -182,6 +219,11 @@ func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v k
 	_, ttl, holder, _ := lockFields(v.lock.Value)
 	g.Holder = holder
 	g.Remaining = ttl
+	if left >= 0 && ttl > 0 {
+		// The head retries then and takes the key over (takeOver); 1 ms
+		// at least, so that "0 left" is not read as "free".
+		g.Remaining = max(left, time.Millisecond)
+	}
 	if req.QueueTTL == 0 && v.lock.Lease != 0 {
 		// A try reports how long the lock can last at most: its shared
 		// lease's time to live, capped by the lock's TTL.
@@ -204,12 +246,15 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Dur
 	return d
 }
 
-// Renew implements leasehold.Store with one linearizable read that checks
-// the token and the lock's lease: the shared lease is kept alive by the
-// store (and covers ttl from now, or Renew sends a keep-alive first), so a
-// renewal is no write. When the TTL changed, the lock moves to the lease of
-// the new TTL in a token-checked transaction (its fence stays). Renew also
-// moves the store's deadline of the lock (see the package doc).
+// Renew implements leasehold.Store with one linearizable read (a read-only
+// transaction) that checks the token and the lock's lease and counts the
+// key's waiters: the shared lease is kept alive by the store (and covers ttl
+// from now, or Renew sends a keep-alive first), so an uncontended renewal is
+// no write. When the TTL changed, or someone waits for the key, a second,
+// token-checked transaction writes the lock (its fence stays): on the lease
+// of the new TTL, and with a new mod revision that tells the waiters the
+// holder is alive (see the package doc, Takeover). Renew also moves the
+// store's deadline of the lock.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -229,19 +274,35 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err != nil {
 		return s.wrap(ctx, "renew", key, err)
 	}
-	get, err := s.cli.Get(ctx, s.lockKey(key))
+	resp, err := s.cli.Txn(ctx).Then(s.renewReads(key)...).Commit()
 	if err != nil {
 		s.sess.put(l)
 		return s.wrap(ctx, "renew", key, err)
 	}
-	return s.finishRenew(ctx, r, t, l, ttl, get.Kvs)
+	return s.finishRenew(ctx, r, t, l, ttl, resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
 }
 
-// finishRenew checks what a renewal read of r's lock showed, moves the lock
-// to l if needed, and records the new deadline. It owns the reference to l.
-func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, ttl time.Duration, kvs []*mvccpb.KeyValue) error {
+// renewReads are the reads of a renewal: the lock, and how many waiters
+// its queue has. A read-only transaction: a linearizable read, no raft
+// entry.
+func (s *Store) renewReads(key string) []clientv3.Op {
+	qs, qe := s.queueRange(key)
+	return []clientv3.Op{clientv3.OpGet(s.lockKey(key)), clientv3.OpGet(qs, clientv3.WithRange(qe), clientv3.WithCountOnly())}
+}
+
+// finishRenew checks what a renewal read of r's lock showed, writes the
+// lock if needed, and records the new deadline. It owns the reference to l.
+//
+// The lock is written (token-checked by its mod revision) when it moves to
+// another lease or TTL, and whenever its queue has a waiter: the write
+// moves the lock's mod revision, which tells the waiters that the holder
+// is alive. A waiter at the head takes over a lock it has seen unchanged
+// for its TTL (see session.expiredLock); a renewal that read an empty queue
+// needs no write, since every waiter that comes later sees the lock only
+// after that read.
+func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, ttl time.Duration, lock, queue *etcdserverpb.RangeResponse) error {
 	var kv *mvccpb.KeyValue
-	if len(kvs) == 1 {
+	if kvs := lock.GetKvs(); len(kvs) == 1 {
 		kv = kvs[0]
 	}
 	tok, was, holder, _ := lockFields(kv.GetValue())
@@ -250,7 +311,7 @@ func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, tt
 		s.sess.untrack(s.sess.held, r)
 		return leasehold.ErrNotOwned
 	}
-	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl {
+	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl || queue.GetCount() > 0 {
 		k := s.lockKey(r.key)
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)).
@@ -275,13 +336,14 @@ func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, tt
 const maxTxnOps = 128
 
 // RenewBatch implements leasehold.BatchRenewer: one read-only transaction
-// reads every lock (token and lease check), so a batch costs one round trip
-// however many leases it holds (plus one transaction per lock whose TTL
-// changed).
+// reads every lock (token and lease check) and its waiter count, so a batch
+// costs one round trip however many leases it holds (plus one transaction
+// per lock whose TTL changed or that has waiters, as in Renew).
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
-	for start := 0; start < len(reqs); start += maxTxnOps {
-		end := min(start+maxTxnOps, len(reqs))
+	const per = maxTxnOps / 2 // two reads per lock
+	for start := 0; start < len(reqs); start += per {
+		end := min(start+per, len(reqs))
 		s.renewChunk(ctx, reqs[start:end], errs[start:end])
 	}
 	return errs
@@ -319,7 +381,7 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 			continue
 		}
 		items = append(items, item{i, t, l})
-		ops = append(ops, clientv3.OpGet(s.lockKey(r.Key)))
+		ops = append(ops, s.renewReads(r.Key)...)
 	}
 	if len(ops) == 0 {
 		return
@@ -332,14 +394,15 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 			errs[it.i] = s.wrap(ctx, "renew", r.Key, err)
 			continue
 		}
-		kvs := resp.Responses[j].GetResponseRange().GetKvs()
-		errs[it.i] = s.finishRenew(ctx, ref{r.Key, r.Token}, it.t, it.l, r.TTL, kvs)
+		lock, queue := resp.Responses[2*j].GetResponseRange(), resp.Responses[2*j+1].GetResponseRange()
+		errs[it.i] = s.finishRenew(ctx, ref{r.Key, r.Token}, it.t, it.l, r.TTL, lock, queue)
 	}
 }
 
 // Release implements leasehold.Store: one transaction deletes the lock if
 // it holds token, and the token's queue entry in any case (a waiter that
-// gives up leaves the queue). The shared lease stays for the store's other
+// gives up leaves the queue) when this store queued it (an uncontended
+// release sends one delete). The shared lease stays for the store's other
 // and next locks.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
@@ -350,16 +413,17 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	defer end()
-	k, e := s.lockKey(key), s.entryKey(key, token)
-	resp, err := s.cli.Txn(ctx).
-		If(mine(k, token)...).
-		Then(clientv3.OpDelete(k), clientv3.OpDelete(e)).
-		Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpDelete(e)).
-		Commit()
+	k := s.lockKey(key)
+	r := ref{key, token}
+	then, els := []clientv3.Op{clientv3.OpDelete(k)}, []clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}
+	if s.sess.mayQueue(r) { // and our queue entry: a waiter leaves
+		e := clientv3.OpDelete(s.entryKey(key, token))
+		then, els = append(then, e), append(els, e)
+	}
+	resp, err := s.cli.Txn(ctx).If(mine(k, token)...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return s.wrap(ctx, "release", key, err)
 	}
-	r := ref{key, token}
 	s.sess.untrack(s.sess.held, r)
 	s.sess.untrack(s.sess.waiting, r)
 	switch {

@@ -35,7 +35,11 @@ const (
 // or left; a token that left the queue (or never joined it) is woken only
 // when nobody is queued. An empty token subscribes an observer (an
 // election's Observe), woken each time the lock becomes free, queue or not.
-// The channel also gets a value when the watch breaks (its revision was
+// The head of the queue is also woken when the lock has stayed unchanged
+// (one mod revision) for its TTL since the watch saw it: its holder stopped
+// renewing, and the head's next Acquire takes it over (see the package
+// doc); what the watch saw of the lock counts for that takeover as an
+// acquire answer would. The channel also gets a value when the watch breaks (its revision was
 // compacted): every waiter re-checks while the
 // watch restarts. The client resumes a watch on another member when the one
 // it used fails, without losing events.
@@ -56,7 +60,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
+	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.timeout
 	if start <= 0 {
@@ -117,10 +121,17 @@ type keyWatch struct {
 	held  bool
 	queue map[string]int64 // entry key -> create revision
 	empty time.Time        // when subs became empty
+	// The lock while held: its mod revision, when the watch first saw it
+	// there, and its TTL (0: unknown). The head is woken at lockAt+lockTTL
+	// to take over a lock nobody renewed (see session.expiredLock).
+	lockMod int64
+	lockAt  time.Time
+	lockTTL time.Duration
 }
 
 // subscriber is one WaitRelease.
 type subscriber struct {
+	r        ref
 	entry    string // the token's queue entry key
 	observer bool   // token "": woken whenever the lock becomes free
 	wake     chan struct{}
@@ -262,11 +273,12 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 			return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
 		}
 		v := kw.s.view(kw.key, "", get.Kvs, get.Header.Revision)
-		snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+		snap = snapOf(v)
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
 	kw.held, kw.queue = snap.held, snap.queue
+	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
 	w.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
@@ -297,6 +309,9 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	lockKey := kw.s.lockKey(kw.key)
 	idle := time.NewTicker(watchLinger / 2)
 	defer idle.Stop()
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
+	kw.arm(expiry, kw.headExpiry())
 	for {
 		select {
 		case <-ctx.Done():
@@ -306,11 +321,60 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 			if kw.idleOut() {
 				return true
 			}
+		case <-expiry.C:
+			kw.wakeHead()
+			kw.arm(expiry, time.Time{})
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				return false
 			}
-			kw.apply(lockKey, wr.Events)
+			sights := kw.apply(lockKey, wr.Events)
+			kw.s.sess.sawLock(sights)
+			kw.arm(expiry, kw.headExpiry())
+		}
+	}
+}
+
+// arm sets the expiry timer to fire at 'at', or stops it (zero at).
+func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
+	if at.IsZero() {
+		t.Stop()
+		return
+	}
+	t.Reset(time.Until(at) + time.Millisecond)
+}
+
+// headExpiry returns when the held lock, unchanged since the watch saw it,
+// reaches its TTL, if a waiter subscribed here heads its queue; zero
+// otherwise.
+func (kw *keyWatch) headExpiry() time.Time {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !kw.held || kw.lockMod == 0 || kw.lockTTL <= 0 || len(kw.queue) == 0 {
+		return time.Time{}
+	}
+	for sb := range kw.subs {
+		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+			return kw.lockAt.Add(kw.lockTTL)
+		}
+	}
+	return time.Time{}
+}
+
+// wakeHead wakes the subscribers at the head of the queue of a held lock:
+// it reached its TTL unchanged, and the head's next acquire takes it over
+// (or learns when to try again).
+func (kw *keyWatch) wakeHead() {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !kw.held {
+		return
+	}
+	for sb := range kw.subs {
+		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+			sb.signal()
 		}
 	}
 }
@@ -329,28 +393,42 @@ func (kw *keyWatch) idleOut() bool {
 	return true
 }
 
-func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
+// apply applies watch events to the model, signals the subscribers that
+// became able to take the key, and returns what the waiters among them saw
+// of a lock write, for the session (sawLock).
+func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	wrote := false
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		switch {
 		case k == lockKey:
 			kw.held = ev.Type == mvccpb.PUT
+			kw.lockMod, kw.lockTTL = 0, 0
+			if kw.held {
+				_, kw.lockTTL, _, _ = lockFields(ev.Kv.Value)
+				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
+			}
 		case ev.Type == mvccpb.DELETE:
 			delete(kw.queue, k)
 		default:
 			kw.queue[k] = ev.Kv.CreateRevision
 		}
 	}
+	var sights []sighting
 	for sb := range kw.subs {
 		now := kw.can(sb)
 		if now && !sb.was {
 			sb.signal()
 		}
 		sb.was = now
+		if e := kw.queue[sb.entry]; wrote && kw.held && e > 0 && e < kw.lockMod {
+			sights = append(sights, sighting{sb.r, e, kw.lockMod, kw.lockAt, kw.lockTTL})
+		}
 	}
+	return sights
 }
 
 // drain empties a watch channel whose context was cancelled or that

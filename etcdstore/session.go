@@ -78,13 +78,32 @@ type tracked struct {
 	gen      uint64 // bumped by every renewal; a sweep of an older gen loses
 	rev      int64  // queue entries: the entry's create revision (0: unknown)
 	snap     *queueSnap
+	// Queue entries: the lock they wait for, as their acquires saw it. lockMod
+	// is the lock's mod revision (0: free or unknown), lockSeen when this
+	// store first saw it at that revision with the entry at rev, lockTTL the
+	// TTL recorded in it. See expiredLock.
+	lockMod  int64
+	lockSeen time.Time
+	lockTTL  time.Duration
 }
 
 // queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
 type queueSnap struct {
-	rev   int64            // the revision of the answer
-	held  bool             // the lock was held
-	queue map[string]int64 // queue entry key -> create revision
+	rev     int64            // the revision of the answer
+	held    bool             // the lock was held
+	lockMod int64            // its mod revision
+	lockTTL time.Duration    // and the TTL recorded in it (0: unknown)
+	queue   map[string]int64 // queue entry key -> create revision
+}
+
+// snapOf makes the queueSnap of a view.
+func snapOf(v keyView) *queueSnap {
+	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	if v.held {
+		q.lockMod = v.lock.ModRevision
+		_, q.lockTTL, _, _ = lockFields(v.lock.Value)
+	}
+	return q
 }
 
 // lease is one shared etcd lease.
@@ -503,6 +522,15 @@ func (ss *session) renewed(m map[ref]*tracked, r ref, t *tracked, l *lease, ttl 
 	return true
 }
 
+// mayQueue reports whether r may have a queue entry that this store wrote:
+// tracked as waiting, or its failed sweep is to be retried. An acquire or
+// release of an r that never queued here needs no delete of the entry.
+func (ss *session) mayQueue(r ref) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.waiting[r] != nil || ss.retryEntries[r] != nil
+}
+
 // queueRev returns the create revision of r's queue entry as this store
 // last saw it, 0 if unknown.
 func (ss *session) queueRev(r ref) int64 {
@@ -514,12 +542,78 @@ func (ss *session) queueRev(r ref) int64 {
 	return 0
 }
 
-// setQueue records what a waiter's acquire saw, for its WaitRelease.
-func (ss *session) setQueue(t *tracked, v keyView) {
+// setQueue records what a waiter's acquire saw (answered at seen), for its
+// WaitRelease and for the takeover of an expired lock. It returns how long
+// the lock has left by the waiter's clock (see expiredLock), -1 when the
+// lock is free or that is unknown.
+func (ss *session) setQueue(t *tracked, v keyView, seen time.Time) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	var mod int64
+	var ttl time.Duration
+	if v.held && v.myRev > 0 {
+		_, ttl, _, _ = lockFields(v.lock.Value)
+		if ttl > 0 {
+			mod = v.lock.ModRevision
+		}
+	}
+	if mod != t.lockMod || v.myRev != t.rev {
+		// A new lock write, or our entry was re-created: the clock
+		// starts again from this answer.
+		t.lockMod, t.lockSeen, t.lockTTL = mod, seen, ttl
+	}
 	t.rev = v.myRev
-	t.snap = &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	t.snap = snapOf(v)
+	if mod == 0 {
+		return -1
+	}
+	return max(time.Until(t.lockSeen.Add(t.lockTTL)), 0)
+}
+
+// sighting is a lock write a waiter's key watch saw: the lock at mod
+// revision mod (TTL ttl) arrived at at, while the waiter's queue entry
+// existed with create revision entry < mod.
+type sighting struct {
+	r     ref
+	entry int64
+	mod   int64
+	at    time.Time
+	ttl   time.Duration
+}
+
+// sawLock records what a key watch saw for the waiter of each sighting, as
+// an acquire answer would have shown it: the watch event came after the
+// write, and the waiter's entry was older than the write, so the holder's
+// renewals from then on write the lock (see expiredLock). Only a newer mod
+// revision, with the entry the store tracks, counts.
+func (ss *session) sawLock(sights []sighting) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, sg := range sights {
+		t := ss.waiting[sg.r]
+		if t == nil || t.rev != sg.entry || sg.mod <= t.lockMod || sg.ttl <= 0 {
+			continue
+		}
+		t.lockMod, t.lockSeen, t.lockTTL = sg.mod, sg.at, sg.ttl
+	}
+}
+
+// expiredLock returns the lock r waits for when r's acquires have seen it
+// unchanged (one mod revision) for its whole TTL, measured on this store's
+// clock from the first answer that showed it, while r's queue entry stayed
+// at entry (the same create revision: it was never deleted in between). A
+// holder renews with a write whenever its renewal read shows a queue entry
+// (see finishRenew), so every renewal after r's entry was created moved the
+// mod revision, and the holder's own expiry guard ran out before now (both
+// clocks running at the same rate, within the holder's drift margin).
+func (ss *session) expiredLock(r ref, now time.Time) (mod, entry int64, ok bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t := ss.waiting[r]
+	if t == nil || t.lockMod == 0 || t.rev == 0 || now.Before(t.lockSeen.Add(t.lockTTL)) {
+		return 0, 0, false
+	}
+	return t.lockMod, t.rev, true
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.

@@ -82,7 +82,39 @@ func TestConformance(t *testing.T) {
 		FencesAhead: func(t *testing.T, s leasehold.Store, _ []string) {
 			fencesAhead(t, testpg.Connect(t, dsnOf(t)), s.(*pgstore.Store))
 		},
+		Leftovers: func(t *testing.T) []string {
+			// The stores ran in nested subtests, each on its own database.
+			mu.Lock()
+			var dsns []string
+			for st, d := range dsn {
+				if strings.HasPrefix(st.Name(), t.Name()+"/") {
+					dsns = append(dsns, d)
+				}
+			}
+			mu.Unlock()
+			var out []string
+			for _, d := range dsns {
+				out = append(out, leftRows(t, testpg.Connect(t, d))...)
+			}
+			return out
+		},
 	})
+}
+
+// leftRows lists the rows of the default lock and waiter tables (the fence
+// counter is the documented state that stays).
+func leftRows(t *testing.T, db *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT 'lock ' || key || ' ' || token FROM public.leasehold_locks
+UNION ALL SELECT 'waiter ' || key || ' ' || token || CASE WHEN queued THEN ' (queued)' ELSE ' (subscription)' END FROM public.leasehold_locks_waiters`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // listen dials the LISTEN connection, or hangs until ctx ends while the

@@ -10,7 +10,8 @@
 //	                         (or expired, not yet taken over) lock; a release deletes it
 //	leasehold_locks_waiters  the per-key FIFO queue (queued rows) and WaitRelease subscriptions
 //	leasehold_locks_counter  one row: the durable fence floor
-//	leasehold_locks_acquire, _release, _force_release   PL/pgSQL functions, one call per operation
+//	leasehold_locks_acquire2, _release, _force_release  PL/pgSQL functions, one call per operation
+//	leasehold_locks_acquire  the acquire of earlier versions (no wake channel)
 //
 // # Round trips
 //
@@ -67,19 +68,41 @@
 // serialization failure (SQLSTATE 40001) is retried, so contention is still
 // ErrNotAcquired and never a store error.
 //
-// # Waiting
+// # Waiting and hand-off
 //
 // LISTEN needs a connection of its own: a Store opens one (Options.Listen;
 // by default with the connection settings of the *pgxpool.Pool it was given)
 // on the first WaitRelease, shares it among all waiters, and closes it in
-// Close; each waiter's context bounds only its own wait for it. WaitRelease
-// records a subscription row; a release notifies only when the key has a
-// live queue head (a payload naming that head, so only its waiter wakes) or
-// live subscriptions, so uncontended releases send nothing and never queue
-// on the cluster-wide NOTIFY lock. When the LISTEN connection is lost, and
-// again when it is back, every waiter is woken to re-check. Behind PgBouncer
-// in transaction mode LISTEN does not work: point Listen at the server
-// directly.
+// Close; each waiter's context bounds only its own wait for it.
+//
+// A waiting Acquire records the TTL it asks for in its queue entry. A
+// release of a lock whose queue has a live head grants the key to that head
+// in the same statement: the row gets the head's token, holder and TTL
+// (capped at the head's queue deadline) and a fresh fence by the acquire
+// rules, the head leaves the queue, and the NOTIFY payload names the head
+// and carries the grant. It goes to the head's store's own channel
+// (WakeChannel, recorded in the queue entry; the store LISTENs on it beside
+// the shared Channel), so only that process and its waiter wake; the
+// waiter's Locker takes the lease from it (leasehold.Granter), or its next
+// Acquire finds its own token holding the key (the retry path: same fence,
+// TTL extended). A waiter that gives up calls Release with its token, which
+// frees a grant it may have received and hands the key to the next head.
+//
+// WaitRelease writes no row for a token this store has queued (its queue
+// entry makes releases notify it); for other tokens and observers it writes
+// a subscription row, so that releases of a key without a queue notify, and
+// deletes it when the subscriber stops. A release notifies only when the
+// key has a live queue head or live subscriptions, so uncontended releases
+// send nothing and never queue on the cluster-wide NOTIFY lock. When the
+// LISTEN connection is lost, and again when it is back, every waiter is
+// woken to re-check. Behind PgBouncer in transaction mode LISTEN does not
+// work: point Listen at the server directly.
+//
+// Close releases, in one statement, every lock the store acquired and did
+// not release and every queue entry it wrote (each through the release
+// function, so the next head gets the key), and deletes its subscription
+// rows: a closed store leaves no rows behind but the fence counter. What it
+// cannot reach then ends at its TTL.
 //
 // # Privileges
 //

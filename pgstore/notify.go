@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
 )
 
 // subscribeTTL is how long a WaitRelease subscription makes releases of its
@@ -25,8 +27,13 @@ const subscribeTTL = 5 * time.Minute
 type listener struct {
 	s *Store
 
-	mu      sync.Mutex
-	subs    map[string]map[chan struct{}]string // key -> wake channel -> token
+	mu     sync.Mutex
+	subs   map[string]map[chan struct{}]string // key -> wake channel -> token
+	grants map[[2]string]handoff               // (key, token) -> a release's grant, see dispatch
+	// rows counts the subscribers of each subscription row this store
+	// wrote (key, token): the row is deleted when the last one stops.
+	rows    map[[2]string]int
+	cleanup sync.WaitGroup // deletions of subscription rows in flight
 	started bool
 	closed  bool
 	up      chan struct{} // closed while the connection LISTENs; replaced when it is lost
@@ -73,12 +80,96 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 		}
 		return nil, nil, storeErr("listen", s.channel, err)
 	}
-	us := subscribeTTL.Microseconds()
-	if _, err := s.db.Exec(ctx, s.subscribeSQL, key, token, us); err != nil {
+	if token != "" && s.track.isQueued(key, token) {
+		// Its queue entry makes every release that frees the key for it
+		// notify it: no subscription row needed.
+		return ch, stop, nil
+	}
+	row := s.rowToken(token)
+	if _, err := s.db.Exec(ctx, s.subscribeSQL, key, row, subscribeTTL.Microseconds()); err != nil {
 		stop()
 		return nil, nil, storeErr("subscribe", key, err)
 	}
-	return ch, stop, nil
+	l.addRow(key, row)
+	var once sync.Once
+	return ch, func() {
+		stop()
+		once.Do(func() { l.dropRow(key, row) })
+	}, nil
+}
+
+// WakeChannel returns the store's own NOTIFY channel (see wakeChannel).
+func (s *Store) WakeChannel() string { return s.wakeChannel() }
+
+// wakeChannel is the store's own NOTIFY channel, which its LISTEN
+// connection listens on beside the shared one: a release notifies a queue
+// head there, so a hand-off wakes the head's process alone and not every
+// process waiting on the table's channel. Empty when the store cannot
+// LISTEN (releases then use the shared channel, which nobody here hears).
+func (s *Store) wakeChannel() string {
+	if s.opts.Listen == nil {
+		return ""
+	}
+	return "leasehold.wake." + s.id
+}
+
+// rowToken is the token of token's subscription row: token itself, or for
+// an observer (token "") one that is unique to this store, so that a store
+// that stops observing deletes its own row and not another store's.
+func (s *Store) rowToken(token string) string {
+	if token == "" {
+		return "observer:" + s.id
+	}
+	return token
+}
+
+// addRow counts a subscriber of the row (key, token).
+func (l *listener) addRow(key, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows == nil {
+		l.rows = map[[2]string]int{}
+	}
+	l.rows[[2]string{key, token}]++
+}
+
+// dropRow uncounts a subscriber of the row (key, token) and deletes the row
+// (in the background, joined by Close) when it was the last one, so a
+// finished waiter leaves nothing behind.
+func (l *listener) dropRow(key, token string) {
+	k := [2]string{key, token}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows[k] == 0 {
+		return // Close took it
+	}
+	if l.rows[k]--; l.rows[k] > 0 {
+		return
+	}
+	delete(l.rows, k)
+	if l.closed {
+		return // Close deletes the rows
+	}
+	l.cleanup.Add(1)
+	go func() {
+		defer l.cleanup.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if _, err := l.s.db.Exec(ctx, l.s.unsubscribeSQL, []string{key}, []string{token}); err != nil {
+			l.s.opts.Logger.Warn("pgstore: cannot delete a WaitRelease subscription; it ends at its TTL", "key", key, "err", err)
+		}
+	}()
+}
+
+// takeRows returns every subscription row still counted and forgets them.
+func (l *listener) takeRows() (keys, tokens []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.rows {
+		keys, tokens = append(keys, k[0]), append(tokens, k[1])
+	}
+	l.rows = nil
+	return keys, tokens
 }
 
 // start starts the goroutine once and returns the channel that is closed
@@ -136,6 +227,7 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 			if len(l.subs[key]) == 0 {
 				delete(l.subs, key)
 			}
+			delete(l.grants, [2]string{key, token})
 			l.mu.Unlock()
 		})
 	}
@@ -148,30 +240,90 @@ func poke(c chan struct{}) {
 	}
 }
 
+// handoff is a grant a release made to a waiter of this store, kept until
+// the waiter takes it (Granted) or its subscription ends.
+type handoff struct {
+	fence uint64
+	ttl   time.Duration
+}
+
 // dispatch wakes the waiters a notification payload names: "N:" followed by
 // a token of N bytes and the key (the key's new queue head, and the key's
-// observers, subscribed with an empty token), or "*:" and the key (every
-// subscriber of the key).
+// observers, subscribed with an empty token), "gN:" followed by the token,
+// the fence, ":", the TTL in ms, ":" and the key (a release granted the key
+// to that head: recorded for Granted, then woken as above), or "*:" and the
+// key (every subscriber of the key).
 func (l *listener) dispatch(payload string) {
 	n, rest, ok := strings.Cut(payload, ":")
 	if !ok {
 		return
 	}
+	grant := strings.HasPrefix(n, "g")
 	key, token, all := rest, "", n == "*"
 	if !all {
-		size, err := strconv.Atoi(n)
+		size, err := strconv.Atoi(strings.TrimPrefix(n, "g"))
 		if err != nil || size < 0 || size > len(rest) {
 			return
 		}
 		token, key = rest[:size], rest[size:]
 	}
+	var h handoff
+	if grant {
+		if h, key, ok = parseGrant(key); !ok {
+			return
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c, tok := range l.subs[key] {
+		if grant && tok == token {
+			if l.grants == nil {
+				l.grants = map[[2]string]handoff{}
+			}
+			l.grants[[2]string{key, token}] = h
+		}
 		if all || tok == token || tok == "" { // observers see every hand-off
 			poke(c)
 		}
 	}
+}
+
+// parseGrant splits "FENCE:TTLMS:KEY".
+func parseGrant(s string) (handoff, string, bool) {
+	f, rest, ok1 := strings.Cut(s, ":")
+	ms, key, ok2 := strings.Cut(rest, ":")
+	fence, err1 := strconv.ParseUint(f, 10, 64)
+	ttl, err2 := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || fence == 0 {
+		return handoff{}, "", false
+	}
+	return handoff{fence: fence, ttl: time.Duration(ttl) * time.Millisecond}, key, true
+}
+
+// Granted implements leasehold.Granter: the grant a release made to token
+// for key (see the package doc, Waiting and hand-off), taken from the
+// NOTIFY payload that woke token's WaitRelease; it is forgotten once
+// returned, and when the subscription stops.
+func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
+	h, ok := s.lis.granted(key, token)
+	return leasehold.Handoff{Fence: h.fence, TTL: h.ttl}, ok
+}
+
+// Live implements leasehold.Granter. It is always false: a Locker that sees
+// true subscribes before its first (queued) Acquire, and WaitRelease of a
+// token that has not queued yet writes a subscription row (and deletes it
+// at the end), two statements where the re-check Acquire after subscribing
+// is one. With false, the queued Acquire comes first and the subscription
+// needs no statement.
+func (s *Store) Live(string) bool { return false }
+
+// granted returns and forgets the grant a release made to token for key.
+func (l *listener) granted(key, token string) (handoff, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.grants[[2]string{key, token}]
+	delete(l.grants, [2]string{key, token})
+	return h, ok
 }
 
 // wakeAll wakes every waiter.
@@ -210,9 +362,11 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.s.channel}.Sanitize()); err != nil {
-		closeConn(conn)
-		return nil, err
+	for _, ch := range []string{l.s.channel, l.s.wakeChannel()} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			closeConn(conn)
+			return nil, err
+		}
 	}
 	return conn, nil
 }
@@ -303,10 +457,8 @@ func (l *listener) refresh(ctx context.Context) {
 		}
 		l.mu.Lock()
 		var subs [][2]string
-		for key, byKey := range l.subs {
-			for _, tok := range byKey {
-				subs = append(subs, [2]string{key, tok})
-			}
+		for k := range l.rows {
+			subs = append(subs, k)
 		}
 		l.mu.Unlock()
 		for _, kt := range subs {
@@ -320,7 +472,8 @@ func (l *listener) refresh(ctx context.Context) {
 	}
 }
 
-// close stops the goroutine and waits for it.
+// close stops the goroutine and waits for it and for the deletions of
+// subscription rows in flight.
 func (l *listener) close() {
 	l.mu.Lock()
 	if !l.closed {
@@ -333,4 +486,5 @@ func (l *listener) close() {
 		cancel()
 		<-done
 	}
+	l.cleanup.Wait()
 }

@@ -454,7 +454,7 @@ func listen(t *testing.T, dsn, channel string) <-chan string {
 
 // #21 item 2: releases nobody waits for send no NOTIFY (which would take the
 // cluster-wide notify lock at commit); a release with a queued waiter sends
-// one, naming the head.
+// one, naming the head, on the head's store's own channel only.
 func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
@@ -480,13 +480,21 @@ func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w1", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatal(err)
 	}
+	own := listen(t, dsn, s.WakeChannel())
 	if err := s.Release(ctx, "k", "holder"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case p := <-got:
-		if p != "2:w1k" {
-			t.Fatalf("expected a notification naming the head w1 of k, got %q", p)
+		t.Fatalf("a grant to a queued waiter with its own channel was also sent on the shared channel: %q", p)
+	case <-time.After(300 * time.Millisecond):
+	}
+	select {
+	case p := <-own:
+		// The release granted the key to the head: "g", its token's
+		// length, ":", the token, the fence, ":", its TTL in ms, ":", the key.
+		if !strings.HasPrefix(p, "g2:w1") || !strings.HasSuffix(p, ":60000:k") {
+			t.Fatalf("expected a grant naming the head w1 of k, got %q", p)
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a release with a queued waiter sent no notification")
@@ -564,18 +572,20 @@ func testQueue(t *testing.T, srv *testpg.Server) {
 	testQueueFreeKey(f)
 }
 
-// testQueueFreeKey goes on from a free key with w1 at the head and w2 behind.
+// testQueueFreeKey goes on after the release granted the key to the head w1,
+// with w2 behind.
 func testQueueFreeKey(f *queueFixture) {
 	t, ctx := f.t, f.ctx
-	if g, err := f.obs.Acquire(ctx, f.req("newcomer", 0)); !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 2 || g.Remaining != 0 {
-		t.Fatalf("a newcomer on the free key with a queue: expected ErrNotAcquired, 2 ahead, no holder TTL; got %+v, %v", g, err)
+	if g, err := f.obs.Acquire(ctx, f.req("newcomer", 0)); !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 1 || g.Holder != "host-w1" || g.Remaining <= 0 {
+		t.Fatalf("a newcomer after the grant to w1: expected ErrNotAcquired, w2 ahead, holder host-w1 with a TTL; got %+v, %v", g, err)
 	}
 	if _, err := f.s2.Acquire(ctx, f.req("w2", time.Minute)); !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("w2 before the head w1: expected ErrNotAcquired, got %v", err)
+		t.Fatalf("w2 behind w1: expected ErrNotAcquired, got %v", err)
 	}
-	// The head gives up: w2 is the new head of a free key and is woken.
-	if err := f.s1.Release(ctx, "k", "w1"); !errors.Is(err, leasehold.ErrNotHeld) {
-		t.Fatalf("Release by a waiter of a free key: expected ErrNotHeld, got %v", err)
+	// The head gives up without taking its grant: its Release frees the
+	// key, which goes to w2, who is woken.
+	if err := f.s1.Release(ctx, "k", "w1"); err != nil {
+		t.Fatalf("Release of a grant by the waiter that gives up: %v", err)
 	}
 	if !wokeWithin(f.w2, 3*time.Second) {
 		t.Fatal("w2 was not woken when the head left")

@@ -15,6 +15,7 @@ type names struct {
 	waiters       string // the waiter queue and the subscribers of each key
 	counter       string // one row: the durable fence floor
 	acquire       string // functions
+	acquire2      string
 	release       string
 	force         string
 	lockClass     int32 // advisory lock class of the per-key transaction locks
@@ -25,9 +26,14 @@ const (
 	sufWaiters = "_waiters"
 	sufCounter = "_counter"
 	sufAcquire = "_acquire"
-	sufRelease = "_release"
-	sufForce   = "_force_release"
-	longestSuf = sufForce
+	// sufAcquire2 is the acquire function with the waiter's wake channel: a
+	// new name, not a new signature of the old one, so that an older
+	// version's migration (CREATE OR REPLACE of the 7-argument function)
+	// never makes a call ambiguous during a rolling upgrade.
+	sufAcquire2 = "_acquire2"
+	sufRelease  = "_release"
+	sufForce    = "_force_release"
+	longestSuf  = sufForce
 )
 
 func newNames(schema, table string) names {
@@ -37,7 +43,7 @@ func newNames(schema, table string) names {
 	return names{
 		schema: schema, table: table,
 		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter),
-		acquire: q(sufAcquire), release: q(sufRelease), force: q(sufForce),
+		acquire: q(sufAcquire), acquire2: q(sufAcquire2), release: q(sufRelease), force: q(sufForce),
 		lockClass: int32(h.Sum32()),
 	}
 }
@@ -54,14 +60,19 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire + `($1, $2, $3, $4, $5, $6, $7)`
+	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire2 + `($1, $2, $3, $4, $5, $6, $7, $8)`
 	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
-	// A subscription on a queued entry keeps the entry's own expiry
-	// (QueueTTL after the waiter's last acquire): the subscription's longer
-	// lifetime must not let a dead waiter hold the head of the queue.
+	// Close: release many locks and queue entries ($1 keys, $2 tokens).
+	s.releaseAllSQL = `SELECT ` + n.release + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
+	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
+	// that became a queue entry stays.
+	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)
+WHERE w.key = x.key AND w.token = x.token AND NOT w.queued`
 	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
 VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
 ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END`
+	// (A subscription never extends a queue entry: the entry's deadline is
+	// the waiter's queue TTL, so a dead waiter leaves the queue in time.)
 
 	// Renewals are durable commits (see the package doc, Durability).
 	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
@@ -121,7 +132,7 @@ func MigrationSQL(opts Options) string {
 	}
 	r := strings.NewReplacer(
 		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
-		"{acquire}", n.acquire, "{release}", n.release, "{force}", n.force,
+		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{release}", n.release, "{force}", n.force,
 		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
 	return r.Replace(migrationTemplate)
@@ -157,6 +168,8 @@ CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 	expires_at  timestamptz NOT NULL,
 	PRIMARY KEY (key, token)
 );
+ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS ttl_us bigint NOT NULL DEFAULT 0; -- the TTL a queued waiter asked for: a release grants it
+ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS wake text NOT NULL DEFAULT ''; -- the waiter's store's own NOTIFY channel ('': the shared one)
 CREATE TABLE IF NOT EXISTS {counter} (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	v   bigint  NOT NULL
@@ -170,7 +183,11 @@ DO $mig$ BEGIN
 END $mig$;
 
 DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean); -- before the channel argument
-CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, text, text); -- a development version
+-- p_wake is the caller's store's own channel, on which a release notifies it
+-- when it heads the queue ('': the shared p_channel).
+CREATE OR REPLACE FUNCTION {acquire2}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -188,7 +205,11 @@ BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
 	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
 	-- A new statement, so a new snapshot: it sees every row committed before
-	-- the lock was granted.
+	-- the lock was granted. Read (and lock) the row before minting a fence:
+	-- with no row, nothing can create one while we hold the advisory lock (a
+	-- release grants only over the row it deletes), so the fast INSERT's
+	-- clock is fresh; an INSERT first could wait for such a release with a
+	-- clock read before its grant's fence.
 	SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
@@ -196,7 +217,7 @@ BEGIN
 		RAISE EXCEPTION 'pgstore: bad lock row for key %', p_key USING ERRCODE = 'data_corrupted',
 			HINT = 'delete it: leasehold release KEY --force';
 	END IF;
-	IF r.key IS NOT NULL AND r.token = p_token THEN -- a retry after a lost reply: same fence
+	IF r.key IS NOT NULL AND r.token = p_token THEN -- a retry after a lost reply, or a release granted it to us: same fence
 		UPDATE {locks} l SET expires_at = now_ts + p_ttl_us * interval '1 microsecond', holder = p_holder WHERE l.key = p_key;
 		won := true; fence := r.fence;
 		RETURN;
@@ -215,6 +236,14 @@ BEGIN
 				PERFORM set_config('synchronous_commit', 'on', true);
 			END IF;
 			won := true; fence := v_fence;
+			RETURN;
+		END IF;
+		-- A release may have granted the key to its queue's head since the
+		-- first read (it does not take the advisory lock): read it again.
+		SELECT * INTO r FROM {locks} l WHERE l.key = p_key FOR UPDATE;
+		IF r.key IS NOT NULL AND r.token = p_token THEN -- granted to us by that release
+			UPDATE {locks} l SET expires_at = now_ts + p_ttl_us * interval '1 microsecond', holder = p_holder WHERE l.key = p_key;
+			won := true; fence := r.fence;
 			RETURN;
 		END IF;
 	END IF;
@@ -241,7 +270,7 @@ BEGIN
 		END IF;
 		IF head IS NOT NULL THEN -- the head took the key: the queue's head changes
 			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
-			IF EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.token = '' AND w.expires_at > now_ts) THEN
+			IF EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts) THEN
 				PERFORM pg_notify(p_channel, '0:' || p_key); -- wakes the key's observers only
 			END IF;
 		END IF;
@@ -257,10 +286,11 @@ BEGIN
 		holder := r.holder;
 	END IF;
 	IF p_queue_us > 0 THEN
-		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at)
-		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond')
-		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true,
-			expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at),
+		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us, wake)
+		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond', p_ttl_us, p_wake)
+		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true, ttl_us = EXCLUDED.ttl_us, wake = EXCLUDED.wake,
+			-- a subscription row becoming a queue entry takes the queue TTL
+			expires_at = CASE WHEN w.queued THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
 		RETURNING w.enqueued_at INTO me;
 		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
@@ -272,11 +302,24 @@ BEGIN
 END
 $fn$;
 
+-- {acquire} is the acquire of earlier versions (no wake channel), kept for
+-- replicas that still call it during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
+LANGUAGE sql AS $fn$
+	SELECT * FROM {acquire2}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '')
+$fn$;
+
 -- {release} returns 0 (released), 1 (another token holds the key) or 2
--- (nobody holds it). It removes p_token from the queue and notifies, on
--- p_channel, the head of the queue when the key became free for it (the
--- payload is the head token's length in bytes, ':', the token, then the
--- key), or, with no queue, the key's subscribers ('*:' then the key).
+-- (nobody holds it). It removes p_token from the queue. When it deleted
+-- p_token's own lock and the queue has a live head that asked for a TTL,
+-- it grants the key to that head in the same transaction (a new row with
+-- the head's token, holder and TTL, capped at its queue deadline, and a
+-- fresh fence by the acquire rules) and notifies it on p_channel: 'g', the
+-- head token's length in bytes, ':', the token, the fence, ':', the TTL in
+-- ms, ':', the key. Otherwise, when the key became free for a new head, it
+-- wakes that head (the token's length, ':', the token, the key), or, with
+-- no queue, the key's subscribers ('*:' then the key).
 CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -286,12 +329,20 @@ DECLARE
 	f       bigint;
 	heads   text[];
 	head    text;
+	granted text;
 	subs    boolean;
 	entries boolean;
+	mine    boolean := false;
 	cfg     text;
+	g_holder text;
+	g_ttl   bigint;
+	g_until timestamptz;
+	g_chan  text;
+	v_fence bigint;
 BEGIN
 	-- No advisory lock: the DELETE takes the row, and an acquirer that
-	-- waits for it sees the floor and the queue as this release left them.
+	-- waits for it sees the floor, the queue and a granted row as this
+	-- release left them.
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
 	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
@@ -304,8 +355,11 @@ BEGIN
 			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
 			CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
 			INTO res, entries, cfg;
-	ELSIF f >= now_us THEN -- the next grant must come above it without this row
-		UPDATE {counter} SET v = GREATEST(v, f);
+	ELSE
+		mine := true;
+		IF f >= now_us THEN -- the next grant must come above it without this row
+			UPDATE {counter} SET v = GREATEST(v, f);
+		END IF;
 	END IF;
 	IF NOT entries THEN -- nobody waits: nothing to notify, no entry to remove
 		RETURN res;
@@ -316,19 +370,47 @@ BEGIN
 			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q),
 		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token)
 		INTO heads, subs;
-	IF res <> 1 THEN -- the key is free: wake the head if it is new
+	IF res <> 1 THEN -- the key is free: hand it to the head, or wake the head if it is new
 		IF heads[1] = p_token THEN -- the head leaves: the next one is the new head
 			head := heads[2];
-		ELSIF res = 0 THEN
+		ELSIF res = 0 OR mine THEN
 			head := heads[1];
 		END IF;
-		IF head IS NOT NULL THEN
-			PERFORM pg_notify(p_channel, octet_length(head) || ':' || head || p_key);
+		IF head IS NOT NULL THEN -- notify the head on its store's own channel, when it has one
+			SELECT w.holder, w.ttl_us, w.expires_at, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
+				FROM {waiters} w WHERE w.key = p_key AND w.token = head;
+		END IF;
+		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
+			IF g_ttl > 0 THEN -- 0: queued by an older version, which acquires itself
+				v_fence := GREATEST(f + 1, now_us, (SELECT c.v FROM {counter} c) + 1);
+				INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
+				VALUES (p_key, head, g_holder, v_fence, LEAST(now_ts + g_ttl * interval '1 microsecond', g_until), now_ts)
+				ON CONFLICT (key) DO NOTHING;
+				IF FOUND THEN
+					IF v_fence > now_us THEN -- ahead of the clock: record it durably
+						UPDATE {counter} SET v = GREATEST(v, v_fence);
+						PERFORM set_config('synchronous_commit', 'on', true);
+					END IF;
+					granted := head;
+					PERFORM pg_notify(g_chan, 'g' || octet_length(head) || ':' || head || v_fence || ':' || (g_ttl / 1000) || ':' || p_key);
+					IF subs AND g_chan <> p_channel THEN -- the key changed hands: its observers learn it
+						PERFORM pg_notify(p_channel, '0:' || p_key);
+					END IF;
+				END IF;
+			END IF;
+		END IF;
+		IF granted IS NOT NULL THEN
+			NULL; -- notified above
+		ELSIF head IS NOT NULL THEN
+			PERFORM pg_notify(g_chan, octet_length(head) || ':' || head || p_key);
+			IF subs AND g_chan <> p_channel THEN
+				PERFORM pg_notify(p_channel, '0:' || p_key);
+			END IF;
 		ELSIF res = 0 AND heads IS NULL AND subs THEN
 			PERFORM pg_notify(p_channel, '*:' || p_key);
 		END IF;
 	END IF;
-	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
+	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.token = granted OR w.expires_at <= now_ts);
 	RETURN res;
 END
 $fn$;

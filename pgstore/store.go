@@ -1,10 +1,12 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +59,7 @@ var (
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ leasehold.Granter       = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -83,7 +86,8 @@ type Options struct {
 	Schema string
 	// Table is the lock table. Default "leasehold_locks". The other objects
 	// are named after it: Table+"_waiters", Table+"_counter",
-	// Table+"_acquire", Table+"_release", Table+"_force_release".
+	// Table+"_acquire2", Table+"_acquire" (for older versions),
+	// Table+"_release", Table+"_force_release".
 	Table string
 	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
 	// key's waiters. Default Schema + "." + Table (at most 63 bytes).
@@ -127,6 +131,10 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
+	unsubscribeSQL, releaseAllSQL                                                                string
+
+	id    string  // random, unique to the store: its observers' subscription rows
+	track tracker // the locks and queue entries this store wrote, for Close
 
 	lis       listener
 	closeOnce sync.Once
@@ -159,6 +167,7 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 		n:       newNames(opts.Schema, opts.Table),
 		channel: opts.Channel,
 		opts:    opts,
+		id:      leasehold.NewToken(),
 	}
 	s.buildSQL()
 	s.lis.init(s)
@@ -334,10 +343,12 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		holder     string
 		ahead      int32
 	)
+	sent := time.Now()
 	err = retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel).
+		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
+	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
 	switch {
 	case err != nil:
 		return leasehold.Grant{}, storeErr("acquire", req.Key, err)
@@ -371,6 +382,10 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	return nil
 }
+
+// Note: a lock whose renewal answered ErrNotOwned stays tracked until its
+// Release (which the Locker sends): Close's release of it is token-checked
+// and harmless.
 
 // RenewBatch implements leasehold.BatchRenewer: every renewal in one UPDATE
 // over unnest'ed arrays, one round trip. A key missing from its result was
@@ -441,6 +456,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	err := retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res)
 	})
+	if err == nil {
+		s.track.released(key, token)
+	}
 	switch {
 	case err != nil:
 		return storeErr("release", key, err)
@@ -578,9 +596,103 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.lis.close()
+		s.cleanUp()
 		if s.ownedPool != nil {
 			s.ownedPool.Close()
 		}
 	})
 	return nil
+}
+
+// closeTimeout bounds the statements of Close and of a subscription's end.
+const closeTimeout = 2 * time.Second
+
+// cleanUp releases, in one statement, every lock this store acquired and
+// did not release and every queue entry it wrote (each through the release
+// function: token-checked, fences recorded, the next head granted and
+// woken), then deletes its subscription rows. What it cannot delete (the
+// database is out of reach) ends at its TTL.
+func (s *Store) cleanUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if keys, tokens := s.track.take(); len(keys) > 0 {
+		if _, err := s.db.Exec(ctx, s.releaseAllSQL, keys, tokens, s.channel, s.opts.Durable); err != nil {
+			s.opts.Logger.Warn("pgstore: Close could not release the store's locks; they end at their TTL", "locks", len(keys), "err", err)
+		}
+	}
+	if keys, tokens := s.lis.takeRows(); len(keys) > 0 {
+		if _, err := s.db.Exec(ctx, s.unsubscribeSQL, keys, tokens); err != nil {
+			s.opts.Logger.Warn("pgstore: Close could not delete the store's subscriptions; they end at their TTL", "err", err)
+		}
+	}
+}
+
+// tracker remembers the locks and queue entries a store wrote and has not
+// released, so that Close can release them, and which tokens are queued, so
+// that WaitRelease needs no subscription row for them.
+type tracker struct {
+	mu     sync.Mutex
+	held   map[[2]string]struct{}  // (key, token): acquired, or maybe (no answer)
+	queued map[[2]string]time.Time // (key, token) -> local queue deadline
+}
+
+// acquired records the outcome of an acquire of (key, token) sent at sent:
+// won, queued until sent+queueTTL (queueTTL > 0), or unknown (err: it may
+// have applied).
+func (t *tracker) acquired(key, token string, won bool, err error, sent time.Time, queueTTL time.Duration) {
+	k := [2]string{key, token}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held == nil {
+		t.held, t.queued = map[[2]string]struct{}{}, map[[2]string]time.Time{}
+	}
+	switch {
+	case won:
+		t.held[k] = struct{}{}
+		delete(t.queued, k)
+	case err != nil:
+		t.held[k] = struct{}{} // Close releases it, token-checked
+	case queueTTL > 0:
+		t.queued[k] = sent.Add(queueTTL)
+	}
+}
+
+// released forgets (key, token): released, left the queue, or lost.
+func (t *tracker) released(key, token string) {
+	k := [2]string{key, token}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.held, k)
+	delete(t.queued, k)
+}
+
+// isQueued reports whether this store queued (key, token) and the entry is
+// live by the local clock.
+func (t *tracker) isQueued(key, token string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.queued[[2]string{key, token}]
+	return ok && time.Now().Before(d)
+}
+
+// take returns every tracked lock and queue entry, in key order, and
+// forgets them.
+func (t *tracker) take() (keys, tokens []string) {
+	t.mu.Lock()
+	all := make([][2]string, 0, len(t.held)+len(t.queued))
+	for k := range t.held {
+		all = append(all, k)
+	}
+	for k := range t.queued {
+		if _, dup := t.held[k]; !dup {
+			all = append(all, k)
+		}
+	}
+	t.held, t.queued = nil, nil
+	t.mu.Unlock()
+	slices.SortFunc(all, func(a, b [2]string) int { return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1])) })
+	for _, k := range all {
+		keys, tokens = append(keys, k[0]), append(tokens, k[1])
+	}
+	return keys, tokens
 }

@@ -78,7 +78,8 @@ fi
 set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
 if [ "${PEERS:-0}" = 1 ]; then
 	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
-	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync"
+	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync" \
+		--variant "etcdmutex@etcd=$tmp/peers/child etcdmutex" --variant "advisory@postgres=$tmp/peers/child advisory"
 fi
 
 # Servers (STORES="redis" runs Redis only; default all three).

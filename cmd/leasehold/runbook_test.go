@@ -101,7 +101,8 @@ func TestRunbookEtcdCommandsAsWritten(t *testing.T) {
 }
 
 // The runbook's psql commands, as written: the table query shows a held
-// lock, and the LISTEN pipeline prints a hand-off to a waiter as it happens
+// lock, and the LISTEN pipeline (on the queued waiter's own channel) prints a
+// hand-off to it as it happens
 // (issue 16: a bare LISTEN in psql prints nothing until the next command).
 func TestRunbookPsqlCommandsAsWritten(t *testing.T) {
 	srv := testpg.Start(t)
@@ -134,7 +135,7 @@ func TestRunbookPsqlCommandsAsWritten(t *testing.T) {
 		t.Fatalf("holder exit %d: %s", code, holder.stderr)
 	}
 	out := <-watched
-	if !strings.Contains(out, `Asynchronous notification "public.leasehold_locks" with payload "`) || !strings.Contains(out, `scheduler:job:42" received`) {
+	if !strings.Contains(out, `Asynchronous notification "leasehold.wake.`) || !strings.Contains(out, `scheduler:job:42" received`) {
 		t.Errorf("expected the hand-off notification from the runbook's LISTEN pipeline, got:\n%s", out)
 	}
 	if code := waiter.wait(20 * time.Second); code != 0 {
