@@ -206,6 +206,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
 	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
+	f.BoolVar(&cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
 	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
 	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
 	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")

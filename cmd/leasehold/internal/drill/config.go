@@ -134,6 +134,10 @@ type Config struct {
 	// fault; the replicas use go-redis's failover client, through a fault
 	// proxy per server.
 	Store string
+	// FailoverKill makes the failover fault kill the master (SIGKILL)
+	// instead of asking Sentinel for a failover; the killed server stays
+	// down for the rest of the run.
+	FailoverKill bool
 	// RedisServer is the redis-server binary for StoreRedisServer. Default
 	// "redis-server" on PATH.
 	RedisServer string

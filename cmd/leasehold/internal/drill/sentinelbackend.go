@@ -73,14 +73,20 @@ func (b *redisBackend) failover(ctx context.Context, mark func()) (string, error
 	if err != nil {
 		return "", err
 	}
+	how := "SENTINEL FAILOVER"
 	start := time.Now()
 	mark()
-	if err := b.group.Failover(ctx); err != nil {
+	if b.cfg.FailoverKill {
+		how = "master killed (SIGKILL, stays down)"
+		if s := b.group.Server(old); s != nil {
+			s.Kill()
+		}
+	} else if err := b.group.Failover(ctx); err != nil {
 		return "", err
 	}
 	nw, err := b.group.WaitNewMaster(ctx, old, failoverWait)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("SENTINEL FAILOVER: master %s -> %s; the sentinels agreed on the new master after %v", old, nw, time.Since(start).Round(time.Millisecond)), nil
+	return fmt.Sprintf("%s: master %s -> %s; the sentinels agreed on the new master after %v", how, old, nw, time.Since(start).Round(time.Millisecond)), nil
 }
