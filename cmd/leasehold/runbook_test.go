@@ -86,7 +86,10 @@ func TestRunbookEtcdCommandsAsWritten(t *testing.T) {
 	var out string
 	waitFor(t, 10*time.Second, "the lock in etcd", func() bool {
 		out = shell(t, 10*time.Second, nil, script)
-		return etcdLeaseHolds(out, "leasehold/scheduler:job:42")
+		// The whole script must have seen the lock: a run that started
+		// before the holder's put found no key with `get` (Count 0), yet
+		// its timetolive could already list the key on the session lease.
+		return etcdLeaseHolds(out, "leasehold/scheduler:job:42") && strings.Contains(out, `"CreateRevision" : `)
 	})
 	for _, want := range []string{`"Lease" : `, `"CreateRevision" : `, "remaining(", "granted with TTL("} {
 		if !strings.Contains(out, want) {

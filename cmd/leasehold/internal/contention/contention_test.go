@@ -32,10 +32,12 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// TestChildLoop runs the replica loop on the memory store for 50 ms.
+// TestChildLoop runs the replica loop on the memory store for 500 ms. It
+// asks for a few acquisitions, not a rate: under load on a shared machine a
+// 50 ms window once held a single one.
 func TestChildLoop(t *testing.T) {
 	start := Mono()
-	in := strings.NewReader(fmt.Sprintf("go %d %d\n", start, start+int64(50*time.Millisecond)))
+	in := strings.NewReader(fmt.Sprintf("go %d %d\n", start, start+int64(500*time.Millisecond)))
 	var out bytes.Buffer
 	if code := ChildMain([]string{"-store", "memory", "-hold", "1ms"}, OpenLeasehold, in, &out); code != 0 {
 		t.Fatalf("exit %d: %s", code, out.String())
@@ -54,7 +56,7 @@ func TestChildLoop(t *testing.T) {
 			}
 		}
 	}
-	if n < 5 {
-		t.Fatalf("%d acquisitions in 50 ms with a 1 ms hold", n)
+	if n < 3 {
+		t.Fatalf("%d acquisitions in 500 ms with a 1 ms hold", n)
 	}
 }

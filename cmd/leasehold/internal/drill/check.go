@@ -75,18 +75,24 @@ func Check(cfg Config, h History) *Report {
 
 // checkJobs decides the jobs workload's invariants.
 func checkJobs(cfg Config, h History, rep *Report) []Invariant {
-	return []Invariant{
-		checkStale(h),
+	stale := checkStale(h)
+	fenced := stale.Verdict == Pass && !cfg.NoFencing
+	ivs := []Invariant{
+		stale,
 		checkLinearizable(h, !cfg.NoFencing),
-		checkDuplicates(h),
+		checkDuplicates(h, fenced),
 		checkTakeover(cfg, h, rep),
 		checkFences(h),
 		checkStuck(cfg, h),
-		checkBeliefs(h),
+		checkBeliefs(h, fenced),
 		checkProgress(h),
 		eventCounts(h),
 		faultWindows(h),
 	}
+	if len(h.Failovers) > 0 {
+		ivs = append(ivs, checkFailovers(h))
+	}
+	return ivs
 }
 
 // passUnless is Fail when failed, else Pass.
@@ -184,11 +190,15 @@ func checkLinearizable(h History, fenced bool) Invariant {
 // (until its next renewal); fencing keeps the two writes in fence order but
 // cannot stop the first one landing. Overlapping critical sections that
 // reached their write (a paused holder and its successor) are reported too;
-// they are harmless when only one of the writes is accepted.
-func checkDuplicates(h History) Invariant {
+// they are harmless when only one of the writes is accepted. A duplicate
+// whose leases straddle a failover is counted apart in the same way, but
+// only when fenced is true (no stale write was accepted): the failover
+// opened a window with two holders and the fence kept their writes in
+// order.
+func checkDuplicates(h History, fenced bool) Invariant {
 	iv := Invariant{Name: "no duplicate execution"}
 	jobs := byJob(h.Ops)
-	dupJobs, extra, restartDups := 0, 0, 0
+	dupJobs, extra, restartDups, failoverDups := 0, 0, 0, 0
 	for _, j := range sortedJobs(jobs) {
 		secs := map[int]bool{}
 		var order []Op
@@ -203,15 +213,36 @@ func checkDuplicates(h History) Invariant {
 		if len(secs) < 2 {
 			continue
 		}
-		if straddlesRestart(h, order) {
+		if straddles(h, h.Restarts, order) {
 			restartDups++
 			iv.detail("job %d: results accepted from %d leases on both sides of a store restart (expected: the restart lost the lock): %s", j, len(secs), strings.Join(who, "; "))
+			continue
+		}
+		if fenced && failoverDuplicate(h, order) {
+			failoverDups++
+			iv.detail("job %d: results accepted from %d overlapping leases, the later granted during a failover, in fence order (two holders while clients learned the new master): %s", j, len(secs), strings.Join(who, "; "))
 			continue
 		}
 		dupJobs++
 		extra += len(secs) - 1
 		iv.detail("job %d: results accepted from %d leases: %s", j, len(secs), strings.Join(who, "; "))
 	}
+	overlaps := workedOverlaps(h)
+	iv.Verdict = passUnless(dupJobs > 0)
+	iv.Summary = fmt.Sprintf("%d jobs executed more than once (%d extra accepted results); %d more across a store restart that lost the lock; %d overlapping critical sections reached their write",
+		dupJobs, extra, restartDups, overlaps)
+	switch {
+	case len(h.Failovers) > 0 && fenced:
+		iv.Summary += fmt.Sprintf("; %d more across a failover, every stale write rejected", failoverDups)
+	case len(h.Failovers) > 0:
+		iv.Summary += "; none counted apart across the failover (fencing off or a stale write accepted)"
+	}
+	return iv
+}
+
+// workedOverlaps counts pairs of critical sections of one job that
+// overlapped in time and both reached their write.
+func workedOverlaps(h History) int {
 	overlaps := 0
 	var worked []Section
 	for _, s := range h.Sections {
@@ -226,17 +257,14 @@ func checkDuplicates(h History) Invariant {
 			}
 		}
 	}
-	iv.Verdict = passUnless(dupJobs > 0)
-	iv.Summary = fmt.Sprintf("%d jobs executed more than once (%d extra accepted results); %d more across a store restart that lost the lock; %d overlapping critical sections reached their write",
-		dupJobs, extra, restartDups, overlaps)
-	return iv
+	return overlaps
 }
 
-// straddlesRestart reports whether the accepted writes came from leases
-// acquired on both sides of a store restart, with a write of a lease from
-// before the restart landing after it.
-func straddlesRestart(h History, writes []Op) bool {
-	for _, r := range h.Restarts {
+// straddles reports whether the accepted writes came from leases acquired
+// on both sides of one of the moments (store restarts, failovers), with a
+// write of a lease from before it landing after it.
+func straddles(h History, moments []time.Duration, writes []Op) bool {
+	for _, r := range moments {
 		before, after := false, false
 		for _, o := range writes {
 			if o.Section < 0 || o.Section >= len(h.Sections) {
@@ -352,7 +380,7 @@ func checkFences(h History) Invariant {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	bad, pairs, acrossRestart := 0, 0, 0
+	bad, pairs, acrossRestart, acrossFailover := 0, 0, 0, 0
 	for _, k := range keys {
 		as := byKey[k]
 		sort.SliceStable(as, func(i, j int) bool { return as[i].At < as[j].At })
@@ -368,6 +396,12 @@ func checkFences(h History) Invariant {
 					break
 				}
 			}
+			for _, f := range h.Failovers {
+				if (f.Start >= p.At && f.Start <= a.At) || during(f, a.At) {
+					acrossFailover++
+					break
+				}
+			}
 			if a.Fence <= p.Fence {
 				bad++
 				iv.detail("%s: fence %d at %v after fence %d at %v", k, a.Fence, fmtDur(a.At), p.Fence, fmtDur(p.At))
@@ -375,7 +409,7 @@ func checkFences(h History) Invariant {
 		}
 	}
 	iv.Verdict = passUnless(bad > 0)
-	iv.Summary = fmt.Sprintf("%d of %d successive acquisitions went backward or repeated a fence (%d across a store restart)", bad, pairs, acrossRestart)
+	iv.Summary = fmt.Sprintf("%d of %d successive acquisitions went backward or repeated a fence (%d across a store restart, %d across a failover)", bad, pairs, acrossRestart, acrossFailover)
 	return iv
 }
 
@@ -391,14 +425,25 @@ func checkStuck(cfg Config, h History) Invariant {
 	return iv
 }
 
-func checkBeliefs(h History) Invariant {
+// checkBeliefs: no holder trusts a lease the store does not hold for it.
+// Those seen during a failover (a holder still on the old master) are
+// counted apart when fenced is true (no stale write was accepted), as
+// violations otherwise.
+func checkBeliefs(h History, fenced bool) Invariant {
 	iv := Invariant{Name: "no client trusts a lock it does not hold"}
-	for _, a := range h.Beliefs {
+	bad := h.Beliefs
+	if !fenced {
+		bad = append(slices.Clone(bad), h.FailoverBeliefs...)
+	}
+	for _, a := range bad {
 		iv.detail("%s at %v: %s", a.Key, fmtDur(a.At), a.Detail)
 	}
-	iv.Verdict = passUnless(len(h.Beliefs) > 0)
+	iv.Verdict = passUnless(len(bad) > 0)
 	iv.Summary = fmt.Sprintf("%d of %d ownership checks found a trusted lease the store did not hold (%d unanswered by the store, %d after a restart lost the lock: expected until the next renewal)",
-		len(h.Beliefs), h.BeliefChecks, h.BeliefUnchecked, h.BeliefsAfterRestart)
+		len(bad), h.BeliefChecks, h.BeliefUnchecked, h.BeliefsAfterRestart)
+	if len(h.Failovers) > 0 && fenced {
+		iv.Summary += fmt.Sprintf("; %d more during a failover (a holder on the old master while the new one named another holder or none), counted apart because the fence rejected every stale write: see \"failover\"", len(h.FailoverBeliefs))
+	}
 	return iv
 }
 

@@ -47,10 +47,19 @@ const (
 	FaultLostReply Fault = "lostreply"
 	// FaultRestart restarts the store, losing every lock and fence counter.
 	FaultRestart Fault = "restart"
+	// FaultFailover asks Sentinel for a failover (SENTINEL FAILOVER) while
+	// replicas hold and wait: a replica becomes the master. It needs
+	// StoreRedisSentinel and is not part of AllFaults.
+	FaultFailover Fault = "failover"
 )
 
-// AllFaults lists every fault in injection order.
+// AllFaults lists every fault that every store can take, in injection
+// order: what "all" means. The topology faults (FaultFailover) are named
+// on their own.
 var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
+
+// knownFaults is every fault in injection order.
+var knownFaults = append(slices.Clone(AllFaults), FaultFailover)
 
 // ParseFaults parses a comma-separated fault list; "all" means AllFaults and
 // "none" or "" means no faults. Order and duplicates are normalized to the
@@ -66,13 +75,13 @@ func ParseFaults(s string) ([]Fault, error) {
 	want := map[Fault]bool{}
 	for _, part := range strings.Split(s, ",") {
 		f := Fault(strings.TrimSpace(part))
-		if !slices.Contains(AllFaults, f) {
+		if !slices.Contains(knownFaults, f) {
 			return nil, fmt.Errorf("%w: unknown fault %q in --faults (choose from %s, all, none)", ErrInvalidConfig, f, faultNames())
 		}
 		want[f] = true
 	}
 	var out []Fault
-	for _, f := range AllFaults {
+	for _, f := range knownFaults {
 		if want[f] {
 			out = append(out, f)
 		}
@@ -81,8 +90,8 @@ func ParseFaults(s string) ([]Fault, error) {
 }
 
 func faultNames() string {
-	names := make([]string, len(AllFaults))
-	for i, f := range AllFaults {
+	names := make([]string, len(knownFaults))
+	for i, f := range knownFaults {
 		names[i] = string(f)
 	}
 	return strings.Join(names, ",")
@@ -117,9 +126,18 @@ type Config struct {
 	// "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P]" drills an
 	// existing etcd cluster through a fault proxy per endpoint (not
 	// restarted); StoreEtcdServer ("etcd-server") starts a single-member
-	// etcd (the etcd binary from PATH) and restarts it (keeping its data) for the restart fault. On etcd the TTL defaults to 2 s and must be
-	// at least 1 s: etcd leases are whole seconds.
+	// etcd (the etcd binary from PATH) and restarts it (keeping its data)
+	// for the restart fault. On etcd the TTL defaults to 2 s and must be at
+	// least 1 s: etcd leases are whole seconds. StoreRedisSentinel
+	// ("redis-sentinel") starts a Sentinel group (a master, two replicas,
+	// three sentinels, redis-server from RedisServer) for the failover
+	// fault; the replicas use go-redis's failover client, through a fault
+	// proxy per server.
 	Store string
+	// FailoverKill makes the failover fault kill the master (SIGKILL)
+	// instead of asking Sentinel for a failover; the killed server stays
+	// down for the rest of the run.
+	FailoverKill bool
 	// RedisServer is the redis-server binary for StoreRedisServer. Default
 	// "redis-server" on PATH.
 	RedisServer string
@@ -296,11 +314,22 @@ func (c Config) WithDefaults() (Config, error) {
 		return bad("latency must be between 0 and 1m, got %v", c.Latency)
 	}
 	for _, f := range c.Faults {
-		if !slices.Contains(AllFaults, f) {
+		if !slices.Contains(knownFaults, f) {
 			return bad("unknown fault %q", f)
 		}
 	}
-	return c, nil
+	return c, c.checkSentinel()
+}
+
+// checkSentinel checks what needs the drill's own Sentinel group.
+func (c Config) checkSentinel() error {
+	switch {
+	case slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel:
+		return fmt.Errorf("%w: the failover fault needs replicas to fail over to: use --store %s (the drill starts a master, two replicas and three sentinels)", ErrInvalidConfig, StoreRedisSentinel)
+	case c.Processes && c.kind() == storeOwnSentinel:
+		return fmt.Errorf("%w: --processes does not run on --store %s yet: its worker processes reach one Redis address; drop --processes", ErrInvalidConfig, StoreRedisSentinel)
+	}
+	return nil
 }
 
 // defaultWorkload fills and checks Workload and Permits (Replicas is set).
@@ -330,11 +359,12 @@ func (c *Config) defaultWorkload() error {
 type storeKind int
 
 const (
-	storeMemory   storeKind = iota // "" or "memory": the embedded store
-	storeOwnRedis                  // StoreRedisServer: a redis-server the drill starts and restarts
-	storeRedis                     // redis:// or rediss://: an existing Redis
-	storeOwnEtcd                   // StoreEtcdServer: an etcd the drill starts and restarts
-	storeEtcd                      // etcd://: an existing etcd cluster
+	storeMemory      storeKind = iota // "" or "memory": the embedded store
+	storeOwnRedis                     // StoreRedisServer: a redis-server the drill starts and restarts
+	storeRedis                        // redis:// or rediss://: an existing Redis
+	storeOwnEtcd                      // StoreEtcdServer: an etcd the drill starts and restarts
+	storeEtcd                         // etcd://: an existing etcd cluster
+	storeOwnSentinel                  // StoreRedisSentinel: a Sentinel group the drill starts
 	storeUnknown
 )
 
@@ -345,6 +375,8 @@ func (c Config) kind() storeKind {
 		return storeMemory
 	case s == StoreRedisServer:
 		return storeOwnRedis
+	case s == StoreRedisSentinel:
+		return storeOwnSentinel
 	case strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://"):
 		return storeRedis
 	case s == StoreEtcdServer:
@@ -355,8 +387,10 @@ func (c Config) kind() storeKind {
 	return storeUnknown
 }
 
-func (k storeKind) redis() bool { return k == storeOwnRedis || k == storeRedis }
-func (k storeKind) etcd() bool  { return k == storeOwnEtcd || k == storeEtcd }
+func (k storeKind) redis() bool {
+	return k == storeOwnRedis || k == storeRedis || k == storeOwnSentinel
+}
+func (k storeKind) etcd() bool { return k == storeOwnEtcd || k == storeEtcd }
 
 // viaProxy reports whether the replicas reach the store through a fault
 // proxy (every store but memory).
@@ -374,6 +408,8 @@ func (c Config) storeLabel() string {
 		return "etcd"
 	case storeOwnRedis:
 		return "redis (own redis-server) via fault proxy"
+	case storeOwnSentinel:
+		return "redis sentinel (own master, 2 replicas, 3 sentinels) via a fault proxy per server"
 	case storeRedis:
 		if o, err := redisOptions(c.Store); err == nil {
 			return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)

@@ -205,19 +205,21 @@ func (d *drill) groupLocks(ctx context.Context) ([]leasehold.LockInfo, error) {
 // checkGroup decides the election or semaphore workload's invariants.
 func checkGroup(cfg Config, h History, rep *Report) []Invariant {
 	if cfg.Workload == WorkloadElection {
+		stale := checkStale(h)
 		return []Invariant{
-			checkTrusted(h, 1, "at most one trusted leader"),
-			checkStale(h),
+			checkTrusted(h, 1, "at most one trusted leader", stale.Verdict == Pass && !cfg.NoFencing),
+			stale,
 			checkLinearizable(h, !cfg.NoFencing),
 			checkTakeover(cfg, h, rep),
 			checkFences(h),
 			checkStuck(cfg, h),
-			checkBeliefs(h),
+			checkBeliefs(h, stale.Verdict == Pass && !cfg.NoFencing),
 			terms(h),
+			checkFailovers(h),
 		}
 	}
 	return []Invariant{
-		checkTrusted(h, cfg.Permits, fmt.Sprintf("at most %d trusted holders", cfg.Permits)),
+		checkTrusted(h, cfg.Permits, fmt.Sprintf("at most %d trusted holders", cfg.Permits), false),
 		checkPermitFences(h),
 		checkStuck(cfg, h),
 		terms(h),
@@ -229,7 +231,7 @@ func checkGroup(cfg Config, h History, rep *Report) []Invariant {
 // restart that every open Section started before is counted apart: the
 // restart lost the lock, so the store handed it out while its holder still
 // trusted it until its next renewal.
-func checkTrusted(h History, limit int, name string) Invariant {
+func checkTrusted(h History, limit int, name string, fenced bool) Invariant {
 	iv := Invariant{Name: name}
 	type edge struct {
 		at    time.Duration
@@ -253,7 +255,7 @@ func checkTrusted(h History, limit int, name string) Invariant {
 		return a.delta - b.delta
 	})
 	open := map[int]bool{}
-	bad, restart, most := 0, 0, 0
+	bad, restart, failover, most := 0, 0, 0, 0
 	for _, e := range edges {
 		if e.delta < 0 {
 			delete(open, e.sec)
@@ -271,9 +273,14 @@ func checkTrusted(h History, limit int, name string) Invariant {
 			first = min(first, s.Start)
 			who = append(who, fmt.Sprintf("replica %d fence %d %v–%v", s.Replica, s.Fence, fmtDur(s.Start), fmtDur(s.End)))
 		}
-		if slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= first && r <= e.at }) {
+		switch trustedApart(h, first, e.at, fenced) {
+		case "restart":
 			restart++
 			iv.detail("at %v, across a store restart (expected until the next renewal): %s", fmtDur(e.at), strings.Join(who, "; "))
+			continue
+		case "failover":
+			failover++
+			iv.detail("at %v, during a failover (a holder on the old master; the fence rejected every stale write): %s", fmtDur(e.at), strings.Join(who, "; "))
 			continue
 		}
 		bad++
@@ -282,7 +289,23 @@ func checkTrusted(h History, limit int, name string) Invariant {
 	iv.Verdict = passUnless(bad > 0)
 	iv.Summary = fmt.Sprintf("%d moments with more than %d trusted (at most %d at once over %d terms); %d more across a store restart",
 		bad, limit, most, len(h.Sections), restart)
+	if len(h.Failovers) > 0 {
+		iv.Summary += fmt.Sprintf("; %d more during a failover, counted apart only when no stale write was accepted", failover)
+	}
 	return iv
+}
+
+// trustedApart says why too many holders trusted at once from first to at
+// is counted apart: "restart" (a store restart in between), "failover"
+// (at during a failover and fenced: no stale write accepted), or "".
+func trustedApart(h History, first, at time.Duration, fenced bool) string {
+	if slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= first && r <= at }) {
+		return "restart"
+	}
+	if fenced && slices.ContainsFunc(h.Failovers, func(f Span) bool { return during(f, at) }) {
+		return "failover"
+	}
+	return ""
 }
 
 // checkPermitFences: every permit's fence is unique, and a permit acquired

@@ -117,17 +117,17 @@ func TestSemaphoreBrokenTrustFails(t *testing.T) {
 func TestGroupCheckers(t *testing.T) {
 	ms := time.Millisecond
 	secs := []Section{{Replica: 0, Start: 0, End: 100 * ms}, {Replica: 1, Start: 50 * ms, End: 200 * ms}}
-	if v := checkTrusted(History{Sections: secs}, 1, "x").Verdict; v != Fail {
+	if v := checkTrusted(History{Sections: secs}, 1, "x", false).Verdict; v != Fail {
 		t.Errorf("expected overlapping terms to fail, got %s", v)
 	}
-	if v := checkTrusted(History{Sections: secs}, 2, "x").Verdict; v != Pass {
+	if v := checkTrusted(History{Sections: secs}, 2, "x", false).Verdict; v != Pass {
 		t.Errorf("expected two terms under a limit of 2 to pass, got %s", v)
 	}
-	if v := checkTrusted(History{Sections: secs, Restarts: []time.Duration{20 * ms}}, 1, "x").Verdict; v != Pass {
+	if v := checkTrusted(History{Sections: secs, Restarts: []time.Duration{20 * ms}}, 1, "x", false).Verdict; v != Pass {
 		t.Errorf("expected an overlap across a restart to be counted apart, got %s", v)
 	}
 	touching := []Section{{Start: 0, End: 100 * ms}, {Start: 100*ms - trustSlack, End: 200 * ms}}
-	if v := checkTrusted(History{Sections: touching}, 1, "x").Verdict; v != Pass {
+	if v := checkTrusted(History{Sections: touching}, 1, "x", false).Verdict; v != Pass {
 		t.Errorf("expected terms within the slack to pass, got %s", v)
 	}
 	acq := []Acquisition{{Token: "a", Fence: 5, Call: 0, At: 10 * ms}, {Token: "b", Fence: 4, Call: 20 * ms, At: 30 * ms}}

@@ -99,6 +99,9 @@ type History struct {
 	Applied map[string][]Call `json:"-"`
 	// Restarts are the times the store lost its data.
 	Restarts []time.Duration `json:"restarts_ns,omitempty"`
+	// Failovers are the failover faults, from the request to the moment
+	// every sentinel named the new master.
+	Failovers []Span `json:"failovers,omitempty"`
 	// Stuck are locks seen in the store after TTL past their last applied
 	// acquire or renew.
 	Stuck []Anomaly `json:"stuck,omitempty"`
@@ -111,6 +114,11 @@ type History struct {
 	// BeliefsAfterRestart counts leases trusted after a restart dropped them
 	// (expected until the next renewal; not a violation).
 	BeliefsAfterRestart int
+	// FailoverBeliefs are the Beliefs seen from a failover's request until
+	// failoverSettle after the sentinels agreed: a holder still trusting a
+	// lease of the old master (the two-holder window a failover opens). The
+	// checker counts them apart when the fence rejected every stale write.
+	FailoverBeliefs []Anomaly `json:"failover_beliefs,omitempty"`
 	// Events counts the lockers' and register's observer events by kind.
 	Events map[string]int `json:"events"`
 	// Jobs is the number of jobs; Done the ones with an accepted write.
@@ -120,6 +128,12 @@ type History struct {
 	// Workers are the worker processes (Config.Processes), one per replica
 	// incarnation.
 	Workers []Worker `json:"workers,omitempty"`
+}
+
+// Span is a stretch of the drill's clock.
+type Span struct {
+	Start time.Duration `json:"start_ns"`
+	End   time.Duration `json:"end_ns"`
 }
 
 // Worker is one worker process (Config.Processes): one incarnation of a
@@ -146,6 +160,7 @@ type recorder struct {
 	h        History
 	inflight map[string]int
 	revivals []time.Duration // store restarts that kept every lock (etcd)
+	failing  bool            // a failover is under way
 }
 
 func newRecorder() *recorder {
@@ -195,6 +210,46 @@ func (r *recorder) restart() {
 	r.mu.Lock()
 	r.h.Restarts = append(r.h.Restarts, r.since())
 	r.mu.Unlock()
+}
+
+// failoverSettle is how long after the sentinels agree a client may still
+// be granted and trust a lease on the old master: Sentinel turns a master
+// that still answers into a replica only once it has reported itself a
+// master for 8 s (SENTINEL_PUBLISH_PERIOD × 4), checked every second; and
+// go-redis's failover client can go back to the old master when a sentinel
+// that has not yet switched answers its dial.
+const failoverSettle = 10 * time.Second
+
+// failoverStart records that a failover was requested now and returns its
+// index for failoverEnd.
+func (r *recorder) failoverStart() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.since()
+	r.h.Failovers = append(r.h.Failovers, Span{Start: now, End: now})
+	r.failing = true
+	return len(r.h.Failovers) - 1
+}
+
+// failoverEnd records that the sentinels agreed on the new master now.
+func (r *recorder) failoverEnd(i int) {
+	r.mu.Lock()
+	r.h.Failovers[i].End = r.since()
+	r.failing = false
+	r.mu.Unlock()
+}
+
+// inFailover reports whether at lies between a failover's request and
+// failoverSettle after its end.
+func (r *recorder) inFailover(at time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.h.Failovers {
+		if at >= f.Start && (r.failing || at <= f.End+failoverSettle) {
+			return true
+		}
+	}
+	return false
 }
 
 // revive records that a store restart kept every lock and extended it by
@@ -312,9 +367,11 @@ func (r *recorder) snapshot() History {
 	h.Acquisitions = slices.Clone(h.Acquisitions)
 	h.Stops = slices.Clone(h.Stops)
 	h.Restarts = slices.Clone(h.Restarts)
+	h.Failovers = slices.Clone(h.Failovers)
 	h.Stuck = slices.Clone(h.Stuck)
 	h.Workers = slices.Clone(h.Workers)
 	h.Beliefs = slices.Clone(h.Beliefs)
+	h.FailoverBeliefs = slices.Clone(h.FailoverBeliefs)
 	h.Applied = make(map[string][]Call, len(r.h.Applied))
 	for k, v := range r.h.Applied {
 		h.Applied[k] = slices.Clone(v)

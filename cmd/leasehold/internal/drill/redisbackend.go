@@ -30,10 +30,14 @@ type redisBackend struct {
 	opts   *redis.Options // the replicas' options, Addr set to the proxy
 	proxy  *faultproxy.Proxy
 	server *redisproc.Server // nil unless the drill started it
-	direct *redis.Client
-	obs    *redisstore.Store
-	prefix string
-	ctx    context.Context // for restarts
+	// group is the drill's Sentinel group (StoreRedisSentinel), else nil;
+	// failoverOpts are then the replicas' client options.
+	group        *redisproc.Sentinel
+	failoverOpts *redis.FailoverOptions
+	direct       *redis.Client
+	obs          *redisstore.Store
+	prefix       string
+	ctx          context.Context // for restarts
 	// url is what a worker process (Config.Processes) parses for its
 	// client options before it points them at the proxy; it carries the
 	// password and is never printed.
@@ -60,6 +64,9 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 			b.close()
 		}
 	}()
+	if cfg.kind() == storeOwnSentinel {
+		return b, b.openSentinel(ctx, cfg)
+	}
 	var opts *redis.Options
 	if cfg.kind() == storeOwnRedis {
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
@@ -136,8 +143,31 @@ func (c Config) clientTimeout() time.Duration {
 	return min(200*time.Millisecond, c.renewTimeout())
 }
 
+// openSentinel starts the drill's Sentinel group and the observer.
+func (b *redisBackend) openSentinel(ctx context.Context, cfg Config) error {
+	if err := b.startSentinel(ctx, cfg); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.direct.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("%w: cannot reach the Sentinel group's master: %v", ErrSetup, err)
+	}
+	b.prefix = "leasehold-drill:" + runID() + ":"
+	var err error
+	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return nil
+}
+
 func (b *redisBackend) open() (leasehold.Store, func(), error) {
-	c := redis.NewClient(b.opts)
+	var c *redis.Client
+	if b.failoverOpts != nil {
+		c = redis.NewFailoverClient(b.failoverOpts)
+	} else {
+		c = redis.NewClient(b.opts)
+	}
 	s, err := redisstore.New(c, b.storeOptions())
 	if err != nil {
 		_ = c.Close()
@@ -155,6 +185,9 @@ func (b *redisBackend) observeTimeout() time.Duration { return 100 * time.Millis
 func (b *redisBackend) expiryBound() time.Duration { return b.cfg.TTL }
 
 func (b *redisBackend) restart(mark func()) error {
+	if b.group != nil {
+		return fmt.Errorf("%w: on a Sentinel group the drill fails the master over instead (--faults failover)", errRestartSkipped)
+	}
 	if b.server == nil {
 		return fmt.Errorf("%w: the drill did not start this Redis, so it does not restart it (use --store %s)", errRestartSkipped, StoreRedisServer)
 	}
@@ -169,7 +202,7 @@ func (b *redisBackend) restart(mark func()) error {
 // close deletes the run's keys (best effort), then closes the clients, the
 // proxy and the drill's own server.
 func (b *redisBackend) close() {
-	if b.direct != nil && b.prefix != "" && b.server == nil {
+	if b.direct != nil && b.prefix != "" && b.server == nil && b.group == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
 		var keys []string
@@ -191,17 +224,29 @@ func (b *redisBackend) close() {
 	if b.server != nil {
 		b.server.Close()
 	}
+	if b.group != nil {
+		b.group.Close()
+	}
 }
 
 // startRedisServer starts the drill's own redis-server (bin, default on
 // PATH) without persistence on a free loopback port.
 func startRedisServer(ctx context.Context, bin string) (*redisproc.Server, error) {
 	s, err := redisproc.Start(ctx, redisproc.Options{Bin: bin})
-	switch {
-	case errors.Is(err, redisproc.ErrNoBinary):
-		return nil, fmt.Errorf("%w: --redis-server: %v (install the Debian package redis-server or give its path)", ErrInvalidConfig, err)
-	case err != nil:
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	if err != nil {
+		return nil, setupError(err)
 	}
 	return s, nil
+}
+
+// setupError classifies an error from redisproc: a missing binary is a
+// configuration error, anything else a setup failure.
+func setupError(err error) error {
+	switch {
+	case errors.Is(err, redisproc.ErrNoBinary):
+		return fmt.Errorf("%w: --redis-server: %v (install the Debian package redis-server or give its path)", ErrInvalidConfig, err)
+	case err != nil:
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return nil
 }

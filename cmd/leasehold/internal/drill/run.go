@@ -93,7 +93,7 @@ type drill struct {
 	// arrive at once.
 	arrival  time.Duration
 	injected atomic.Bool
-	// restarting is set while the restart fault runs.
+	// restarting is set while the restart or failover fault runs.
 	restarting atomic.Bool
 
 	// abort ends the workload early; failed is why (a worker process that
@@ -400,7 +400,11 @@ func (d *drill) recordBelief(b beliefCheck) {
 		d.rec.count(func(h *History) { h.BeliefsAfterRestart++ })
 		return
 	}
-	d.rec.anomaly(&d.rec.h.Beliefs, Anomaly{At: b.At, Key: b.Key,
+	list := &d.rec.h.Beliefs
+	if d.rec.inFailover(b.At) {
+		list = &d.rec.h.FailoverBeliefs
+	}
+	d.rec.anomaly(list, Anomaly{At: b.At, Key: b.Key,
 		Detail: fmt.Sprintf("replica %d trusted its lease (fence %d, valid %v more) while the store said %s holds it", b.Replica, b.Fence, b.ValidFor.Round(time.Millisecond), b.Holder)})
 }
 

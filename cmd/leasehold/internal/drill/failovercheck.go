@@ -1,0 +1,127 @@
+package drill
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// twoHolders is one key that had two holders across a failover: a lease
+// from before the failover still trusted after another holder was granted
+// the key.
+type twoHolders struct {
+	Key    string
+	Window time.Duration // from the new holder's grant to the old holder's stop
+}
+
+// checkFailovers is an INFO verdict per failover: how long the sentinels
+// took, which keys had two holders and for how long, and what the fence did
+// with the old holders' writes. Safety itself is judged by the other
+// invariants (stale writes, fences, duplicates).
+func checkFailovers(h History) Invariant {
+	iv := Invariant{Name: "failover", Verdict: Info, Summary: "no failover"}
+	var parts []string
+	for i, f := range h.Failovers {
+		pairs := failoverOverlaps(h, f)
+		var longest time.Duration
+		keys := make([]string, 0, len(pairs))
+		for _, p := range pairs {
+			longest = max(longest, p.Window)
+			keys = append(keys, fmt.Sprintf("%s %v", p.Key, fmtDur(p.Window)))
+		}
+		rejected := staleRejected(h, f)
+		n, last := failoverBeliefs(h, f)
+		parts = append(parts, fmt.Sprintf("failover %d at %v: sentinels agreed after %v; %d keys with two holders (longest window %v); %d ownership checks found a holder trusting a lease the new master did not hold (the last %v after the sentinels agreed); %d stale writes rejected",
+			i+1, fmtDur(f.Start), fmtDur(f.End-f.Start), len(pairs), fmtDur(longest), n, fmtDur(last), rejected))
+		if len(keys) > 0 {
+			iv.detail("failover %d two-holder windows (new grant to old holder's stop): %s", i+1, strings.Join(keys, ", "))
+		}
+	}
+	if len(parts) > 0 {
+		iv.Summary = strings.Join(parts, "; ")
+	}
+	return iv
+}
+
+// during reports whether t lies in failover f or its settling time.
+func during(f Span, t time.Duration) bool { return t >= f.Start && t <= f.End+failoverSettle }
+
+// failoverOverlaps returns, per key, the longest overlap between two
+// holders' leases, the later one granted during failover f (or its settling
+// time). Paused holders are left out: their overlap is the pause fault's.
+func failoverOverlaps(h History, f Span) []twoHolders {
+	longest := map[string]time.Duration{}
+	for _, a := range h.Sections {
+		if a.PauseStart != 0 {
+			continue
+		}
+		for _, b := range h.Sections {
+			if b.Key != a.Key || b.Token == a.Token || b.Start <= a.Start || b.Start >= a.End || !during(f, b.Start) {
+				continue
+			}
+			w := min(a.End, b.End) - b.Start
+			if w > longest[a.Key] {
+				longest[a.Key] = w
+			}
+		}
+	}
+	out := make([]twoHolders, 0, len(longest))
+	for k, w := range longest {
+		out = append(out, twoHolders{Key: k, Window: w})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// staleRejected counts the writes sent during failover f (or its settling
+// time) that the register rejected as stale.
+func staleRejected(h History, f Span) int {
+	n := 0
+	for _, o := range h.Ops {
+		if o.Write && !o.Accepted && o.Err == "" && during(f, o.Call) {
+			n++
+		}
+	}
+	return n
+}
+
+// failoverBeliefs counts the ownership checks during failover f that found
+// a holder trusting a lease the new master did not hold, and returns how
+// long after the sentinels agreed the last one was.
+func failoverBeliefs(h History, f Span) (n int, last time.Duration) {
+	for _, a := range h.FailoverBeliefs {
+		if during(f, a.At) {
+			n++
+			last = max(last, a.At-f.End)
+		}
+	}
+	return n, last
+}
+
+// failoverDuplicate reports whether two of the leases behind the accepted
+// writes overlapped, the later one granted during a failover (or its
+// settling time): the failover's two-holder window, not a lock handed out
+// twice by one master.
+func failoverDuplicate(h History, writes []Op) bool {
+	for i, x := range writes {
+		for _, y := range writes[i+1:] {
+			if x.Section < 0 || y.Section < 0 || x.Section >= len(h.Sections) || y.Section >= len(h.Sections) {
+				return false
+			}
+			a, b := h.Sections[x.Section], h.Sections[y.Section]
+			if b.Start < a.Start {
+				a, b = b, a
+			}
+			if b.Start >= a.End {
+				continue
+			}
+			for _, f := range h.Failovers {
+				if during(f, b.Start) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
