@@ -43,9 +43,9 @@ const maxPermitRetries = 32
 //
 // LEN is len(KEY) in bytes, so no key's keys are a prefix of another's.
 // A holder the store stops renewing is deleted by the store at its TTL (see
-// the package doc), and by etcd with the shared lease when the store's
-// process is gone; waiters are deleted by etcd when their own lease runs
-// out: no sweeper process.
+// the package doc); when the store's process is gone, by a waiter at its
+// TTL (takeOver) or by etcd with the shared lease; waiters are deleted by
+// etcd when their own lease runs out: no sweeper process.
 func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
