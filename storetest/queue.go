@@ -230,18 +230,13 @@ type counted struct {
 	got   chan struct{} // one value per wake-up
 }
 
-func (r *runner) subscribe(t *testing.T, n leasehold.Notifier, key, token string) *counted {
-	t.Helper()
-	ch, stop, err := n.WaitRelease(ctxFor(t, 5*time.Second), key, token)
-	if err != nil {
-		t.Fatalf("WaitRelease(%q, %q): %v", key, token, err)
-	}
+// countWakes counts token's wake-ups on ch until the test ends, then stops
+// the subscription.
+func countWakes(t *testing.T, token string, ch <-chan struct{}, stop func()) *counted {
 	c := &counted{name: token, got: make(chan struct{}, 100)}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			select {
 			case <-ch:
@@ -251,13 +246,22 @@ func (r *runner) subscribe(t *testing.T, n leasehold.Notifier, key, token string
 				return
 			}
 		}
-	}()
+	})
 	t.Cleanup(func() {
 		close(done)
 		wg.Wait()
 		stop()
 	})
 	return c
+}
+
+func (r *runner) subscribe(t *testing.T, n leasehold.Notifier, key, token string) *counted {
+	t.Helper()
+	ch, stop, err := n.WaitRelease(ctxFor(t, 5*time.Second), key, token)
+	if err != nil {
+		t.Fatalf("WaitRelease(%q, %q): %v", key, token, err)
+	}
+	return countWakes(t, token, ch, stop)
 }
 
 func (r *runner) expectWake(t *testing.T, c *counted, after string) {
@@ -461,22 +465,35 @@ func (r *runner) queueLockersWakeHead(t *testing.T) {
 	mustAcquire(t, rs[0], key, "h", time.Minute)
 	counts, results := r.queueLockers(t, ctx, rs, key, n)
 	release := func() { mustRelease(t, rs[0], key, "h") }
+	handOffInTurn(t, ctx, r.h.Slack, results, func(j int) int64 { return counts[j].acquires.Load() }, "Acquire", "key", release)
+}
+
+// handOffInTurn releases len(results) times, first with releaseFirst, then
+// with the Lease the previous head got, and fails unless Locker i gets
+// hand-off i within 5 s while no Locker behind it calls the store: calls(j)
+// is Locker j's store calls (named call) so far; thing names what they wait
+// for.
+func handOffInTurn(t *testing.T, ctx context.Context, slack time.Duration, results []chan *leasehold.Lease,
+	calls func(j int) int64, call, thing string, releaseFirst func()) {
+	t.Helper()
+	n := len(results)
+	release := releaseFirst
 	for i := range n {
-		before := settle(counts)
+		before := settle(n, calls)
 		release()
 		var l *leasehold.Lease
 		select {
 		case l = <-results[i]:
-		case <-time.After(5*time.Second + r.h.Slack):
-			t.Fatalf("Locker %d, the head, did not get the key within 5s of the release", i)
+		case <-time.After(5*time.Second + slack):
+			t.Fatalf("Locker %d, the head, did not get the %s within 5s of the release", i, thing)
 		}
 		if l == nil {
 			t.FailNow()
 		}
 		time.Sleep(300 * time.Millisecond)
 		for j := i + 1; j < n; j++ {
-			if d := counts[j].acquires.Load() - before[j]; d != 0 {
-				t.Fatalf("hand-off %d: Locker %d, not the head, made %d Acquire calls (a release must wake only the head)", i, j, d)
+			if d := calls(j) - before[j]; d != 0 {
+				t.Fatalf("hand-off %d: Locker %d, not the head, made %d %s calls (a release must wake only the head)", i, j, d, call)
 			}
 		}
 		release = func() {
@@ -488,13 +505,14 @@ func (r *runner) queueLockersWakeHead(t *testing.T) {
 	release()
 }
 
-// settle waits until no Locker has called the store for 200 ms (a Locker may
-// retry once right after it subscribed) and returns the counts.
-func settle(counts []*countingStore) []int64 {
+// settle waits until none of n Lockers has called the store for 200 ms (a
+// Locker may retry once right after it subscribed) and returns calls(j) of
+// each.
+func settle(n int, calls func(j int) int64) []int64 {
 	snap := func() []int64 {
-		out := make([]int64, len(counts))
-		for j, c := range counts {
-			out[j] = c.acquires.Load()
+		out := make([]int64, n)
+		for j := range out {
+			out[j] = calls(j)
 		}
 		return out
 	}

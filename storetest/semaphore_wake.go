@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,27 +31,7 @@ func (r *semRunner) subscribePermit(t *testing.T, key, token string, limit, ahea
 	if err != nil {
 		t.Fatalf("WaitPermit(%q, %q): %v", key, token, err)
 	}
-	c := &counted{name: token, got: make(chan struct{}, 100)}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ch:
-				c.wakes.Add(1)
-				c.got <- struct{}{}
-			case <-done:
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(done)
-		wg.Wait()
-		stop()
-	})
+	c := countWakes(t, token, ch, stop)
 	req := permitReq(key, token, time.Minute, limit)
 	req.QueueTTL = time.Minute
 	if g := mustNotPermit(t, s, req); g.Ahead != ahead {
@@ -178,53 +157,7 @@ func (r *semRunner) lockersWakeOnlyTheHead(t *testing.T) {
 	mustPermit(t, holder, permitReq(key, "h", time.Minute, 1))
 	counts, results := r.permitLockers(t, ctx, holder, key, n)
 	release := func() { mustReleasePermit(t, holder, key, "h") }
-	for i := range n {
-		before := settlePermits(counts)
-		release()
-		var l *leasehold.Lease
-		select {
-		case l = <-results[i]:
-		case <-time.After(5*time.Second + r.h.Slack):
-			t.Fatalf("Locker %d, the head, did not get the permit within 5s of the release", i)
-		}
-		if l == nil {
-			t.FailNow()
-		}
-		time.Sleep(300 * time.Millisecond)
-		for j := i + 1; j < n; j++ {
-			if d := counts[j].acquires.Load() - before[j]; d != 0 {
-				t.Fatalf("hand-off %d: Locker %d, not the head, made %d AcquirePermit calls (a release must wake only the head)", i, j, d)
-			}
-		}
-		release = func() {
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("Release: %v", err)
-			}
-		}
-	}
-	release()
-}
-
-// settlePermits waits until no Locker has called the store for 200 ms and
-// returns the counts.
-func settlePermits(counts []*countingSem) []int64 {
-	snap := func() []int64 {
-		out := make([]int64, len(counts))
-		for j, c := range counts {
-			out[j] = c.acquires.Load()
-		}
-		return out
-	}
-	last := snap()
-	for range 50 {
-		time.Sleep(200 * time.Millisecond)
-		now := snap()
-		if fmt.Sprint(now) == fmt.Sprint(last) {
-			return now
-		}
-		last = now
-	}
-	return last
+	handOffInTurn(t, ctx, r.h.Slack, results, func(j int) int64 { return counts[j].acquires.Load() }, "AcquirePermit", "permit", release)
 }
 
 // permitLockers starts n Lockers, each on its own instance, blocked in
