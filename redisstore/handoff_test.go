@@ -259,3 +259,33 @@ func TestGrantReachesOnlyTheHeadsProcess(t *testing.T) {
 		t.Fatalf("release with nobody queued: expected \"\" on %s first, got %+v, %v", a.s.Channel(key), m, err)
 	}
 }
+
+// TestCloseLeavesNoSubscription: a waiter's channels linger after it stops
+// waiting, and Close must end them even though the client stays open (the
+// client is the application's, and may outlive the Store).
+func TestCloseLeavesNoSubscription(t *testing.T) {
+	srv := testredis.Start(t)
+	c := newClient(t, srv.Addr)
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	_, stop, err := s.WaitRelease(ctx, "close-sub", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop() // the channels now linger
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []string{s.Channel("close-sub"), s.WaiterChannel("close-sub")} {
+		n, err := c.PubSubNumSub(ctx, ch).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[ch] != 0 {
+			t.Errorf("after Close: %s has %d subscribers, expected 0", ch, n[ch])
+		}
+	}
+}
