@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/netns"
+	"github.com/leasehold/leasehold/internal/netns/netnstest"
 )
 
 // NetSentinel is a Sentinel group spread over three network namespaces
@@ -23,7 +24,7 @@ import (
 // (Client), so cutting node 0 partitions the master, its sentinel and the
 // clients of node 0 from the rest.
 type NetSentinel struct {
-	Net       *netns.Net
+	Net       *netnstest.Net
 	Sentinels []string // host:port of each sentinel, inside the Net
 	procs     []*exec.Cmd
 }
@@ -39,12 +40,10 @@ func (g *NetSentinel) NodeAddr(i, port int) string {
 // sentinel sees both replicas and the other sentinels.
 func StartNetSentinel(tb testing.TB, serverArgs ...string) *NetSentinel {
 	tb.Helper()
-	if err := netns.Available(); err != nil {
-		tb.Skipf("testredis: %v", err)
-	}
+	netnstest.Skip(tb)
 	bin := Binary(tb)
 	dir := tb.TempDir()
-	g := &NetSentinel{Net: netns.New(tb, 3)}
+	g := &NetSentinel{Net: netnstest.New(tb, 3)}
 	tb.Cleanup(g.kill)
 	master := g.Net.Nodes[0].IP
 	for i, nd := range g.Net.Nodes {
