@@ -97,21 +97,26 @@ func (g *NetSentinel) kill() {
 	}
 }
 
-// Client returns a Sentinel failover client that dials from node i's
-// namespace (like a process on that node), closed in tb.Cleanup. Its list
-// of sentinels starts with node i's own, so it asks the sentinel on its side
-// of a partition first.
-func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
-	tb.Helper()
+// Options returns the options of a Sentinel failover client that dials
+// from node i's namespace (like a process on that node). Its list of
+// sentinels starts with node i's own, but go-redis shuffles the list and
+// keeps the first sentinel that answers, which may be on another node.
+func (g *NetSentinel) Options(i int) *redis.FailoverOptions {
 	addrs := append([]string{g.Sentinels[i]}, g.Sentinels[:i]...)
 	addrs = append(addrs, g.Sentinels[i+1:]...)
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
+	return &redis.FailoverOptions{
 		MasterName:            SentinelMaster,
 		SentinelAddrs:         addrs,
 		Dialer:                g.Net.Nodes[i].DialContext,
 		DialTimeout:           500 * time.Millisecond,
 		ContextTimeoutEnabled: true,
-	})
+	}
+}
+
+// Client returns a failover client with Options(i), closed in tb.Cleanup.
+func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
+	tb.Helper()
+	c := redis.NewFailoverClient(g.Options(i))
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
