@@ -51,6 +51,11 @@ const (
 	// replicas hold and wait: a replica becomes the master. It needs
 	// StoreRedisSentinel and is not part of AllFaults.
 	FaultFailover Fault = "failover"
+	// FaultPartition cuts a holder's network namespace off the store (its
+	// packets dropped both ways) for 3 × TTL, then heals it. It needs
+	// StoreRedisServer, root and the `ip` command, and is not part of
+	// AllFaults.
+	FaultPartition Fault = "partition"
 )
 
 // AllFaults lists every fault that every store can take, in injection
@@ -59,7 +64,7 @@ const (
 var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
 
 // knownFaults is every fault in injection order.
-var knownFaults = append(slices.Clone(AllFaults), FaultFailover)
+var knownFaults = append(slices.Clone(AllFaults), FaultFailover, FaultPartition)
 
 // ParseFaults parses a comma-separated fault list; "all" means AllFaults and
 // "none" or "" means no faults. Order and duplicates are normalized to the
@@ -318,7 +323,10 @@ func (c Config) WithDefaults() (Config, error) {
 			return bad("unknown fault %q", f)
 		}
 	}
-	return c, c.checkSentinel()
+	if err := c.checkSentinel(); err != nil {
+		return c, err
+	}
+	return c, c.checkPartition()
 }
 
 // checkSentinel checks what needs the drill's own Sentinel group.
@@ -407,6 +415,9 @@ func (c Config) storeLabel() string {
 		}
 		return "etcd"
 	case storeOwnRedis:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "redis (own redis-server in a network namespace, each replica on its own node)"
+		}
 		return "redis (own redis-server) via fault proxy"
 	case storeOwnSentinel:
 		return "redis sentinel (own master, 2 replicas, 3 sentinels) via a fault proxy per server"

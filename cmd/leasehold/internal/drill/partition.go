@@ -1,0 +1,349 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/netns"
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// partitionNet is the drill's network for FaultPartition
+// (netns.Net): node 0 runs the drill's redis-server, node i+1 is replica
+// i's machine, whose client dials from that namespace. The observer reaches
+// the server over a unix socket, which no cut reaches.
+type partitionNet struct {
+	net  *netns.Net
+	srv  *exec.Cmd
+	dir  string
+	addr string // the server's host:port inside the network
+}
+
+// partitionCut is how long the partition fault cuts a holder off: longer
+// than the TTL, so that its lease expires on the server meanwhile.
+func (c Config) partitionCut() time.Duration { return 3 * c.TTL }
+
+// checkPartition checks what FaultPartition needs: the drill's own
+// redis-server, no fault that goes through the fault proxy, no worker
+// processes, and network namespaces (root and `ip`).
+func (c Config) checkPartition() error {
+	if !slices.Contains(c.Faults, FaultPartition) {
+		return nil
+	}
+	for _, f := range c.Faults {
+		if f != FaultPartition && f != FaultPause && f != FaultCrash {
+			return fmt.Errorf("%w: --faults partition runs with pause and crash only (the store sits in a network namespace, without the fault proxy): drop %s", ErrInvalidConfig, f)
+		}
+	}
+	switch {
+	case c.kind() != storeOwnRedis:
+		return fmt.Errorf("%w: the partition fault needs the drill's own server in a network namespace: use --store %s", ErrInvalidConfig, StoreRedisServer)
+	case c.Processes:
+		return fmt.Errorf("%w: --faults partition runs the replicas in-process: drop --processes", ErrInvalidConfig)
+	}
+	if err := netns.Available(); err != nil {
+		return fmt.Errorf("%w: --faults partition: %v", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// openPartition builds the network, starts redis-server on node 0 and the
+// observer's client on its unix socket.
+func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
+	name := cmpOr(cfg.RedisServer, "redis-server")
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return setupError(fmt.Errorf("%w: %q: %v", redisproc.ErrNoBinary, name, err))
+	}
+	nt, err := netns.New(cfg.Replicas + 1)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	p := &partitionNet{net: nt, addr: nt.Nodes[0].IP + ":6379"}
+	b.part = p
+	// A short directory: unix socket paths are limited to 107 bytes.
+	if p.dir, err = os.MkdirTemp("/tmp", "lhpart-"); err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	sock := filepath.Join(p.dir, "redis.sock")
+	p.srv = nt.Nodes[0].Command(bin, "--port", "6379", "--bind", nt.Nodes[0].IP, "--unixsocket", sock,
+		"--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--protected-mode", "no",
+		"--dir", p.dir, "--loglevel", "warning")
+	if err := p.srv.Start(); err != nil {
+		return fmt.Errorf("%w: start redis-server in a namespace: %v", ErrSetup, err)
+	}
+	b.direct = redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
+		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = b.direct.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: redis-server in the namespace did not answer: %v", ErrSetup, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	base, err := baseOptions("redis://" + p.addr)
+	if err != nil {
+		return err
+	}
+	b.opts = replicaOptions(base, p.addr, cfg)
+	b.prefix = "leasehold-drill:" + runID() + ":"
+	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// openStore opens replica id's connection to the store: from the replica's
+// own node on the partition network.
+func (d *drill) openStore(id int) (leasehold.Store, func(), error) {
+	if o, ok := d.be.(interface {
+		openFor(int) (leasehold.Store, func(), error)
+	}); ok {
+		return o.openFor(id)
+	}
+	return d.be.open()
+}
+
+// openFor is open for replica id: on the partition network its client
+// dials from the replica's own node.
+func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
+	if b.part == nil {
+		return b.open()
+	}
+	o := *b.opts
+	o.Dialer = b.part.net.Nodes[id+1].DialContext
+	c := redis.NewClient(&o)
+	s, err := redisstore.New(c, b.storeOptions())
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return s, func() {
+		_ = s.Close()
+		_ = c.Close()
+	}, nil
+}
+
+// cut and heal partition replica id's node from the server.
+func (b *redisBackend) cut(id int) error  { return b.part.net.Cut(id + 1) }
+func (b *redisBackend) mend(id int) error { return b.part.net.Heal(id + 1) }
+
+func (b *redisBackend) partitioned() bool { return b.part != nil }
+
+// close stops the server and removes the network and the directory.
+func (p *partitionNet) close() {
+	if p.srv != nil && p.srv.Process != nil {
+		_ = p.srv.Process.Signal(syscall.SIGKILL)
+		_ = p.srv.Wait()
+	}
+	p.net.Close()
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+}
+
+// healAll reconnects every node.
+func (p *partitionNet) healAll() {
+	for i := 1; i < len(p.net.Nodes); i++ {
+		_ = p.net.Heal(i)
+	}
+}
+
+// heal turns every fault off, the partition too.
+func (b *redisBackend) heal() {
+	b.proxied.heal()
+	if b.part != nil {
+		b.part.healAll()
+	}
+}
+
+// partitionState is the replica the partition fault has cut off: its
+// worker holds its next write until the heal, as a job that outlasts the
+// partition would (its lease's renewals meanwhile go into the cut).
+type partitionState struct {
+	mu     sync.Mutex
+	id     int
+	healed chan struct{} // nil when no replica is cut off
+	// From the cut until the note is written: the Locker name of the cut
+	// replica, and when (and how) its first lease after the cut ended.
+	locker   string
+	leaseEnd time.Duration
+	endHow   string
+}
+
+func (p *partitionState) set(id int) {
+	p.mu.Lock()
+	p.id, p.healed = id, make(chan struct{})
+	p.locker, p.leaseEnd, p.endHow = fmt.Sprintf("replica-%d", id), 0, ""
+	p.mu.Unlock()
+}
+
+// observe notes the end of the cut replica's lease.
+func (p *partitionState) observe(e leasehold.Event, now func() time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.locker == "" || e.Locker != p.locker || p.leaseEnd != 0 {
+		return
+	}
+	switch e.Kind {
+	case leasehold.EventAbandoned, leasehold.EventLost, leasehold.EventExpired:
+		p.endHow = e.Kind.String()
+	case leasehold.EventHeld:
+		p.leaseEnd = now()
+	}
+}
+
+// ended stops watching and returns when the cut replica's lease ended (0:
+// not yet) and how.
+func (p *partitionState) ended() (time.Duration, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.locker = ""
+	return p.leaseEnd, p.endHow
+}
+
+func (p *partitionState) clear() {
+	p.mu.Lock()
+	if p.healed != nil {
+		close(p.healed)
+		p.healed = nil
+	}
+	p.mu.Unlock()
+}
+
+// wait returns when replica id is not cut off, or ctx ends.
+func (p *partitionState) wait(ctx context.Context, id int) {
+	p.mu.Lock()
+	healed := p.healed
+	if p.id != id {
+		healed = nil
+	}
+	p.mu.Unlock()
+	if healed == nil {
+		return
+	}
+	select {
+	case <-healed:
+	case <-ctx.Done():
+	}
+}
+
+// partitioner is a backend that can cut a replica's node off the store.
+type partitioner interface {
+	partitioned() bool
+	cut(id int) error
+	mend(id int) error
+}
+
+// injectPartition cuts the node of a replica working under a lease off the
+// store (its packets dropped both ways, its connections hanging) for
+// Config.partitionCut, then heals it. The note says how long the cut holder
+// kept trusting its lease, when another replica was granted the key and how
+// many stale writes the register rejected meanwhile.
+func (d *drill) injectPartition(ctx context.Context) string {
+	p, ok := d.be.(partitioner)
+	if !ok || !p.partitioned() {
+		return "skipped: the store is not on a partition network (use --store " + StoreRedisServer + ")"
+	}
+	r, job := d.victim(ctx, -1)
+	if r == nil {
+		return "skipped: no replica was working"
+	}
+	cut := d.rec.since()
+	d.cutOff.set(r.id)
+	defer d.cutOff.clear() // after the heal
+	if err := p.cut(r.id); err != nil {
+		return fmt.Sprintf("partition failed: %v", err)
+	}
+	// The job's queue redelivers it, as it would a silent consumer's: the
+	// next replica waits for the key while the cut one may still trust it.
+	d.redeliver(job, r.id)
+	sleep(ctx, d.cfg.partitionCut())
+	healed := d.rec.since()
+	err := p.mend(r.id)
+	d.cutOff.clear()
+	if err != nil {
+		return fmt.Sprintf("heal failed: %v", err)
+	}
+	sleep(ctx, d.cfg.TTL) // the next holder's grant, if it came late
+	end, how := d.cutOff.ended()
+	return partitionNote(d.rec.snapshot(), cutFacts{id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how}, d.cfg.TTL)
+}
+
+// cutFacts is what the partition fault saw: replica id, on job, cut off at
+// cut and healed at healed; its lease ended at leaseEnd (0: not by the
+// note), how says why (abandoned, lost, expired; "" for a release).
+type cutFacts struct {
+	id, job     int
+	cut, healed time.Duration
+	leaseEnd    time.Duration
+	how         string
+}
+
+// partitionNote describes what a partition did to the lease the cut
+// replica held: when it stopped trusting it, when another replica was
+// granted the key, and the stale writes the register rejected.
+func partitionNote(h History, f cutFacts, ttl time.Duration) string {
+	head := fmt.Sprintf("replica %d cut off from the store for %v", f.id, fmtDur(f.healed-f.cut))
+	var held *Section
+	for i := range h.Sections {
+		s := &h.Sections[i]
+		if s.Replica == f.id && s.Start <= f.cut && (s.End == 0 || s.End > f.cut) && (held == nil || s.Start > held.Start) {
+			held = s
+		}
+	}
+	if held == nil {
+		return head + fmt.Sprintf(" while on job %d; its lease had ended by the cut", f.job)
+	}
+	parts := []string{head + " holding " + held.Key}
+	if f.leaseEnd == 0 {
+		parts = append(parts, "it still trusted its lease after the heal")
+	} else {
+		parts = append(parts, fmt.Sprintf("it stopped trusting its lease %v after the cut (%s)", fmtDur(f.leaseEnd-f.cut), cmpOr(f.how, "released")))
+	}
+	next := time.Duration(-1)
+	for _, s := range h.Sections {
+		if s.Key == held.Key && s.Replica != f.id && s.Start > f.cut && (next < 0 || s.Start < next) {
+			next = s.Start
+		}
+	}
+	switch {
+	case next < 0:
+		parts = append(parts, fmt.Sprintf("nobody else was granted %s by %v after the heal", held.Key, fmtDur(ttl)))
+	case f.leaseEnd == 0 || next < f.leaseEnd:
+		parts = append(parts, fmt.Sprintf("another replica was granted it %v after the cut, while the cut holder still trusted its lease", fmtDur(next-f.cut)))
+	default:
+		parts = append(parts, fmt.Sprintf("another replica was granted it %v after the cut (%v after the cut holder stopped)", fmtDur(next-f.cut), fmtDur(next-f.leaseEnd)))
+	}
+	stale := 0
+	for _, o := range h.Ops {
+		if o.Write && !o.Accepted && o.Err == "" && o.Call >= f.cut && o.Call <= f.healed+ttl {
+			stale++
+		}
+	}
+	return strings.Join(append(parts, fmt.Sprintf("%d stale writes rejected", stale)), "; ")
+}

@@ -1,0 +1,78 @@
+package drill
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/netns"
+	"github.com/leasehold/leasehold/internal/testredis"
+)
+
+// The partition fault needs the drill's own redis-server, runs beside the
+// pause and crash faults only, and not with worker processes.
+func TestPartitionFaultConfiguration(t *testing.T) {
+	for _, c := range []Config{
+		{Faults: []Fault{FaultPartition}},
+		{Store: StoreRedisSentinel, Faults: []Fault{FaultPartition}},
+		{Store: StoreRedisServer, Faults: []Fault{FaultPartition, FaultOutage}},
+		{Store: StoreRedisServer, Faults: []Fault{FaultPartition}, Processes: true},
+	} {
+		if _, err := c.WithDefaults(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s %v processes=%v: expected ErrInvalidConfig, got %v", c.Store, c.Faults, c.Processes, err)
+		}
+	}
+	if err := netns.Available(); err != nil {
+		_, err2 := Config{Store: StoreRedisServer, Faults: []Fault{FaultPartition}}.WithDefaults()
+		if !errors.Is(err2, ErrInvalidConfig) || !strings.Contains(err2.Error(), err.Error()) {
+			t.Errorf("without namespaces: expected ErrInvalidConfig saying %q, got %v", err, err2)
+		}
+	}
+	if faults, err := ParseFaults("all"); err != nil || len(faults) != len(AllFaults) {
+		t.Errorf(`"all" must not include partition: %v %v`, faults, err)
+	}
+}
+
+// partitionRun runs the drill with the partition fault, or skips without
+// root, `ip` or redis-server.
+func partitionRun(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		t.Skip(err)
+	}
+	testredis.Binary(t)
+	cfg.Store, cfg.Faults, cfg.TTL = StoreRedisServer, []Fault{FaultPartition}, 400*time.Millisecond
+	rep, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	if len(rep.History.Windows) != 1 || rep.History.Windows[0].Skipped || !strings.Contains(rep.History.Windows[0].Note, "cut off") {
+		t.Fatalf("expected one partition injected, got %+v", rep.History.Windows)
+	}
+	return rep
+}
+
+// A holder cut off from Redis stops trusting its lease (fail-closed) and
+// the redelivered job is done once: every invariant holds.
+func TestPartitionSafeConfigurationPasses(t *testing.T) {
+	rep := partitionRun(t, Config{})
+	if !rep.Passed {
+		t.Fatalf("expected every invariant to hold across the partition, failed: %+v", rep.Failed())
+	}
+	if rep.Events["store_error"] == 0 {
+		t.Errorf("expected store errors from the cut holder, got none")
+	}
+}
+
+// Fail-open without fencing: the cut holder keeps trusting its lease while
+// the redelivered job is granted to another replica, so the checker fails
+// the run (the fault really bites).
+func TestPartitionUnsafeConfigurationFails(t *testing.T) {
+	rep := partitionRun(t, Config{OnStoreError: leasehold.FailOpen, NoFencing: true})
+	if rep.Passed {
+		t.Fatalf("expected the checker to fail fail-open without fencing across a partition; note: %s", rep.History.Windows[0].Note)
+	}
+}
