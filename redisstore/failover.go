@@ -25,14 +25,15 @@ import (
 // retries (MaxRetries -1 when unset; a retry would dial the unreachable
 // sentinel again, which hangs until the deadline; the Locker retries on its
 // own) and keeps ReadTimeout below DialTimeout: an unset ReadTimeout
-// (go-redis's default is 3 s) becomes half of DialTimeout when 3 s would not
-// be below it, so does a negative one (no timeout), and a ReadTimeout set at
-// or above DialTimeout raises DialTimeout to twice ReadTimeout. The client then moves to a reachable sentinel about one
+// (go-redis v9.22's default is 5 s, as is DialTimeout's) becomes half of
+// DialTimeout when 5 s would not be below it, so does a negative one (no
+// timeout), and a ReadTimeout set at or above DialTimeout raises
+// DialTimeout to twice ReadTimeout. The client then moves to a reachable sentinel about one
 // DialTimeout after its first dial that needed one.
 func TuneFailover(o *redis.FailoverOptions) *redis.FailoverOptions {
 	const (
 		goRedisDial = 5 * time.Second // go-redis's default DialTimeout
-		goRedisRead = 3 * time.Second // and ReadTimeout
+		goRedisRead = 5 * time.Second // and ReadTimeout (v9.22)
 	)
 	if o.MaxRetries == 0 {
 		o.MaxRetries = -1
