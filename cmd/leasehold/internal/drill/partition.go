@@ -291,7 +291,8 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	}
 	sleep(ctx, d.cfg.TTL) // the next holder's grant, if it came late
 	end, how := d.cutOff.ended()
-	return partitionNote(d.rec.snapshot(), cutFacts{id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how}, d.cfg.TTL)
+	f := cutFacts{id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how, permits: d.cfg.Workload == WorkloadSemaphore}
+	return partitionNote(d.rec.snapshot(), f, d.cfg.TTL)
 }
 
 // cutFacts is what the partition fault saw: replica id, on job, cut off at
@@ -302,6 +303,7 @@ type cutFacts struct {
 	cut, healed time.Duration
 	leaseEnd    time.Duration
 	how         string
+	permits     bool // a semaphore: other holders share the key
 }
 
 // partitionNote describes what a partition did to the lease the cut
@@ -332,6 +334,8 @@ func partitionNote(h History, f cutFacts, ttl time.Duration) string {
 		}
 	}
 	switch {
+	case f.permits && next >= 0:
+		parts = append(parts, fmt.Sprintf("the next permit of %s went to another replica %v after the cut", held.Key, fmtDur(next-f.cut)))
 	case next < 0:
 		parts = append(parts, fmt.Sprintf("nobody else was granted %s by %v after the heal", held.Key, fmtDur(ttl)))
 	case f.leaseEnd == 0 || next < f.leaseEnd:
