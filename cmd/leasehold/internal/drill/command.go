@@ -69,6 +69,9 @@ per endpoint; --store etcd-server starts its own single-member etcd (the etcd bi
 restarts it (keeping its data). On etcd the TTL defaults to 2s (leases are whole seconds).
 --store redis-sentinel starts a Sentinel group (a master, two replicas, three sentinels) on
 loopback for --faults failover (SENTINEL FAILOVER while replicas hold and wait; not in "all").
+--faults partition (not in "all"; root and the ip command, --store redis-server) puts the
+drill's redis-server and each replica in network namespaces of their own and cuts a holder's
+node off for 3 x TTL; without root or ip the drill refuses it (exit status 2).
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
@@ -218,7 +221,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
 	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
 	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
-	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover), or none")
+	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover and partition), or none")
 	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
 	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
