@@ -107,7 +107,7 @@ func (g *NetSentinel) Options(i int) *redis.FailoverOptions {
 	return &redis.FailoverOptions{
 		MasterName:            SentinelMaster,
 		SentinelAddrs:         addrs,
-		Dialer:                g.Net.Nodes[i].DialContext,
+		Dialer:                g.Net.Nodes[i].Dialer(time.Second),
 		DialTimeout:           500 * time.Millisecond,
 		ContextTimeoutEnabled: true,
 	}
@@ -125,7 +125,7 @@ func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
 // tb.Cleanup.
 func (g *NetSentinel) Direct(tb testing.TB, i int, addr string) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.Net.Nodes[i].DialContext,
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.Net.Nodes[i].Dialer(time.Second),
 		DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
@@ -133,7 +133,7 @@ func (g *NetSentinel) Direct(tb testing.TB, i int, addr string) *redis.Client {
 
 func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewClient(&redis.Options{Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -150,7 +150,7 @@ func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 
 func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 	tb.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -168,7 +168,7 @@ func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 // MasterFrom returns the master's address as the sentinel of node i
 // reports it.
 func (g *NetSentinel) MasterFrom(ctx context.Context, i int) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	r, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
 	if err != nil || len(r) != 2 {

@@ -135,7 +135,7 @@ func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
 		return b.open()
 	}
 	o := *b.opts
-	o.Dialer = b.part.net.Nodes[id+1].DialContext
+	o.Dialer = b.part.net.Nodes[id+1].Dialer(b.cfg.clientTimeout())
 	c := redis.NewClient(&o)
 	s, err := redisstore.New(c, b.storeOptions())
 	if err != nil {
