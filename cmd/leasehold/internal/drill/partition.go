@@ -292,7 +292,10 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	sleep(ctx, d.cfg.TTL) // the next holder's grant, if it came late
 	end, how := d.cutOff.ended()
 	f := cutFacts{id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how, permits: d.cfg.Workload == WorkloadSemaphore}
-	return partitionNote(d.rec.snapshot(), f, d.cfg.TTL)
+	var note string
+	// Under the recorder's lock: the replicas are still recording.
+	d.rec.count(func(h *History) { note = partitionNote(h, f, d.cfg.TTL) })
+	return note
 }
 
 // cutFacts is what the partition fault saw: replica id, on job, cut off at
@@ -309,7 +312,7 @@ type cutFacts struct {
 // partitionNote describes what a partition did to the lease the cut
 // replica held: when it stopped trusting it, when another replica was
 // granted the key, and the stale writes the register rejected.
-func partitionNote(h History, f cutFacts, ttl time.Duration) string {
+func partitionNote(h *History, f cutFacts, ttl time.Duration) string {
 	head := fmt.Sprintf("replica %d cut off from the store for %v", f.id, fmtDur(f.healed-f.cut))
 	var held *Section
 	for i := range h.Sections {
