@@ -408,6 +408,9 @@ func (k storeKind) viaProxy() bool { return k.redis() || k.etcd() }
 func (c Config) storeLabel() string {
 	switch c.kind() {
 	case storeOwnEtcd:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "etcd (own 3-member cluster, one member per network namespace, each replica on one member)"
+		}
 		return "etcd (own etcd process) via fault proxy"
 	case storeEtcd:
 		if e, _, err := etcdEndpoints(c.Store); err == nil {

@@ -48,8 +48,8 @@ func (c Config) checkPartition() error {
 		}
 	}
 	switch {
-	case c.kind() != storeOwnRedis:
-		return fmt.Errorf("%w: the partition fault needs the drill's own server in a network namespace: use --store %s", ErrInvalidConfig, StoreRedisServer)
+	case c.kind() != storeOwnRedis && c.kind() != storeOwnEtcd:
+		return fmt.Errorf("%w: the partition fault needs the drill's own servers in network namespaces: use --store %s or --store %s", ErrInvalidConfig, StoreRedisServer, StoreEtcdServer)
 	case c.Processes:
 		return fmt.Errorf("%w: --faults partition runs the replicas in-process: drop --processes", ErrInvalidConfig)
 	}
@@ -148,8 +148,12 @@ func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
 	}, nil
 }
 
-// cut and heal partition replica id's node from the server.
-func (b *redisBackend) cut(id int) error  { return b.part.net.Cut(id + 1) }
+// cut and mend partition replica id's node from the server; cut says what
+// it cut.
+func (b *redisBackend) cut(id int) (string, error) {
+	return fmt.Sprintf("replica %d cut off from the store", id), b.part.net.Cut(id + 1)
+}
+
 func (b *redisBackend) mend(id int) error { return b.part.net.Heal(id + 1) }
 
 func (b *redisBackend) partitioned() bool { return b.part != nil }
@@ -255,7 +259,7 @@ func (p *partitionState) wait(ctx context.Context, id int) {
 // partitioner is a backend that can cut a replica's node off the store.
 type partitioner interface {
 	partitioned() bool
-	cut(id int) error
+	cut(id int) (string, error)
 	mend(id int) error
 }
 
@@ -276,7 +280,8 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	cut := d.rec.since()
 	d.cutOff.set(r.id)
 	defer d.cutOff.clear() // after the heal
-	if err := p.cut(r.id); err != nil {
+	what, err := p.cut(r.id)
+	if err != nil {
 		return fmt.Sprintf("partition failed: %v", err)
 	}
 	// The job's queue redelivers it, as it would a silent consumer's: the
@@ -284,14 +289,14 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	d.redeliver(job, r.id)
 	sleep(ctx, d.cfg.partitionCut())
 	healed := d.rec.since()
-	err := p.mend(r.id)
+	err = p.mend(r.id)
 	d.cutOff.clear()
 	if err != nil {
 		return fmt.Sprintf("heal failed: %v", err)
 	}
 	sleep(ctx, d.cfg.TTL) // the next holder's grant, if it came late
 	end, how := d.cutOff.ended()
-	f := cutFacts{id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how, permits: d.cfg.Workload == WorkloadSemaphore}
+	f := cutFacts{what: what, id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how, permits: d.cfg.Workload == WorkloadSemaphore}
 	var note string
 	// Under the recorder's lock: the replicas are still recording.
 	d.rec.count(func(h *History) { note = partitionNote(h, f, d.cfg.TTL) })
@@ -302,6 +307,7 @@ func (d *drill) injectPartition(ctx context.Context) string {
 // cut and healed at healed; its lease ended at leaseEnd (0: not by the
 // note), how says why (abandoned, lost, expired; "" for a release).
 type cutFacts struct {
+	what        string
 	id, job     int
 	cut, healed time.Duration
 	leaseEnd    time.Duration
@@ -313,7 +319,7 @@ type cutFacts struct {
 // replica held: when it stopped trusting it, when another replica was
 // granted the key, and the stale writes the register rejected.
 func partitionNote(h *History, f cutFacts, ttl time.Duration) string {
-	head := fmt.Sprintf("replica %d cut off from the store for %v", f.id, fmtDur(f.healed-f.cut))
+	head := fmt.Sprintf("%s for %v", f.what, fmtDur(f.healed-f.cut))
 	var held *Section
 	for i := range h.Sections {
 		s := &h.Sections[i]
@@ -322,9 +328,9 @@ func partitionNote(h *History, f cutFacts, ttl time.Duration) string {
 		}
 	}
 	if held == nil {
-		return head + fmt.Sprintf(" while on job %d; its lease had ended by the cut", f.job)
+		return head + fmt.Sprintf(", replica %d on job %d; its lease had ended by the cut", f.id, f.job)
 	}
-	parts := []string{head + " holding " + held.Key}
+	parts := []string{head + fmt.Sprintf(", replica %d holding %s", f.id, held.Key)}
 	if f.leaseEnd == 0 {
 		parts = append(parts, "it still trusted its lease after the heal")
 	} else {
