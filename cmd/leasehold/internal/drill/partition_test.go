@@ -2,6 +2,7 @@ package drill
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
-// The partition fault needs the drill's own redis-server, runs beside the
-// pause and crash faults only, and not with worker processes.
+// The partition fault needs the drill's own redis-server or etcd, runs
+// beside the pause and crash faults only, and not with worker processes.
 func TestPartitionFaultConfiguration(t *testing.T) {
 	for _, c := range []Config{
 		{Faults: []Fault{FaultPartition}},
@@ -74,5 +75,29 @@ func TestPartitionUnsafeConfigurationFails(t *testing.T) {
 	rep := partitionRun(t, Config{OnStoreError: leasehold.FailOpen, NoFencing: true})
 	if rep.Passed {
 		t.Fatalf("expected the checker to fail fail-open without fencing across a partition; note: %s", rep.History.Windows[0].Note)
+	}
+}
+
+// On a 3-member etcd cluster the holder's member is cut off: the holder
+// stops trusting its lease (its renewals need a quorum) and the redelivered
+// job is done once; every invariant holds.
+func TestPartitionEtcdSafeConfigurationPasses(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		t.Skip(err)
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skipf("the etcd binary is missing (Debian package etcd-server): %v", err)
+	}
+	t.Parallel()
+	rep, err := Run(t.Context(), Config{Store: StoreEtcdServer, Faults: []Fault{FaultPartition}, Jobs: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	if len(rep.History.Windows) != 1 || rep.History.Windows[0].Skipped || !strings.Contains(rep.History.Windows[0].Note, "cut off from the other members") {
+		t.Fatalf("expected one partition injected, got %+v", rep.History.Windows)
+	}
+	if !rep.Passed {
+		t.Fatalf("expected every invariant to hold across the partition, failed: %+v", rep.Failed())
 	}
 }
