@@ -320,43 +320,62 @@ type cutFacts struct {
 // granted the key, and the stale writes the register rejected.
 func partitionNote(h *History, f cutFacts, ttl time.Duration) string {
 	head := fmt.Sprintf("%s for %v", f.what, fmtDur(f.healed-f.cut))
-	var held *Section
-	for i := range h.Sections {
-		s := &h.Sections[i]
-		if s.Replica == f.id && s.Start <= f.cut && (s.End == 0 || s.End > f.cut) && (held == nil || s.Start > held.Start) {
-			held = s
-		}
-	}
+	held := heldAt(h, f.id, f.cut)
 	if held == nil {
 		return head + fmt.Sprintf(", replica %d on job %d; its lease had ended by the cut", f.id, f.job)
 	}
-	parts := []string{head + fmt.Sprintf(", replica %d holding %s", f.id, held.Key)}
-	if f.leaseEnd == 0 {
-		parts = append(parts, "it still trusted its lease after the heal")
-	} else {
-		parts = append(parts, fmt.Sprintf("it stopped trusting its lease %v after the cut (%s)", fmtDur(f.leaseEnd-f.cut), cmpOr(f.how, "released")))
+	trust := "it still trusted its lease after the heal"
+	if f.leaseEnd != 0 {
+		trust = fmt.Sprintf("it stopped trusting its lease %v after the cut (%s)", fmtDur(f.leaseEnd-f.cut), cmpOr(f.how, "released"))
 	}
+	return strings.Join([]string{
+		head + fmt.Sprintf(", replica %d holding %s", f.id, held.Key),
+		trust,
+		nextHolder(h, f, held.Key, ttl),
+		fmt.Sprintf("%d stale writes rejected", staleBetween(h, f.cut, f.healed+ttl)),
+	}, "; ")
+}
+
+// heldAt returns the latest section of replica id open at cut, or nil.
+func heldAt(h *History, id int, cut time.Duration) *Section {
+	var held *Section
+	for i := range h.Sections {
+		s := &h.Sections[i]
+		open := s.Start <= cut && (s.End == 0 || s.End > cut)
+		if s.Replica == id && open && (held == nil || s.Start > held.Start) {
+			held = s
+		}
+	}
+	return held
+}
+
+// nextHolder says when another replica was granted key after the cut.
+func nextHolder(h *History, f cutFacts, key string, ttl time.Duration) string {
 	next := time.Duration(-1)
 	for _, s := range h.Sections {
-		if s.Key == held.Key && s.Replica != f.id && s.Start > f.cut && (next < 0 || s.Start < next) {
+		if s.Key == key && s.Replica != f.id && s.Start > f.cut && (next < 0 || s.Start < next) {
 			next = s.Start
 		}
 	}
 	switch {
 	case f.permits && next >= 0:
-		parts = append(parts, fmt.Sprintf("the next permit of %s went to another replica %v after the cut", held.Key, fmtDur(next-f.cut)))
+		return fmt.Sprintf("the next permit of %s went to another replica %v after the cut", key, fmtDur(next-f.cut))
 	case next < 0:
-		parts = append(parts, fmt.Sprintf("nobody else was granted %s by %v after the heal", held.Key, fmtDur(ttl)))
+		return fmt.Sprintf("nobody else was granted %s by %v after the heal", key, fmtDur(ttl))
 	case f.leaseEnd == 0 || next < f.leaseEnd:
-		parts = append(parts, fmt.Sprintf("another replica was granted it %v after the cut, while the cut holder still trusted its lease", fmtDur(next-f.cut)))
-	default:
-		parts = append(parts, fmt.Sprintf("another replica was granted it %v after the cut (%v after the cut holder stopped)", fmtDur(next-f.cut), fmtDur(next-f.leaseEnd)))
+		return fmt.Sprintf("another replica was granted it %v after the cut, while the cut holder still trusted its lease", fmtDur(next-f.cut))
 	}
-	stale := 0
+	return fmt.Sprintf("another replica was granted it %v after the cut (%v after the cut holder stopped)", fmtDur(next-f.cut), fmtDur(next-f.leaseEnd))
+}
+
+// staleBetween counts the writes sent in [from, to] that the register
+// rejected as stale.
+func staleBetween(h *History, from, to time.Duration) int {
+	n := 0
 	for _, o := range h.Ops {
-		if o.Write && !o.Accepted && o.Err == "" && o.Call >= f.cut && o.Call <= f.healed+ttl {
-			stale++
+		if o.Write && !o.Accepted && o.Err == "" && o.Call >= from && o.Call <= to {
+			n++
 		}
 	}
-	return strings.Join(append(parts, fmt.Sprintf("%d stale writes rejected", stale)), "; ")
+	return n
 }

@@ -101,3 +101,29 @@ func TestPartitionEtcdSafeConfigurationPasses(t *testing.T) {
 		t.Fatalf("expected every invariant to hold across the partition, failed: %+v", rep.Failed())
 	}
 }
+
+// The note measures from the history: the cut holder's lease end, the next
+// holder's grant and the stale writes in the window.
+func TestPartitionNote(t *testing.T) {
+	ms := time.Millisecond
+	h := &History{
+		Sections: []Section{
+			{Replica: 1, Key: "k", Start: 100 * ms, End: 2000 * ms},
+			{Replica: 2, Key: "k", Start: 700 * ms, End: 900 * ms},
+		},
+		Ops: []Op{{Write: true, Call: 1500 * ms}, {Write: true, Accepted: true, Call: 800 * ms}},
+	}
+	f := cutFacts{what: "replica 1 cut off", id: 1, cut: 200 * ms, healed: 1400 * ms, leaseEnd: 600 * ms, how: "abandoned"}
+	want := "replica 1 cut off for 1.2s, replica 1 holding k; it stopped trusting its lease 400ms after the cut (abandoned); another replica was granted it 500ms after the cut (100ms after the cut holder stopped); 1 stale writes rejected"
+	if got := partitionNote(h, f, 400*ms); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	f.leaseEnd = 0
+	if got := partitionNote(h, f, 400*ms); !strings.Contains(got, "while the cut holder still trusted its lease") {
+		t.Errorf("a holder trusting after the heal: got %q", got)
+	}
+	f.cut = 2500 * ms
+	if got := partitionNote(h, f, 400*ms); !strings.Contains(got, "its lease had ended by the cut") {
+		t.Errorf("no lease at the cut: got %q", got)
+	}
+}
