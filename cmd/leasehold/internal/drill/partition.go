@@ -186,8 +186,8 @@ func (b *redisBackend) heal() {
 }
 
 // partitionState is the replica the partition fault has cut off: its
-// worker holds its next write until the heal, as a job that outlasts the
-// partition would (its lease's renewals meanwhile go into the cut).
+// worker holds its next write until after the heal, as a job that outlasts
+// the partition would (its lease's renewals meanwhile go into the cut).
 type partitionState struct {
 	mu     sync.Mutex
 	id     int
@@ -289,12 +289,19 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	d.redeliver(job, r.id)
 	sleep(ctx, d.cfg.partitionCut())
 	healed := d.rec.since()
-	err = p.mend(r.id)
-	d.cutOff.clear()
-	if err != nil {
+	if err = p.mend(r.id); err != nil {
+		d.cutOff.clear()
 		return fmt.Sprintf("heal failed: %v", err)
 	}
-	sleep(ctx, d.cfg.TTL) // the next holder's grant, if it came late
+	// As after a pause: the held write goes out once the successor has
+	// written (or a cap), to test that the fence rejects it. Released
+	// before, it could land first and be followed by the successor's: a
+	// duplicate that fencing does not promise to prevent.
+	limit := time.Now().Add(10*d.cfg.TTL + 2*d.cfg.WorkMax)
+	for !d.takenOver(pauseEvent{replica: r.id, job: job, at: cut}) && time.Now().Before(limit) && sleep(ctx, 2*time.Millisecond) {
+	}
+	d.cutOff.clear()
+	sleep(ctx, d.cfg.TTL) // the held write lands
 	end, how := d.cutOff.ended()
 	f := cutFacts{what: what, id: r.id, job: job, cut: cut, healed: healed, leaseEnd: end, how: how, permits: d.cfg.Workload == WorkloadSemaphore}
 	var note string
