@@ -185,6 +185,23 @@ func (b *redisBackend) heal() {
 	}
 }
 
+// redeliverUntil hands ev's job to another replica again every TTL while
+// nobody has taken it over (a waiter gives up on a store error, as during an
+// etcd election), until the deadline, or (stopWhenTaken) until someone has.
+func (d *drill) redeliverUntil(ctx context.Context, ev pauseEvent, deadline time.Time, stopWhenTaken bool) {
+	var last time.Time // the first hint goes out at once
+	for time.Now().Before(deadline) && sleep(ctx, 2*time.Millisecond) {
+		taken := d.takenOver(ev)
+		if taken && stopWhenTaken {
+			return
+		}
+		if !taken && time.Since(last) >= d.cfg.TTL {
+			d.redeliver(ev.job, ev.replica)
+			last = time.Now()
+		}
+	}
+}
+
 // partitionState is the replica the partition fault has cut off: its
 // worker holds its next write until after the heal, as a job that outlasts
 // the partition would (its lease's renewals meanwhile go into the cut).
@@ -286,8 +303,8 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	}
 	// The job's queue redelivers it, as it would a silent consumer's: the
 	// next replica waits for the key while the cut one may still trust it.
-	d.redeliver(job, r.id)
-	sleep(ctx, d.cfg.partitionCut())
+	ev := pauseEvent{replica: r.id, job: job, at: cut}
+	d.redeliverUntil(ctx, ev, time.Now().Add(d.cfg.partitionCut()), false)
 	healed := d.rec.since()
 	if err = p.mend(r.id); err != nil {
 		d.cutOff.clear()
@@ -297,9 +314,7 @@ func (d *drill) injectPartition(ctx context.Context) string {
 	// written (or a cap), to test that the fence rejects it. Released
 	// before, it could land first and be followed by the successor's: a
 	// duplicate that fencing does not promise to prevent.
-	limit := time.Now().Add(10*d.cfg.TTL + 2*d.cfg.WorkMax)
-	for !d.takenOver(pauseEvent{replica: r.id, job: job, at: cut}) && time.Now().Before(limit) && sleep(ctx, 2*time.Millisecond) {
-	}
+	d.redeliverUntil(ctx, ev, time.Now().Add(10*d.cfg.TTL+2*d.cfg.WorkMax), true)
 	d.cutOff.clear()
 	sleep(ctx, d.cfg.TTL) // the held write lands
 	end, how := d.cutOff.ended()
