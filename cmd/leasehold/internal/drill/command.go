@@ -69,9 +69,10 @@ per endpoint; --store etcd-server starts its own single-member etcd (the etcd bi
 restarts it (keeping its data). On etcd the TTL defaults to 2s (leases are whole seconds).
 --store redis-sentinel starts a Sentinel group (a master, two replicas, three sentinels) on
 loopback for --faults failover (SENTINEL FAILOVER while replicas hold and wait; not in "all").
---faults partition (not in "all"; root and the ip command, --store redis-server) puts the
-drill's redis-server and each replica in network namespaces of their own and cuts a holder's
-node off for 3 x TTL; without root or ip the drill refuses it (exit status 2).
+--faults partition (not in "all"; root and the ip command, --store redis-server or
+etcd-server) puts the drill's redis-server (or a 3-member etcd cluster) and the replicas in
+network namespaces and cuts a holder's node (or its etcd member) off for 3 x TTL; without
+root or ip the drill refuses it (exit status 2).
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
