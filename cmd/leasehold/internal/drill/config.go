@@ -283,22 +283,8 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.TimeLimit <= 0:
 		return bad("time limit must be > 0, got %v", c.TimeLimit)
 	}
-	switch c.kind() {
-	case storeRedis:
-		if _, err := redisOptions(c.Store); err != nil {
-			return c, err
-		}
-	case storeEtcd:
-		if _, _, err := etcdEndpoints(c.Store); err != nil {
-			return c, err
-		}
-	case storePostgres:
-		if _, _, err := storeurl.PostgresConfig(c.Store, nil); err != nil {
-			return bad("--store: %v", err)
-		}
-	case storeUnknown:
-		return bad("store must be memory, %s, redis://HOST:PORT[/DB], %s, etcd://HOST:PORT[,HOST:PORT], %s or postgres://USER@HOST:PORT/DB, got %q",
-			StoreRedisServer, StoreEtcdServer, StorePostgresServer, storeurl.Describe(c.Store))
+	if err := c.checkStoreURL(); err != nil {
+		return c, err
 	}
 	if c.kind().etcd() && c.TTL < etcdMinTTL {
 		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
@@ -331,6 +317,27 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	return c, c.checkSentinel()
+}
+
+// checkStoreURL checks Config.Store without connecting; the error wraps
+// ErrInvalidConfig and never contains a password.
+func (c Config) checkStoreURL() error {
+	switch c.kind() {
+	case storeRedis:
+		_, err := redisOptions(c.Store)
+		return err
+	case storeEtcd:
+		_, _, err := etcdEndpoints(c.Store)
+		return err
+	case storePostgres:
+		if _, _, err := storeurl.PostgresConfig(c.Store, nil); err != nil {
+			return fmt.Errorf("%w: --store: %v", ErrInvalidConfig, err)
+		}
+	case storeUnknown:
+		return fmt.Errorf("%w: store must be memory, %s, redis://HOST:PORT[/DB], %s, etcd://HOST:PORT[,HOST:PORT], %s or postgres://USER@HOST:PORT/DB, got %q",
+			ErrInvalidConfig, StoreRedisServer, StoreEtcdServer, StorePostgresServer, storeurl.Describe(c.Store))
+	}
+	return nil
 }
 
 // checkSentinel checks what needs the drill's own Sentinel group.
