@@ -137,9 +137,9 @@ func failoverDuplicate(h History, writes []Op) bool {
 }
 
 // clearEnds are the ways a lease ends that a holder can act on (causeName,
-// and the drill's own outcomes).
+// and the drill's own outcomes: jobs', terms' and permits').
 var clearEnds = []string{"released", "lost", "abandoned", "expired", "closed", "crashed", "stopped",
-	"written", "write rejected", "already done"}
+	"written", "write rejected", "already done", "term over"}
 
 // inFlight counts how the leases held as failover f began ended, and
 // returns those that ended with anything else (an unexpected error).

@@ -88,14 +88,21 @@ func TestPostgresElectionFailover(t *testing.T) {
 	if len(rep.History.Failovers) != 1 || len(rep.History.Restarts) != 1 {
 		t.Fatalf("expected one failover and one restart, got %v, %v", rep.History.Failovers, rep.History.Restarts)
 	}
-	var after int
+	f := rep.History.Failovers[0]
+	var after, held int
 	for _, a := range rep.History.Acquisitions {
-		if a.At > rep.History.Failovers[0].End {
+		if a.At > f.End {
 			after++
 		}
 	}
-	if after == 0 {
-		t.Errorf("expected a leader elected on the promoted standby, got none after %v", rep.History.Failovers[0].End)
+	for _, s := range rep.History.Sections {
+		if s.Start <= f.Start && s.End >= f.Start {
+			held++
+		}
+	}
+	if after == 0 || held == 0 {
+		t.Errorf("expected a leader when the primary crashed and one elected on the promoted standby, got %d and %d (failover %v–%v)",
+			held, after, f.Start, f.End)
 	}
 }
 
@@ -154,5 +161,26 @@ func TestPostgresConfigErrors(t *testing.T) {
 		OnStoreError: leasehold.FailClosed})
 	if !errors.Is(err, ErrSetup) || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("expected ErrSetup without the password, got %v", err)
+	}
+}
+
+// The failover verdict says how the leases in flight ended, and fails when
+// one ended with an error that is not a cause a holder can act on.
+func TestCheckFailoverLeasesInFlight(t *testing.T) {
+	h := History{
+		Failovers: []Span{{Start: 50 * ms, End: 80 * ms}},
+		Sections: []Section{
+			{Replica: 0, Key: "a", Start: 0, End: 100 * ms, Outcome: "lost"},
+			{Replica: 1, Key: "b", Start: 10 * ms, End: 200 * ms, Outcome: "written"},
+			{Replica: 2, Key: "c", Start: 60 * ms, End: 90 * ms, Outcome: "pgstore: unexpected EOF"}, // after the start
+		},
+	}
+	iv := checkFailovers(h)
+	if iv.Verdict != Info || !strings.Contains(iv.Summary, "leases in flight ended: 1 lost, 1 written") {
+		t.Errorf("expected INFO with 1 lost, 1 written in flight, got %s %q", iv.Verdict, iv.Summary)
+	}
+	h.Sections[1].Outcome = "pgstore: unexpected EOF"
+	if iv := checkFailovers(h); iv.Verdict != Fail || len(iv.Details) != 1 || !strings.Contains(iv.Details[0], "replica 1") {
+		t.Errorf("expected FAIL naming replica 1's lease, got %s %v", iv.Verdict, iv.Details)
 	}
 }
