@@ -290,6 +290,10 @@ func (c Config) plannedSchedule() time.Duration {
 			p += 2 * time.Second // SENTINEL FAILOVER took 1.2–1.4 s in docs/failover.md
 		case FaultPartition:
 			p += c.partitionCut() + c.TTL
+		case FaultRestart:
+			if c.kind() == storeOwnPostgres {
+				p += 2 * time.Second // crash and crash recovery took 1.6–2.1 s in docs/drill.md
+			}
 		}
 	}
 	return p

@@ -56,6 +56,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		d.be = rb
+	case k.postgres():
+		pb, err := newPgBackend(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.be = pb
 	default:
 		d.be = newMemBackend(d.float, cfg.TTL)
 	}
