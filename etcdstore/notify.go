@@ -93,6 +93,15 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	return sb.wake, func() { unhook(); leave() }, nil
 }
 
+// Resumes implements leasehold.Resumer: it is always true. WaitRelease's
+// watch starts from the revision of the waiter's last Acquire answer (or,
+// for a key watch already running or started without that answer, from its
+// model, which follows every change after it, or from a read made after
+// it), and wakes the waiter at once when it may take the key. So a release
+// between a waiter's queued Acquire and its WaitRelease is never missed, and
+// the Locker sends no second Acquire after subscribing.
+func (s *Store) Resumes(string, string) bool { return true }
+
 // watches are the store's key watches.
 type watches struct {
 	mu     sync.Mutex

@@ -70,6 +70,7 @@ var (
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ leasehold.Resumer       = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's
