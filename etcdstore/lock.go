@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -54,10 +55,17 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
-		if err := s.takeOver(ctx, r); err != nil {
-			s.sess.put(l)
-			s.sess.put(ql)
+		g, ok, err := s.takeOver(ctx, req, l)
+		switch {
+		case err != nil: // it may have applied: tracked as after an acquire
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
 			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		case ok:
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			s.sess.untrack(s.sess.waiting, r)
+			return g, nil
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -73,19 +81,22 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			}
 			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
 		}
-		if resp.Succeeded { // our own lock: a retry
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.putQueue(r, ql)
-			prev := resp.Responses[0].GetResponsePut().GetPrevKv()
-			return leasehold.Grant{Fence: uint64(prev.GetCreateRevision())}, nil
-		}
-		inner := resp.Responses[0].GetResponseTxn()
-		if inner.GetSucceeded() {
+		if resp.Succeeded { // taken
 			s.sess.track(s.sess.held, r, l, req.TTL)
 			s.putQueue(r, ql)
 			s.sess.untrack(s.sess.waiting, r)
 			// All puts of a transaction carry its revision, the header's.
 			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		}
+		inner := resp.Responses[0].GetResponseTxn()
+		if inner.GetSucceeded() { // our own lock: a retry
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+			if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+				return leasehold.Grant{}, err
+			}
+			return leasehold.Grant{Fence: fenceOf(prev)}, nil
 		}
 		rng := inner.GetResponses()[len(inner.GetResponses())-1].GetResponseRange()
 		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
@@ -107,28 +118,73 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 	}
 }
 
-// takeOver deletes the lock that r waits for when r heads its queue and
-// has seen the lock unchanged for its whole TTL (session.expiredLock): the
-// holder died or hangs, and its shared lease may live on for up to a second
-// (or as long as its process keeps other locks). The delete is guarded by
-// the lock's mod revision (any renewal or new holder since moved it), r's
-// queue entry (same create revision) and r being the oldest entry; the
-// acquire that follows takes the key with a new fence. Nothing is sent when
-// the lock is not known to be expired.
-func (s *Store) takeOver(ctx context.Context, r ref) error {
-	mod, entry, ok := s.sess.expiredLock(r, time.Now())
-	if !ok {
-		return nil
+// takeOver takes the lock that req's token waits for when the token heads
+// its queue and has seen the lock unchanged for its whole TTL
+// (session.expiredLock): the holder died or hangs, and its shared lease may
+// live on for up to a second (or as long as its process keeps other locks).
+// One transaction, guarded by the lock's mod revision (any renewal or new
+// holder since moved it), the token's queue entry (same create revision)
+// and the entry being the oldest, overwrites the lock with the token's and
+// deletes the entry. Overwriting keeps the key's create revision, so the
+// new lock carries its fence in its value: the old lock's mod revision plus
+// one, greater than every fence of the key so far (each was given by a
+// write of the key, at or before that mod revision) and not greater than
+// this transaction's revision, below every later create revision. ok is
+// false, with nothing sent, when the lock is not known to be expired, and
+// when the guard failed (the caller's acquire then sees what changed).
+func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *lease) (g leasehold.Grant, ok bool, err error) {
+	r := ref{req.Key, req.Token}
+	mod, entry, expired := s.sess.expiredLock(r, time.Now())
+	if !expired {
+		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)
-	_, err := s.cli.Txn(ctx).
+	fence := mod + 1
+	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
 			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
 			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
-		Then(clientv3.OpDelete(k)).
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l.id)),
+			clientv3.OpDelete(e)).
 		Commit()
-	return err
+	if err != nil {
+		return g, false, err
+	}
+	return leasehold.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
+}
+
+// retried finishes the retry of an acquire that found the token holding
+// the lock (prev, before the retry moved it to l at revision rev without
+// touching its value, which may carry the fence): when the TTL changed, the
+// value is rewritten with the new one, which waiters time a takeover by.
+func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l *lease, prev *mvccpb.KeyValue, rev int64) error {
+	_, was, holder, fence, _ := lockFields(prev.GetValue())
+	if was == req.TTL {
+		return nil
+	}
+	ok, err := s.rewriteLock(ctx, req.Key, lockValue(req.Token, req.TTL, holder, fence), l, rev)
+	switch {
+	case err != nil:
+		return s.wrap(ctx, "acquire", req.Key, err)
+	case !ok:
+		return s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
+	}
+	return nil
+}
+
+// rewriteLock writes value to the lock of key on lease l if its mod
+// revision is still mod. It reports whether it did.
+func (s *Store) rewriteLock(ctx context.Context, key, value string, l *lease, mod int64) (bool, error) {
+	k := s.lockKey(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
+		Then(clientv3.OpPut(k, value, clientv3.WithLease(l.id))).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // putQueue drops the reference to a queue lease that was not used.
@@ -143,7 +199,7 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
-	val := lockValue(req.Token, req.TTL, req.Holder)
+	val := lockValue(req.Token, req.TTL, req.Holder, 0)
 	free := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe), // queue empty
@@ -163,10 +219,15 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	if myRev > 0 || s.sess.mayQueue(ref{req.Key, req.Token}) {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
+	// The common case first: a free key is taken at the first level, the
+	// retry of our own lock and the lost case in the nested transaction.
 	return s.cli.Txn(ctx).
-		If(mine(k, req.Token)...).
-		Then(clientv3.OpPut(k, val, clientv3.WithLease(l.id), clientv3.WithPrevKV())).
-		Else(clientv3.OpTxn(free, take, lost)).
+		If(free...).
+		Then(take...).
+		Else(clientv3.OpTxn(mine(k, req.Token),
+			// The value stays: it may carry the fence (see retried).
+			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id), clientv3.WithPrevKV())},
+			lost)).
 		Commit()
 }
 
@@ -216,7 +277,7 @@ func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v k
 	if !v.held {
 		return g
 	}
-	_, ttl, holder, _ := lockFields(v.lock.Value)
+	_, ttl, holder, _, _ := lockFields(v.lock.Value)
 	g.Holder = holder
 	g.Remaining = ttl
 	if left >= 0 && ttl > 0 {
@@ -305,23 +366,19 @@ func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, tt
 	if kvs := lock.GetKvs(); len(kvs) == 1 {
 		kv = kvs[0]
 	}
-	tok, was, holder, _ := lockFields(kv.GetValue())
+	tok, was, holder, fence, _ := lockFields(kv.GetValue())
 	if kv == nil || tok != r.token {
 		s.sess.put(l)
 		s.sess.untrack(s.sess.held, r)
 		return leasehold.ErrNotOwned
 	}
 	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl || queue.GetCount() > 0 {
-		k := s.lockKey(r.key)
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(k, lockValue(r.token, ttl, holder), clientv3.WithLease(l.id))).
-			Commit()
+		ok, err := s.rewriteLock(ctx, r.key, lockValue(r.token, ttl, holder, fence), l, kv.ModRevision)
 		if err != nil {
 			s.sess.put(l)
 			return s.wrap(ctx, "renew", r.key, err)
 		}
-		if !resp.Succeeded {
+		if !ok {
 			s.sess.put(l)
 			return leasehold.ErrNotOwned // it changed: released, expired or taken
 		}

@@ -344,13 +344,16 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at).
+// arm sets the expiry timer to fire at 'at', or stops it (zero at). No
+// margin is added: the session's clock for the takeover (lockSeen) starts
+// no later than the watch's (lockAt), so the head's acquire at 'at' finds
+// the lock expired.
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
 		return
 	}
-	t.Reset(time.Until(at) + time.Millisecond)
+	t.Reset(time.Until(at))
 }
 
 // headExpiry returns when the held lock, unchanged since the watch saw it,
@@ -417,7 +420,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			kw.held = ev.Type == mvccpb.PUT
 			kw.lockMod, kw.lockTTL = 0, 0
 			if kw.held {
-				_, kw.lockTTL, _, _ = lockFields(ev.Kv.Value)
+				_, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
 			}
 		case ev.Type == mvccpb.DELETE:

@@ -101,7 +101,7 @@ func snapOf(v keyView) *queueSnap {
 	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
 	if v.held {
 		q.lockMod = v.lock.ModRevision
-		_, q.lockTTL, _, _ = lockFields(v.lock.Value)
+		_, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
 	}
 	return q
 }
@@ -555,7 +555,7 @@ func (ss *session) setQueue(t *tracked, v keyView, seen time.Time) time.Duration
 	var mod int64
 	var ttl time.Duration
 	if v.held && v.myRev > 0 {
-		_, ttl, _, _ = lockFields(v.lock.Value)
+		_, ttl, _, _, _ = lockFields(v.lock.Value)
 		if ttl > 0 {
 			mod = v.lock.ModRevision
 		}
