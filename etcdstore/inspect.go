@@ -78,7 +78,8 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []lea
 			if cur != nil && cur.Key == lock {
 				cur.Waiting++
 				if headAt == 0 || kv.CreateRevision < headAt {
-					headAt, cur.NextHolder = kv.CreateRevision, string(kv.Value)
+					headAt = kv.CreateRevision
+					cur.NextHolder, _ = entryFields(kv.Value)
 				}
 			}
 			continue

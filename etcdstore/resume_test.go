@@ -13,12 +13,13 @@ import (
 
 const txnMethod = "/etcdserverpb.KV/Txn"
 
-// A waiting Locker on another store (replica) sends two acquire
-// transactions per contended acquisition: the one that queues it and the
-// one after the release woke it. Its WaitRelease watch starts at the
-// revision of the queued acquire's answer (leasehold.Resumer), so the
-// Locker sends no second acquire right after subscribing.
-func TestWaiterAcquiresTwicePerContendedAcquisition(t *testing.T) {
+// A waiting Locker on another store (replica) sends one acquire
+// transaction per contended acquisition: the one that queues it; the
+// release grants it the key (leasehold.Granter). Its WaitRelease watch
+// starts at the revision of the queued acquire's answer
+// (leasehold.Resumer), so the Locker sends no second acquire right after
+// subscribing.
+func TestWaiterAcquiresOncePerContendedAcquisition(t *testing.T) {
 	c := testetcd.Start(t)
 	holder := newStore(t, c)
 	cli, n := countingClient(t, c)
@@ -27,7 +28,7 @@ func TestWaiterAcquiresTwicePerContendedAcquisition(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = waiter.Close() })
-	opts := leasehold.Options{Name: "resume", TTL: 5 * time.Second, WaitCap: time.Minute,
+	opts := leasehold.Options{Name: "resume", TTL: 2 * time.Second, WaitCap: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	lkH, lkW := newLocker(t, holder, opts), newLocker(t, waiter, opts)
 	key := uniqueKey(t, "k")
@@ -59,8 +60,8 @@ func TestWaiterAcquiresTwicePerContendedAcquisition(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The waiter's own release is one more transaction.
-	if txns := n.take()[txnMethod]; txns != 3 {
-		t.Fatalf("expected 3 transactions (queued acquire, woken acquire, release), got %d", txns)
+	if txns := n.take()[txnMethod]; txns != 2 {
+		t.Fatalf("expected 2 transactions (queued acquire, release), got %d", txns)
 	}
 }
 
@@ -89,5 +90,68 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("condition not met within %v", d)
 		}
+	}
+}
+
+// A release hands the key to the head of the queue. A holder that got the
+// key by such a grant knows the next head from its watch, so its own
+// release is one transaction that grants the key on; the next waiter gets
+// a greater fence.
+func TestGrantedHolderReleasesInOneTransaction(t *testing.T) {
+	c := testetcd.Start(t)
+	cli, n := countingClient(t, c)
+	b, err := etcdstore.New(cli, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	a, cs := newStore(t, c), newStore(t, c)
+	opts := leasehold.Options{Name: "grant", TTL: 2 * time.Second, WaitCap: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	lkA, lkB, lkC := newLocker(t, a, opts), newLocker(t, b, opts), newLocker(t, cs, opts)
+	key := uniqueKey(t, "k")
+	ctx := ctxFor(t, 30*time.Second)
+	held, err := lkA.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *leasehold.Lease
+		err error
+	}
+	gotB, gotC := make(chan result, 1), make(chan result, 1)
+	queued := func(w int) {
+		waitFor(t, 10*time.Second, func() bool {
+			info, err := a.Inspect(ctx, key)
+			return err == nil && info.Waiting == w
+		})
+	}
+	go func() { l, err := lkB.Acquire(ctx, key); gotB <- result{l, err} }()
+	queued(1)
+	go func() { l, err := lkC.Acquire(ctx, key); gotC <- result{l, err} }()
+	queued(2)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rb := <-gotB
+	if rb.err != nil {
+		t.Fatal(rb.err)
+	}
+	n.take()
+	if err := rb.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if txns := n.take()[txnMethod]; txns != 1 {
+		t.Fatalf("release by a granted holder with a waiter behind it: expected 1 transaction, got %d", txns)
+	}
+	rc := <-gotC
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	if rc.l.Fence() <= rb.l.Fence() || rb.l.Fence() <= held.Fence() {
+		t.Fatalf("fences: expected growing, got %d, %d, %d", held.Fence(), rb.l.Fence(), rc.l.Fence())
+	}
+	if err := rc.l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -72,6 +72,7 @@ var (
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
 	_ leasehold.Resumer       = (*Store)(nil)
+	_ leasehold.Granter       = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's
@@ -221,6 +222,23 @@ func fenceOf(kv *mvccpb.KeyValue) uint64 {
 		return uint64(f)
 	}
 	return uint64(kv.CreateRevision)
+}
+
+// entryValue is the value of a queue entry: the waiter's holder identity,
+// NUL, and the TTL in milliseconds that a release grants it the lock for:
+// its requested TTL capped by its queue TTL (see Release).
+func entryValue(holder string, ttl time.Duration) string {
+	return holder + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// entryFields decodes a queue entry's value; ttl is 0 for an entry of an
+// earlier version (the holder alone), which is never granted the lock.
+func entryFields(v []byte) (holder string, ttl time.Duration) {
+	holder, ms, _ := strings.Cut(string(v), "\x00")
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+		ttl = time.Duration(n) * time.Millisecond
+	}
+	return holder, ttl
 }
 
 // mine compares lock key k with token: true when its value starts with
