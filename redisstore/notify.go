@@ -452,7 +452,9 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	if err != nil || ms <= 0 {
 		return leasehold.Handoff{}, false
 	}
-	return leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
+	h := leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}
+	s.track.acquired(key, token, time.Now(), h.TTL, 0, true, false) // held now: Close releases it
+	return h, true
 }
 
 // Live implements leasehold.Granter: whether key's channel is subscribed and

@@ -334,6 +334,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case n != 1:
 		return leasehold.ErrNotOwned
 	}
+	s.track.renewed(key, token, ttl)
 	return nil
 }
 
@@ -380,6 +381,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 			errs[i] = leasehold.ErrNotOwned
 		default:
 			errs[i] = nil
+			s.track.renewed(reqs[i].Key, reqs[i].Token, reqs[i].TTL)
 		}
 	}
 	return errs

@@ -60,6 +60,18 @@ func (t *tracker) dropExpired(now time.Time) {
 	}
 }
 
+// renewed moves the end of a tracked lock to ttl from now.
+func (t *tracker) renewed(key, token string, ttl time.Duration) {
+	k := tracked{key, token}
+	t.mu.Lock()
+	if until, ok := t.m[k]; ok {
+		if end := time.Now().Add(ttl); end.After(until) {
+			t.m[k] = end
+		}
+	}
+	t.mu.Unlock()
+}
+
 // released forgets (key, token): Redis answered its release.
 func (t *tracker) released(key, token string) {
 	t.mu.Lock()
