@@ -72,6 +72,10 @@ loopback for --faults failover (SENTINEL FAILOVER while replicas hold and wait; 
 --store postgres://USER@HOST:PORT/DB runs on an existing PostgreSQL through a fault proxy per
 host, in a schema of the run's own; --store postgres-server starts the drill's own PostgreSQL,
 crashes and restarts it, and for --faults failover adds a streaming standby it promotes.
+--faults partition (not in "all"; root and the ip command, --store redis-server or
+etcd-server) puts the drill's redis-server (or a 3-member etcd cluster) and the replicas in
+network namespaces and cuts a holder's node (or its etcd member) off for 3 x TTL; without
+root or ip the drill refuses it (exit status 2).
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
@@ -222,7 +226,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
 	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
 	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
-	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover), or none")
+	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover and partition), or none")
 	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
 	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")

@@ -52,6 +52,11 @@ const (
 	// StoreRedisSentinel, or StorePostgresServer (the primary crashes and
 	// its streaming standby is promoted), and is not part of AllFaults.
 	FaultFailover Fault = "failover"
+	// FaultPartition cuts a holder's network namespace off the store (its
+	// packets dropped both ways) for 3 × TTL, then heals it. It needs
+	// StoreRedisServer, root and the `ip` command, and is not part of
+	// AllFaults.
+	FaultPartition Fault = "partition"
 )
 
 // AllFaults lists every fault that every store can take, in injection
@@ -60,7 +65,7 @@ const (
 var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
 
 // knownFaults is every fault in injection order.
-var knownFaults = append(slices.Clone(AllFaults), FaultFailover)
+var knownFaults = append(slices.Clone(AllFaults), FaultFailover, FaultPartition)
 
 // ParseFaults parses a comma-separated fault list; "all" means AllFaults and
 // "none" or "" means no faults. Order and duplicates are normalized to the
@@ -316,7 +321,10 @@ func (c Config) WithDefaults() (Config, error) {
 			return bad("unknown fault %q", f)
 		}
 	}
-	return c, c.checkSentinel()
+	if err := c.checkSentinel(); err != nil {
+		return c, err
+	}
+	return c, c.checkPartition()
 }
 
 // checkStoreURL checks Config.Store without connecting; the error wraps
@@ -427,6 +435,9 @@ func (k storeKind) viaProxy() bool { return k.redis() || k.etcd() || k.postgres(
 func (c Config) storeLabel() string {
 	switch c.kind() {
 	case storeOwnEtcd:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "etcd (own 3-member cluster, one member per network namespace, each replica on one member)"
+		}
 		return "etcd (own etcd process) via fault proxy"
 	case storeEtcd:
 		if e, _, err := etcdEndpoints(c.Store); err == nil {
@@ -434,6 +445,9 @@ func (c Config) storeLabel() string {
 		}
 		return "etcd"
 	case storeOwnRedis:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "redis (own redis-server in a network namespace, each replica on its own node)"
+		}
 		return "redis (own redis-server) via fault proxy"
 	case storeOwnSentinel:
 		return "redis sentinel (own master, 2 replicas, 3 sentinels) via a fault proxy per server"

@@ -101,6 +101,8 @@ type drill struct {
 	injected atomic.Bool
 	// restarting is set while the restart or failover fault runs.
 	restarting atomic.Bool
+	// cutOff is the replica the partition fault has cut off, if any.
+	cutOff partitionState
 
 	// abort ends the workload early; failed is why (a worker process that
 	// could not start or died on its own).
@@ -132,6 +134,7 @@ func (d *drill) observer() leasehold.Observer {
 	extra := d.cfg.Observer
 	return leasehold.ObserverFunc(func(e leasehold.Event) {
 		d.rec.event(e.Kind.String())
+		d.cutOff.observe(e, d.rec.since)
 		if extra != nil {
 			extra.Observe(e)
 		}
