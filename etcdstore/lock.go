@@ -521,56 +521,86 @@ type released struct {
 	next *headEntry
 }
 
-// releaseOnce sends one release transaction: token-checked, it grants the
-// lock to next (when known, guarded by mod), else deletes it if the queue
-// is empty (or plain), else reads the lock and the queue head.
+// releaseOnce sends one release transaction, token-checked: it grants the
+// lock to next (when known, guarded by mod), or deletes it if the queue is
+// empty (or plain), or else reads the lock and the queue head.
 func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain bool) (released, error) {
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
-	then := free
-	if !plain {
-		then = []clientv3.Op{clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)},
-			free, []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)})}
-	}
-	granting := mod > 0 && next != nil && next.token != token
-	if granting {
+	notMine := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
+	reads := []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)}
+	empty := clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)
+	txn := s.cli.Txn(ctx)
+	granting := !plain && mod > 0 && next != nil && next.token != token
+	switch {
+	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant, then)}
+		txn = txn.If(mine(k, token)...).
+			Then(clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
+				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})).
+			Else(notMine...)
+	case plain:
+		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine...)
+	default: // the common case, nobody waits, at the first level
+		txn = txn.If(append(mine(k, token), empty)...).Then(free...).
+			Else(clientv3.OpTxn(mine(k, token), reads, notMine))
 	}
-	els := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
-	resp, err := s.cli.Txn(ctx).If(mine(k, token)...).Then(then...).Else(els...).Commit()
-	switch {
-	case err != nil:
+	resp, err := txn.Commit()
+	if err != nil {
 		return released{}, err
-	case !resp.Succeeded && resp.Responses[0].GetResponseRange().GetCount() == 0:
-		return released{done: true, err: leasehold.ErrNotHeld}, nil
-	case !resp.Succeeded:
-		return released{done: true, err: leasehold.ErrNotOwned}, nil
 	}
+	return s.releasedBy(key, resp, granting, plain), nil
+}
+
+// releasedBy decodes the answer of releaseOnce.
+func (s *Store) releasedBy(key string, resp *clientv3.TxnResponse, granting, plain bool) released {
 	rs := resp.Responses
-	if granting {
-		inner := rs[0].GetResponseTxn()
-		if inner.GetSucceeded() {
-			return released{done: true}, nil // granted to the head
+	if !granting && !plain {
+		if resp.Succeeded {
+			return released{done: true} // nobody waited: deleted
 		}
-		rs = inner.GetResponses()
+		inner := rs[0].GetResponseTxn()
+		if !inner.GetSucceeded() {
+			return notMineRelease(inner.GetResponses())
+		}
+		return readRelease(s, key, inner.GetResponses())
+	}
+	if !resp.Succeeded {
+		return notMineRelease(rs)
 	}
 	if plain {
-		return released{done: true}, nil
+		return released{done: true}
 	}
 	inner := rs[0].GetResponseTxn()
 	if inner.GetSucceeded() {
-		return released{done: true}, nil // nobody waited: deleted
+		return released{done: true} // granted to the head
 	}
-	out := released{next: s.headOf(key, inner.GetResponses())}
-	if kvs := inner.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+	if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
+		return readRelease(s, key, rest.GetResponses())
+	}
+	return released{done: true} // nobody waited: deleted
+}
+
+// notMineRelease is the outcome of a release whose token did not hold the
+// lock: rs[0] counted the lock.
+func notMineRelease(rs []*etcdserverpb.ResponseOp) released {
+	if rs[0].GetResponseRange().GetCount() == 0 {
+		return released{done: true, err: leasehold.ErrNotHeld}
+	}
+	return released{done: true, err: leasehold.ErrNotOwned}
+}
+
+// readRelease is the outcome of a release that found waiters: rs read the
+// lock and the queue head, to grant in the next transaction.
+func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
+	out := released{next: s.headOf(key, rs)}
+	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		out.mod = kvs[0].ModRevision
 	}
-	return out, nil
+	return out
 }
 
 // headCmps guard the grant of lock k (at mod revision mod) to the queue
