@@ -56,17 +56,8 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
-		g, ok, err := s.takeOver(ctx, req, l)
-		switch {
-		case err != nil: // it may have applied: tracked as after an acquire
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-		case ok:
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.putQueue(r, ql)
-			s.sess.untrack(s.sess.waiting, r)
-			return g, nil
+		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
+			return g, err
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -118,6 +109,26 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		s.sess.put(l)
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
+}
+
+// tryTakeOver runs takeOver for a waiting acquire and, when it took the
+// lock or failed (done), records the outcome; it then owns the references
+// to l and ql.
+func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, bool, error) {
+	r := ref{req.Key, req.Token}
+	g, ok, err := s.takeOver(ctx, req, l)
+	switch {
+	case err != nil: // it may have applied: tracked as after an acquire
+		s.sess.track(s.sess.held, r, l, req.TTL)
+		s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire", req.Key, err)
+	case ok:
+		s.sess.track(s.sess.held, r, l, req.TTL)
+		s.putQueue(r, ql)
+		s.sess.untrack(s.sess.waiting, r)
+		return g, true, nil
+	}
+	return leasehold.Grant{}, false, nil
 }
 
 // takeOver takes the lock that req's token waits for when the token heads
