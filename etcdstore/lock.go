@@ -337,30 +337,44 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Dur
 // holder is alive (see the package doc, Takeover). Renew also moves the
 // store's deadline of the lock.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkNames(key, token, ""); err != nil {
-		return err
-	}
-	secs, err := ttlSeconds(ttl)
-	if err != nil {
-		return err
-	}
-	ctx, end, err := s.begin(ctx)
+	ctx, end, l, err := s.renewStart(ctx, "renew", key, token, ttl)
 	if err != nil {
 		return err
 	}
 	defer end()
 	r := ref{key, token}
-	t := s.sess.lookupHeld(r)
-	l, err := s.sess.get(ctx, secs, ttl)
-	if err != nil {
-		return s.wrap(ctx, "renew", key, err)
-	}
+	t := s.sess.lookupHeld(r) // before the read: a sweep after it is seen
 	resp, err := s.cli.Txn(ctx).Then(s.renewReads(key)...).Commit()
 	if err != nil {
 		s.sess.put(l)
 		return s.wrap(ctx, "renew", key, err)
 	}
 	return s.finishRenew(ctx, r, t, l, ttl, resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+}
+
+// renewStart is the preamble of Renew and RenewPermit: it checks the
+// names and the TTL, bounds ctx by the request timeout (call end when
+// done) and takes a reference to the store's lease for ttl, which the
+// caller then owns.
+func (s *Store) renewStart(ctx context.Context, op, key, token string, ttl time.Duration) (context.Context, context.CancelFunc, *lease, error) {
+	if err := checkNames(key, token, ""); err != nil {
+		return nil, nil, nil, err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l, err := s.sess.get(ctx, secs, ttl)
+	if err != nil {
+		err = s.wrap(ctx, op, key, err)
+		end()
+		return nil, nil, nil, err
+	}
+	return ctx, end, l, nil
 }
 
 // renewReads are the reads of a renewal: the lock, and how many waiters
