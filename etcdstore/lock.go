@@ -569,29 +569,33 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 			Else(notMine...)
 	case plain:
 		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine...)
-	default: // the common case, nobody waits, at the first level
+	default: // the common case, nobody waits, at the first level; else
+		// read, without nesting: the token is checked on the answer
 		txn = txn.If(append(mine(k, token), empty)...).Then(free...).
-			Else(clientv3.OpTxn(mine(k, token), reads, notMine))
+			Else(append(reads, own...)...)
 	}
 	resp, err := txn.Commit()
 	if err != nil {
 		return released{}, err
 	}
-	return s.releasedBy(key, resp, granting, plain), nil
+	return s.releasedBy(key, token, resp, granting, plain), nil
 }
 
 // releasedBy decodes the answer of releaseOnce.
-func (s *Store) releasedBy(key string, resp *clientv3.TxnResponse, granting, plain bool) released {
+func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granting, plain bool) released {
 	rs := resp.Responses
 	if !granting && !plain {
 		if resp.Succeeded {
 			return released{done: true} // nobody waited: deleted
 		}
-		inner := rs[0].GetResponseTxn()
-		if !inner.GetSucceeded() {
-			return notMineRelease(inner.GetResponses())
+		kvs := rs[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return released{done: true, err: leasehold.ErrNotHeld}
 		}
-		return readRelease(s, key, inner.GetResponses())
+		if tok, _, _, _, _ := lockFields(kvs[0].Value); tok != token {
+			return released{done: true, err: leasehold.ErrNotOwned}
+		}
+		return readRelease(s, key, rs) // ours, and someone waits
 	}
 	if !resp.Succeeded {
 		return notMineRelease(rs)
