@@ -79,4 +79,5 @@ func (d *drill) beforeWrite(ctx context.Context, r *replica, inc *incarnation, j
 	if r.takePause() {
 		d.pause(ctx, r, inc, job, ls.Key(), ls.Token(), section)
 	}
+	d.cutOff.wait(ctx, r.id)
 }
