@@ -60,6 +60,7 @@ var (
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
 	_ leasehold.Granter       = (*Store)(nil)
+	_ leasehold.Resumer       = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -353,11 +354,18 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		holder     string
 		ahead      int32
 	)
+	epoch, up := s.lis.queuedAt()
 	err = retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
 	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
+	switch {
+	case err == nil && !won && up && req.QueueTTL > 0:
+		s.lis.expect(req.Key, req.Token, epoch)
+	case won:
+		s.lis.forget(req.Key, req.Token)
+	}
 	switch {
 	case err != nil:
 		return leasehold.Grant{}, storeErr("acquire", req.Key, err)
@@ -495,6 +503,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	if err == nil {
 		s.track.released(key, token)
+		s.lis.forget(key, token)
 		s.free.set(key, kept)
 		s.sweep.maybe(s)
 	}
