@@ -464,6 +464,9 @@ BEGIN
 		IF head IS NOT NULL THEN -- notify the head on its store's own channel, when it has one
 			SELECT w.holder, w.ttl_us, w.expires_at, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
 				FROM {waiters} w WHERE w.key = p_key AND w.token = head;
+			IF NOT FOUND THEN -- the head left since the queue was read: nobody to notify or grant
+				head := NULL;
+			END IF;
 		END IF;
 		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
 			IF g_ttl > 0 THEN -- 0: queued by an older version, which acquires itself

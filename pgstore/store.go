@@ -354,16 +354,18 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		holder     string
 		ahead      int32
 	)
+	// Expect a wake-up for a waiting acquire before it is sent: a release
+	// may notify this store of it before its answer is read.
 	epoch, up := s.lis.queuedAt()
+	if up && req.QueueTTL > 0 {
+		s.lis.expect(req.Key, req.Token, epoch)
+	}
 	err = retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
 	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
-	switch {
-	case err == nil && !won && up && req.QueueTTL > 0:
-		s.lis.expect(req.Key, req.Token, epoch)
-	case won:
+	if won || err != nil { // an error: the next Acquire (or Release) decides
 		s.lis.forget(req.Key, req.Token)
 	}
 	switch {
