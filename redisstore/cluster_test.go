@@ -52,6 +52,17 @@ func TestCluster(t *testing.T) {
 			}
 		},
 		Slack: 10 * time.Second,
+		Leftovers: func(t *testing.T) []string {
+			var out []string
+			for _, n := range cl.Nodes { // every node: SCAN and PUBSUB answer for one node only
+				c := newClient(t, n.Addr)
+				if role, err := c.Do(t.Context(), "ROLE").Slice(); err != nil || len(role) == 0 || role[0] != "master" {
+					continue
+				}
+				out = append(out, leftovers(t, c)...)
+			}
+			return out
+		},
 	})
 
 	t.Run("ListEveryMaster", func(t *testing.T) { listEveryMaster(t, cc) })

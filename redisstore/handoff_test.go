@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -257,5 +258,82 @@ func TestGrantReachesOnlyTheHeadsProcess(t *testing.T) {
 	defer cancel()
 	if m, err := spy.ReceiveMessage(rctx); err != nil || m.Channel != a.s.Channel(key) || m.Payload != "" {
 		t.Fatalf("release with nobody queued: expected \"\" on %s first, got %+v, %v", a.s.Channel(key), m, err)
+	}
+}
+
+// TestCloseLeavesNoSubscription: a waiter's channels linger after it stops
+// waiting, and Close must end them even though the client stays open (the
+// client is the application's, and may outlive the Store).
+func TestCloseLeavesNoSubscription(t *testing.T) {
+	srv := testredis.Start(t)
+	c := newClient(t, srv.Addr)
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	_, stop, err := s.WaitRelease(ctx, "close-sub", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop() // the channels now linger
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []string{s.Channel("close-sub"), s.WaiterChannel("close-sub")} {
+		n, err := c.PubSubNumSub(ctx, ch).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[ch] != 0 {
+			t.Errorf("after Close: %s has %d subscribers, expected 0", ch, n[ch])
+		}
+	}
+}
+
+// TestCloseReleasesAGrantedLock: a lock a release granted to this Store's
+// waiter, then renewed past the waiter's queue deadline, is this Store's to
+// release at Close (not only the locks its own Acquire won).
+func TestCloseReleasesAGrantedLock(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	b, err := redisstore.New(newClient(t, srv.Addr), redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const key = "close:granted"
+	if _, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	req := leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: 300 * time.Millisecond}
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("waiting Acquire: expected ErrNotAcquired, got %v", err)
+	}
+	wake, stop, err := b.WaitRelease(ctx, key, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := a.Release(ctx, key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up after the release")
+	}
+	if _, ok := b.Granted(key, "b"); !ok {
+		t.Fatal("expected a grant")
+	}
+	if err := b.Renew(ctx, key, "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // past the queue deadline
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Inspect(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("after Close of the granted holder's store: expected ErrNotHeld, got %v", err)
 	}
 }

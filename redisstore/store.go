@@ -120,6 +120,7 @@ type Store struct {
 	fcall     fcaller // nil unless Options.Functions
 	wake      string  // this Store's waiter channel suffix (WaiterChannel), random hex
 
+	track  tracker // locks and queue entries to release at Close
 	notify notifier
 }
 
@@ -262,12 +263,16 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		value += "|" + req.Holder
 	}
 	base := s.base(req.Key)
+	sent := time.Now()
 	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
 		value, ms, ms+s.retention.Milliseconds(), strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
 	if err != nil {
+		s.track.acquired(req.Key, req.Token, sent, req.TTL, req.QueueTTL, false, true)
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}
-	return decodeGrant(res)
+	g, err := decodeGrant(res)
+	s.track.acquired(req.Key, req.Token, sent, req.TTL, req.QueueTTL, err == nil, err != nil && !errors.Is(err, leasehold.ErrNotAcquired))
+	return g, err
 }
 
 // decodeGrant decodes acquire.lua's reply: the fence on a grant, or
@@ -329,6 +334,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case n != 1:
 		return leasehold.ErrNotOwned
 	}
+	s.track.renewed(key, token, ttl)
 	return nil
 }
 
@@ -375,6 +381,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 			errs[i] = leasehold.ErrNotOwned
 		default:
 			errs[i] = nil
+			s.track.renewed(reqs[i].Key, reqs[i].Token, reqs[i].TTL)
 		}
 	}
 	return errs
@@ -394,9 +401,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	base := s.base(key)
 	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence"},
 		base+":wake", s.sharded, token, s.retention.Milliseconds()).Int64()
-	switch {
-	case err != nil:
+	if err != nil {
 		return s.fail("release", key, err)
+	}
+	s.track.released(key, token)
+	switch {
 	case n == 1:
 		return nil
 	case n == 2:

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +40,44 @@ func newClient(t *testing.T, addr string) *redis.Client {
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:    func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
-		Break:  func(t *testing.T, _ leasehold.Store) { srv.Stop() },
-		Heal:   func(t *testing.T, _ leasehold.Store) { srv.Restart() },
-		Freeze: func(t *testing.T, _ leasehold.Store) func() { return srv.Freeze() },
+		New:       func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+		Break:     func(t *testing.T, _ leasehold.Store) { srv.Stop() },
+		Heal:      func(t *testing.T, _ leasehold.Store) { srv.Restart() },
+		Freeze:    func(t *testing.T, _ leasehold.Store) func() { return srv.Freeze() },
+		Leftovers: func(t *testing.T) []string { return leftovers(t, newClient(t, srv.Addr)) },
 	})
+}
+
+// leftovers lists the Redis keys (fence counters excepted: they are the
+// documented state that stays) and the subscribed channels, plain and
+// sharded, whose names contain t's name as storetest writes it into keys:
+// what the stores of t's subtests left behind.
+func leftovers(t *testing.T, c redis.UniversalClient) []string {
+	t.Helper()
+	ctx := t.Context()
+	mark := strings.ReplaceAll(t.Name(), "/", ".")
+	var out []string
+	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if k := iter.Val(); strings.Contains(k, mark) && !strings.HasSuffix(k, ":fence") {
+			out = append(out, "key "+k)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"CHANNELS", "SHARDCHANNELS"} {
+		chans, err := c.Do(ctx, "PUBSUB", kind).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chans {
+			if strings.Contains(ch, mark) {
+				out = append(out, "channel "+ch)
+			}
+		}
+	}
+	return out
 }
 
 func TestConformanceCustomPrefix(t *testing.T) {

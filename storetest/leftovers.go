@@ -11,8 +11,9 @@ import (
 )
 
 // nothingLeftAfterClose checks that a store leaves no server-side state
-// behind once it is closed: released, expired, held and queued locks, and a
-// Locker's, all end with the stores that made them. Harness.Leftovers lists
+// behind once it is closed: released, expired, held and queued locks, a
+// waiter's subscription, and a Locker's locks all end with the stores that
+// made them. Harness.Leftovers lists
 // what is left (documented fence state excepted); it runs after the
 // cleanups of a nested subtest closed every store it created.
 func (r *runner) nothingLeftAfterClose(t *testing.T) {
@@ -37,6 +38,13 @@ func (r *runner) nothingLeftAfterClose(t *testing.T) {
 		_, err := s2.Acquire(ctx, leasehold.AcquireRequest{Key: held, Token: "waiter", TTL: time.Minute, QueueTTL: time.Minute})
 		if !errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("waiting Acquire of a held key: expected ErrNotAcquired, got %v", err)
+		}
+		if n, ok := s2.(leasehold.Notifier); ok { // a waiter's subscription, stopped before Close
+			_, stop, err := n.WaitRelease(ctx, held, "waiter")
+			if err != nil {
+				t.Fatalf("WaitRelease: %v", err)
+			}
+			t.Cleanup(stop) // runs before the stores' Close (cleanups run last in, first out)
 		}
 		mustAcquire(t, s2, r.key(t, "expired"), "x", 50*time.Millisecond) // left to expire
 		lk, err := leasehold.New(s2, leasehold.Options{Name: "storetest", TTL: 10 * time.Second})
