@@ -1,9 +1,10 @@
 package drill
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -113,13 +114,21 @@ func byJob(ops []Op) map[int][]Op {
 	return m
 }
 
-func sortedJobs[V any](m map[int]V) []int {
-	jobs := make([]int, 0, len(m))
-	for j := range m {
-		jobs = append(jobs, j)
+// writeCounts counts the writes accepted, rejected as stale and refused
+// otherwise (no fence, a register error).
+func writeCounts(ops []Op) (accepted, rejected, refused int) {
+	for _, o := range ops {
+		switch {
+		case !o.Write:
+		case o.Accepted:
+			accepted++
+		case o.Err != "":
+			refused++
+		default:
+			rejected++
+		}
 	}
-	sort.Ints(jobs)
-	return jobs
+	return accepted, rejected, refused
 }
 
 // checkStale: every accepted write's fence is >= the fence of every accepted
@@ -133,18 +142,7 @@ func checkStale(h History) Invariant {
 		iv.detail("job %s: write with fence %d (replica %d) accepted at %v after fence %d (replica %d) was accepted at %v",
 			s.Write.Key, s.Write.Fence, s.Write.Client, fmtDur(s.Write.Call), s.After.Fence, s.After.Client, fmtDur(s.After.Return))
 	}
-	accepted, rejected, refused := 0, 0, 0
-	for _, o := range h.Ops {
-		switch {
-		case !o.Write:
-		case o.Accepted:
-			accepted++
-		case o.Err != "":
-			refused++
-		default:
-			rejected++
-		}
-	}
+	accepted, rejected, refused := writeCounts(h.Ops)
 	iv.Verdict = passUnless(len(stale) > 0)
 	iv.Summary = fmt.Sprintf("%d stale writes accepted; %d writes accepted, %d rejected as stale, %d refused without a fence", len(stale), accepted, rejected, refused)
 	return iv
@@ -199,7 +197,7 @@ func checkDuplicates(h History, fenced bool) Invariant {
 	iv := Invariant{Name: "no duplicate execution"}
 	jobs := byJob(h.Ops)
 	dupJobs, extra, restartDups, failoverDups := 0, 0, 0, 0
-	for _, j := range sortedJobs(jobs) {
+	for _, j := range slices.Sorted(maps.Keys(jobs)) {
 		secs := map[int]bool{}
 		var order []Op
 		var who []string
@@ -375,15 +373,10 @@ func checkFences(h History) Invariant {
 	for _, a := range h.Acquisitions {
 		byKey[a.Key] = append(byKey[a.Key], a)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	bad, pairs, acrossRestart, acrossFailover := 0, 0, 0, 0
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		as := byKey[k]
-		sort.SliceStable(as, func(i, j int) bool { return as[i].At < as[j].At })
+		slices.SortStableFunc(as, func(a, b Acquisition) int { return cmp.Compare(a.At, b.At) })
 		for i := 1; i < len(as); i++ {
 			p, a := as[i-1], as[i]
 			if p.Token == a.Token {
@@ -457,11 +450,9 @@ func eventCounts(h History) Invariant {
 	iv := Invariant{Name: "lease events", Verdict: Info}
 	e := h.Events
 	iv.Summary = fmt.Sprintf("%d acquires, %d renew failures, %d abandoned, %d lost, %d expired locally, %d fail-open fallbacks, %d not-owned, %d stale writes rejected, %d store errors",
-		countAcquired(h), e["renew_failed"], e["abandoned"], e["lost"], e["expired"], e["fail_open"], e["not_owned"], e["stale_write"], e["store_error"])
+		len(h.Acquisitions), e["renew_failed"], e["abandoned"], e["lost"], e["expired"], e["fail_open"], e["not_owned"], e["stale_write"], e["store_error"])
 	return iv
 }
-
-func countAcquired(h History) int { return len(h.Acquisitions) }
 
 func faultWindows(h History) Invariant {
 	iv := Invariant{Name: "faults injected", Verdict: Info}

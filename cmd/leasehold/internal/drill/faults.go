@@ -29,7 +29,8 @@ func (d *drill) inject(ctx context.Context) {
 		start := d.rec.since()
 		d.progress("fault %s starts (%s)", f, d.activity())
 		note := d.injectOne(ctx, f)
-		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")})
+		w := Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")}
+		d.rec.count(func(h *History) { h.Windows = append(h.Windows, w) })
 		d.progress("fault %s ended after %v: %s (%s)", f, (d.rec.since() - start).Round(time.Millisecond), note, d.activity())
 		if !sleep(ctx, d.cfg.gap()) {
 			return
@@ -83,7 +84,7 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		// lease when it is back (recorded when restart returns): the
 		// sampler does not judge a lock it sees meanwhile.
 		d.restarting.Store(true)
-		err := d.be.restart(d.rec.restart)
+		err := d.be.restart(func() { d.rec.count(func(h *History) { h.Restarts = append(h.Restarts, d.rec.since()) }) })
 		d.restarting.Store(false)
 		if err != nil {
 			if errors.Is(err, errRestartSkipped) {
@@ -306,15 +307,7 @@ func (d *drill) activity() string {
 	var acq, ok, stale int
 	d.rec.count(func(h *History) {
 		acq = len(h.Acquisitions)
-		for _, op := range h.Ops {
-			switch {
-			case !op.Write:
-			case op.Accepted:
-				ok++
-			case op.Err == "":
-				stale++
-			}
-		}
+		ok, stale, _ = writeCounts(h.Ops)
 	})
 	return fmt.Sprintf("%d replicas: %d acquisitions, %d writes accepted, %d stale writes rejected so far", len(d.replicas), acq, ok, stale)
 }

@@ -153,7 +153,7 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 		if write {
 			d.checkBelief(ctx, ls, &sec)
 		}
-		d.beforeWrite(ctx, r, inc, 0, ls, id)
+		d.beforeWrite(ctx, r, inc, 0, ls.Key(), ls.Token(), id)
 		if inc.dead() {
 			continue
 		}

@@ -1,7 +1,6 @@
 package drill
 
 import (
-	"slices"
 	"sync"
 	"time"
 )
@@ -174,12 +173,6 @@ func newRecorder() *recorder {
 // since returns the offset of now from the drill's start (monotonic).
 func (r *recorder) since() time.Duration { return time.Since(r.t0) }
 
-func (r *recorder) op(o Op) {
-	r.mu.Lock()
-	r.h.Ops = append(r.h.Ops, o)
-	r.mu.Unlock()
-}
-
 func (r *recorder) openSection(s Section) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -189,27 +182,11 @@ func (r *recorder) openSection(s Section) int {
 }
 
 func (r *recorder) section(id int, f func(*Section)) {
-	r.mu.Lock()
-	f(&r.h.Sections[id])
-	r.mu.Unlock()
-}
-
-func (r *recorder) window(w Window) {
-	r.mu.Lock()
-	r.h.Windows = append(r.h.Windows, w)
-	r.mu.Unlock()
+	r.count(func(h *History) { f(&h.Sections[id]) })
 }
 
 func (r *recorder) stop(s Stop) {
-	r.mu.Lock()
-	r.h.Stops = append(r.h.Stops, s)
-	r.mu.Unlock()
-}
-
-func (r *recorder) restart() {
-	r.mu.Lock()
-	r.h.Restarts = append(r.h.Restarts, r.since())
-	r.mu.Unlock()
+	r.count(func(h *History) { h.Stops = append(h.Stops, s) })
 }
 
 // failoverSettle is how long after the sentinels agree a client may still
@@ -272,11 +249,7 @@ func (r *recorder) lastRevival() time.Duration {
 	return last
 }
 
-func (r *recorder) event(kind string) {
-	r.mu.Lock()
-	r.h.Events[kind]++
-	r.mu.Unlock()
-}
+func (r *recorder) event(kind string) { r.count(func(h *History) { h.Events[kind]++ }) }
 
 // begin marks a store call for token in flight and returns when it was sent.
 func (r *recorder) begin(token string) time.Duration {
@@ -306,9 +279,7 @@ func (r *recorder) endAt(token string, call, now time.Duration, applied bool, la
 }
 
 func (r *recorder) acquired(a Acquisition) {
-	r.mu.Lock()
-	r.h.Acquisitions = append(r.h.Acquisitions, a)
-	r.mu.Unlock()
+	r.count(func(h *History) { h.Acquisitions = append(h.Acquisitions, a) })
 }
 
 // lastApplied returns token's last applied call, whether a call is in
@@ -334,9 +305,7 @@ func (r *recorder) restartedSince(t time.Duration) bool {
 }
 
 func (r *recorder) anomaly(list *[]Anomaly, a Anomaly) {
-	r.mu.Lock()
-	*list = append(*list, a)
-	r.mu.Unlock()
+	r.count(func(*History) { *list = append(*list, a) })
 }
 
 func (r *recorder) stuckKnown(key string, at time.Duration) bool {
@@ -356,29 +325,10 @@ func (r *recorder) count(f func(h *History)) {
 	r.mu.Unlock()
 }
 
-// snapshot returns a copy of the history.
+// snapshot returns the history; the drill calls it once every goroutine
+// that records has stopped.
 func (r *recorder) snapshot() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := r.h
-	h.Ops = slices.Clone(h.Ops)
-	h.Sections = slices.Clone(h.Sections)
-	h.Windows = slices.Clone(h.Windows)
-	h.Acquisitions = slices.Clone(h.Acquisitions)
-	h.Stops = slices.Clone(h.Stops)
-	h.Restarts = slices.Clone(h.Restarts)
-	h.Failovers = slices.Clone(h.Failovers)
-	h.Stuck = slices.Clone(h.Stuck)
-	h.Workers = slices.Clone(h.Workers)
-	h.Beliefs = slices.Clone(h.Beliefs)
-	h.FailoverBeliefs = slices.Clone(h.FailoverBeliefs)
-	h.Applied = make(map[string][]Call, len(r.h.Applied))
-	for k, v := range r.h.Applied {
-		h.Applied[k] = slices.Clone(v)
-	}
-	h.Events = make(map[string]int, len(r.h.Events))
-	for k, v := range r.h.Events {
-		h.Events[k] = v
-	}
-	return h
+	return r.h
 }

@@ -35,7 +35,7 @@ type host interface {
 	// (fenced) or -1.
 	working(replica, job int, fenced bool)
 	// beforeWrite is where a pause lands: right before the write.
-	beforeWrite(ctx context.Context, r *replica, inc *incarnation, job int, ls *leasehold.Lease, section int)
+	beforeWrite(ctx context.Context, r *replica, inc *incarnation, job int, key, token string, section int)
 }
 
 // callRecorder records the store calls of one replica process (procStore).
@@ -75,8 +75,9 @@ func (d *drill) stop(s Stop) { d.rec.stop(s) }
 
 func (d *drill) working(int, int, bool) {}
 
-func (d *drill) beforeWrite(ctx context.Context, r *replica, inc *incarnation, job int, ls *leasehold.Lease, section int) {
+func (d *drill) beforeWrite(ctx context.Context, r *replica, inc *incarnation, job int, key, token string,
+	section int) {
 	if r.takePause() {
-		d.pause(ctx, r, inc, job, ls.Key(), ls.Token(), section)
+		d.pause(ctx, r, inc, job, key, token, section)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +56,7 @@ type child struct {
 	n      int
 	cmd    *exec.Cmd
 	stdout io.ReadCloser
-	stderr *tailWriter
+	stderr io.ReadCloser
 	worker int           // index in History.Workers
 	late   time.Duration // how late a call in flight at a kill may be applied
 	obs    leasehold.Observer
@@ -74,6 +75,7 @@ type child struct {
 	killed   bool
 	killedAt time.Duration
 	badMsg   error
+	tail     []string // the last lines of its stderr
 
 	handlers sync.WaitGroup // requests answered off the read loop
 }
@@ -93,15 +95,13 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 	cmd.SysProcAttr = workerSysProcAttr()
 	c := &child{d: d, r: r, n: n, cmd: cmd, late: rb.lateness(), obs: d.observer(), exited: make(chan struct{}),
 		inflight: make(map[string][]time.Duration), open: make(map[int]openSection)}
-	c.stderr = &tailWriter{log: func(line string) {
-		d.cfg.Logger.Warn("drill worker: "+line, "replica", r.id, "incarnation", n)
-	}}
-	cmd.Stderr = c.stderr
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, fmt.Errorf("%w: worker stdin: %v", ErrSetup, err)
+	if c.stdin, err = cmd.StdinPipe(); err == nil {
+		if c.stdout, err = cmd.StdoutPipe(); err == nil {
+			c.stderr, err = cmd.StderrPipe()
+		}
 	}
-	if c.stdout, err = cmd.StdoutPipe(); err != nil {
-		return nil, fmt.Errorf("%w: worker stdout: %v", ErrSetup, err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: worker pipes: %v", ErrSetup, err)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: start worker process %s: %v", ErrSetup, args[0], err)
@@ -111,13 +111,10 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 		c.worker = len(h.Workers)
 		h.Workers = append(h.Workers, Worker{Replica: r.id, Incarnation: n, PID: cmd.Process.Pid, Start: d.rec.since()})
 	})
-	c.sendValue(workerHello{
-		Replica: r.id, Incarnation: n, Jobs: d.cfg.Jobs, T0: d.rec.t0.UnixNano(),
-		Store: rb.url, Proxy: rb.proxy.Addr(), Prefix: rb.prefix,
-		TTL: d.cfg.TTL, WorkMin: d.cfg.WorkMin, WorkMax: d.cfg.WorkMax,
-		OnStoreError: d.cfg.OnStoreError, OnRenewFailure: d.cfg.OnRenewFailure,
-		Seed: d.cfg.Seed, Late: c.late,
-	})
+	hello := workerHello{Replica: r.id, Incarnation: n, T0: d.rec.t0.UnixNano(), Proxy: rb.proxy.Addr(),
+		Prefix: rb.prefix, Late: c.late, Config: d.cfg}
+	hello.Config.Store = rb.url
+	c.sendValue(hello)
 	return c, nil
 }
 
@@ -133,6 +130,7 @@ func (c *child) serve(ctx context.Context) (crashed bool) {
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
+	wg.Go(c.logStderr)
 	wg.Go(func() {
 		defer close(c.exited)
 		c.readLoop(ctx, inc)
@@ -214,7 +212,7 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 		d.fail(fmt.Errorf("%w: worker process of replica %d: %v", ErrSetup, r.id, badMsg))
 	case !killed && (waitErr != nil || ctx.Err() == nil):
 		d.fail(fmt.Errorf("%w: worker process of replica %d (pid %d) exited on its own (%s); its stderr ends with: %s",
-			ErrSetup, r.id, c.cmd.Process.Pid, exit, c.stderr.tail()))
+			ErrSetup, r.id, c.cmd.Process.Pid, exit, c.stderrTail()))
 	}
 	return crashed
 }
@@ -244,108 +242,124 @@ func (c *child) readLoop(ctx context.Context, inc *incarnation) {
 	}
 }
 
+// handle handles one message of the worker: a notice, or a request that gets
+// a reply with its ID. Requests that wait (an ownership check, a pause) are
+// answered off the read loop, so the worker's other messages keep flowing.
 func (c *child) handle(ctx context.Context, inc *incarnation, m wire) error {
+	if c.notice(m) {
+		return nil
+	}
 	d, r := c.d, c.r
-	validJob := m.Job >= 0 && m.Job < d.cfg.Jobs
 	reply := func(w wire) { w.K, w.ID = "reply", m.ID; c.send(w) }
-	switch m.K {
-	case "pick":
+	held := m.Job >= 0 && m.Job < d.cfg.Jobs && c.owns(m.Sec)
+	switch {
+	case m.K == "pick":
 		job, finished := d.pickJob()
 		reply(wire{Job: job, OK: finished})
-	case "done":
-		reply(wire{OK: !validJob || d.isDone(m.Job)})
-	case "read":
-		if !validJob || !c.owns(m.Sec) {
-			return fmt.Errorf("read of job %d under section %d it does not hold", m.Job, m.Sec)
-		}
+	case m.K == "done":
+		reply(wire{OK: d.isDone(m.Job)})
+	case m.K == "open":
+		reply(wire{Sec: c.openSection(m)})
+	case m.K == "read" && held:
 		v, found := d.read(r.id, m.Job, m.Sec)
 		reply(wire{Value: v, OK: found})
-	case "write":
-		if !validJob || !c.owns(m.Sec) {
-			return fmt.Errorf("write of job %d under section %d it does not hold", m.Job, m.Sec)
-		}
+	case m.K == "write" && held:
 		reply(wire{OK: d.write(r.id, m.Job, m.Sec, m.Fence, m.Value)})
-	case "open":
-		if m.Section == nil {
-			return errors.New("open without a section")
-		}
-		s := *m.Section
-		s.Token, s.Replica, s.Incarnation = m.Token, r.id, c.n
-		id := d.rec.openSection(s)
-		c.mu.Lock()
-		c.open[id] = openSection{key: s.Key, token: s.Token}
-		c.mu.Unlock()
-		reply(wire{Sec: id})
-	case "end":
-		c.mu.Lock()
-		_, ok := c.open[m.Sec]
-		delete(c.open, m.Sec)
-		c.mu.Unlock()
-		if ok {
-			d.endSection(m.Sec, m.At, m.Text, m.OK)
-		}
-	case "stop":
-		if m.Stop != nil {
-			s := *m.Stop
-			s.Token, s.Replica = m.Token, r.id
-			d.rec.stop(s)
-		}
-	case "work":
-		r.setWorking(m.Job, m.OK)
-	case "begin":
-		c.mu.Lock()
-		c.inflight[m.Token] = append(c.inflight[m.Token], m.At)
-		c.mu.Unlock()
-		d.rec.begin(m.Token)
-	case "ret":
-		c.mu.Lock()
-		calls := c.inflight[m.Token]
-		for i, call := range calls {
-			if call == m.Call {
-				calls = append(calls[:i], calls[i+1:]...)
-				break
-			}
-		}
-		if len(calls) == 0 {
-			delete(c.inflight, m.Token)
-		} else {
-			c.inflight[m.Token] = calls
-		}
-		c.mu.Unlock()
-		d.rec.endAt(m.Token, m.Call, m.At, m.OK, m.Late)
-	case "acq":
-		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, At: m.At})
-	case "event":
-		if m.Event != nil {
-			c.obs.Observe(m.Event.event())
-		}
-	case "belief":
-		if m.Belief != nil {
-			b := *m.Belief
-			b.Replica = r.id
-			d.recordBelief(b)
-		}
-	case "inspect":
+	case m.K == "inspect":
+		c.handlers.Go(func() { reply(c.inspect(ctx, m.Key)) })
+	case m.K == "prewrite" && held:
 		c.handlers.Go(func() {
-			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.be.observeTimeout())
-			info, err := d.be.observer().Inspect(ictx, m.Key)
-			cancel()
-			reply(wire{OK: err == nil || errors.Is(err, leasehold.ErrNotHeld), Flag: err == nil, Token: info.Token, Fence: info.Fence})
-		})
-	case "prewrite":
-		if !c.owns(m.Sec) {
-			return fmt.Errorf("prewrite under section %d it does not hold", m.Sec)
-		}
-		c.handlers.Go(func() {
-			if r.takePause() {
-				d.pause(ctx, r, inc, m.Job, m.Key, m.Token, m.Sec)
-			}
+			d.beforeWrite(ctx, r, inc, m.Job, m.Key, m.Token, m.Sec)
 			reply(wire{})
 		})
 	default:
-		return fmt.Errorf("unknown message %q", m.K)
+		return fmt.Errorf("unexpected message %q (job %d, section %d)", m.K, m.Job, m.Sec)
 	}
 	return nil
+}
+
+// notice handles a message that gets no reply; false when m is none.
+func (c *child) notice(m wire) bool {
+	d, r := c.d, c.r
+	switch {
+	case m.K == "end":
+		if c.closeSection(m.Sec) {
+			d.endSection(m.Sec, m.At, m.Text, m.OK)
+		}
+	case m.K == "stop" && m.Stop != nil:
+		s := *m.Stop
+		s.Token, s.Replica = m.Token, r.id
+		d.rec.stop(s)
+	case m.K == "work":
+		r.setWorking(m.Job, m.OK)
+	case m.K == "begin":
+		c.inFlight(m.Token, m.At, true)
+		d.rec.begin(m.Token)
+	case m.K == "ret":
+		c.inFlight(m.Token, m.Call, false)
+		d.rec.endAt(m.Token, m.Call, m.At, m.OK, m.Late)
+	case m.K == "acq":
+		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, At: m.At})
+	case m.K == "event" && m.Event != nil:
+		c.obs.Observe(m.Event.event())
+	case m.K == "belief" && m.Belief != nil:
+		b := *m.Belief
+		b.Replica = r.id
+		d.recordBelief(b)
+	default:
+		return false
+	}
+	return true
+}
+
+// inspect asks the store who holds key, for the worker's ownership check.
+func (c *child) inspect(ctx context.Context, key string) wire {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.d.be.observeTimeout())
+	defer cancel()
+	info, err := c.d.be.observer().Inspect(ictx, key)
+	return wire{OK: err == nil || errors.Is(err, leasehold.ErrNotHeld), Flag: err == nil, Token: info.Token,
+		Fence: info.Fence}
+}
+
+// openSection records a section the worker opened and returns its ID.
+func (c *child) openSection(m wire) int {
+	var s Section
+	if m.Section != nil {
+		s = *m.Section
+	}
+	s.Token, s.Replica, s.Incarnation = m.Token, c.r.id, c.n
+	id := c.d.rec.openSection(s)
+	c.mu.Lock()
+	c.open[id] = openSection{key: s.Key, token: s.Token}
+	c.mu.Unlock()
+	return id
+}
+
+// closeSection forgets an open section; false when it was not open.
+func (c *child) closeSection(id int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.open[id]
+	delete(c.open, id)
+	return ok
+}
+
+// inFlight adds (or, when it returned, removes) a store call of token sent
+// at call.
+func (c *child) inFlight(token string, call time.Duration, add bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls := c.inflight[token]
+	if i := slices.Index(calls, call); add {
+		calls = append(calls, call)
+	} else if i >= 0 {
+		calls = slices.Delete(calls, i, i+1)
+	}
+	if len(calls) == 0 {
+		delete(c.inflight, token)
+	} else {
+		c.inflight[token] = calls
+	}
 }
 
 func (c *child) owns(sec int) bool {
@@ -427,47 +441,24 @@ func (c *child) waitThaw(ctx context.Context) {
 	}
 }
 
-// tailWriter is a worker's stderr: each line goes to the drill's logger, and
-// the last few hundred bytes are kept for the error when a worker fails.
-type tailWriter struct {
-	log func(line string)
-
-	mu   sync.Mutex
-	line []byte
-	last []byte
+// logStderr sends each line of the worker's stderr to the drill's logger
+// and keeps the last few for the error when the worker fails.
+func (c *child) logStderr() {
+	sc := bufio.NewScanner(c.stderr)
+	for sc.Scan() {
+		c.d.cfg.Logger.Warn("drill worker: "+sc.Text(), "replica", c.r.id, "incarnation", c.n)
+		c.mu.Lock()
+		c.tail = append(c.tail[max(0, len(c.tail)-7):], sc.Text())
+		c.mu.Unlock()
+	}
+	_, _ = io.Copy(io.Discard, c.stderr) // a line too long for the scanner
 }
 
-const tailSize = 1024
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.last = append(t.last, p...)
-	if len(t.last) > tailSize {
-		t.last = t.last[len(t.last)-tailSize:]
-	}
-	t.line = append(t.line, p...)
-	for {
-		i := strings.IndexByte(string(t.line), '\n')
-		if i < 0 {
-			break
-		}
-		t.log(string(t.line[:i]))
-		t.line = t.line[i+1:]
-	}
-	if len(t.line) > 4*tailSize { // no newline in sight: log it anyway
-		t.log(string(t.line))
-		t.line = t.line[:0]
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) tail() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := strings.TrimSpace(string(t.last))
-	if s == "" {
+func (c *child) stderrTail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tail) == 0 {
 		return "(nothing)"
 	}
-	return s
+	return strings.Join(c.tail, "\n")
 }

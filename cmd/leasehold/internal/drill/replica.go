@@ -306,7 +306,7 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		return outFailed
 	}
 	h.checkBelief(ctx, ls, &sec)
-	h.beforeWrite(ctx, r, inc, job, ls, id)
+	h.beforeWrite(ctx, r, inc, job, ls.Key(), ls.Token(), id)
 	if inc.dead() {
 		finish("crashed", false)
 		return outCrashed

@@ -276,10 +276,13 @@ func (d *drill) pickOpenJob() int {
 	return open[d.intN(len(open))]
 }
 
+func (d *drill) op(o Op) { d.rec.count(func(h *History) { h.Ops = append(h.Ops, o) }) }
+
 func (d *drill) read(client, job, section int) (value string, found bool) {
 	call := d.rec.since()
 	v, f, ok := d.reg.Read(jobKey(job))
-	d.rec.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call, Return: d.rec.since()})
+	d.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call,
+		Return: d.rec.since()})
 	if ok {
 		d.markDone(job)
 	}
@@ -293,7 +296,7 @@ func (d *drill) write(client, job, section int, f uint64, value string) bool {
 	if err != nil && !errors.Is(err, fence.ErrStaleFence) {
 		o.Err = err.Error()
 	}
-	d.rec.op(o)
+	d.op(o)
 	if err == nil {
 		d.markDone(job)
 	}

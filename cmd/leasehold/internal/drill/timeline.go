@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/fencetest"
 )
 
 // replicaColors are the bar colours of replicas 0, 1, 2, ... (cycled).
@@ -118,13 +120,17 @@ func (r *Report) WriteTimeline(w io.Writer) error {
 	}
 
 	// Writes.
-	stale := staleAccepted(h.Ops)
+	ops := registerOps(h.Ops)
+	stale := map[fencetest.Op]bool{}
+	for _, s := range fencetest.StaleWrites(ops) {
+		stale[s.Write] = true
+	}
 	for i, o := range h.Ops {
 		if !o.Write {
 			continue
 		}
 		cx, cy := x(o.Return), y(o.Job)+rowH/2
-		if stale[i] {
+		if stale[ops[i]] {
 			p(`<circle cx="%.1f" cy="%.1f" r="6" fill="none" stroke="#e00000" stroke-width="2"><title>STALE write fence %d by replica %d accepted at %v</title></circle>`+"\n", cx, cy, o.Fence, o.Client, fmtDur(o.Return))
 		}
 		if o.Accepted {
@@ -190,24 +196,6 @@ func assignLanes(secs []Section) (lane []int, lanes map[int]int) {
 		lanes[s.Job] = max(lanes[s.Job], l+1)
 	}
 	return lane, lanes
-}
-
-// staleAccepted marks accepted writes whose fence is lower than an accepted
-// write to the same job that returned before they were called.
-func staleAccepted(ops []Op) map[int]bool {
-	out := map[int]bool{}
-	for i, w := range ops {
-		if !w.Write || !w.Accepted {
-			continue
-		}
-		for _, p := range ops {
-			if p.Write && p.Accepted && p.Job == w.Job && p.Return < w.Call && w.Fence < p.Fence {
-				out[i] = true
-				break
-			}
-		}
-	}
-	return out
 }
 
 func degradedNote(d bool) string {

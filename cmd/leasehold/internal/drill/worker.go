@@ -41,9 +41,9 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 			return a
 		}}))
 	redis.SetLogger(redisLogger{logger})
-	cfg := Config{Jobs: hello.Jobs, TTL: hello.TTL, WorkMin: hello.WorkMin, WorkMax: hello.WorkMax,
-		OnStoreError: hello.OnStoreError, OnRenewFailure: hello.OnRenewFailure, Logger: logger}
-	base, err := baseOptions(hello.Store)
+	cfg := hello.Config
+	cfg.Logger = logger
+	base, err := baseOptions(cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wh := newWorkerHost(ctx, hello, out)
-	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(hello.Jobs, 1))}
+	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(cfg.Jobs, 1))}
 	ps, err := newProcStore(st, wh, r.id, new(proxied).maybeApplied, hello.Late)
 	if err != nil {
 		return err
@@ -107,8 +107,8 @@ func newWorkerHost(ctx context.Context, hello workerHello, out io.Writer) *worke
 	// monotonic clock; every later offset is monotonic.
 	now := time.Now()
 	t0 := now.Add(-time.Duration(now.UnixNano() - hello.T0))
-	seed := hello.Seed ^ uint64(hello.Replica)<<32 ^ uint64(hello.Incarnation)<<48
-	if hello.Seed == 0 {
+	seed := hello.Config.Seed ^ uint64(hello.Replica)<<32 ^ uint64(hello.Incarnation)<<48
+	if hello.Config.Seed == 0 {
 		seed = uint64(now.UnixNano())
 	}
 	return &workerHost{
@@ -265,8 +265,9 @@ func (w *workerHost) working(_, job int, fenced bool) { w.send(wire{K: "work", J
 
 // beforeWrite asks the drill whether it may write; the drill answers at
 // once, or SIGSTOPs this process first and answers after its SIGCONT.
-func (w *workerHost) beforeWrite(_ context.Context, _ *replica, _ *incarnation, job int, ls *leasehold.Lease, section int) {
-	w.call(wire{K: "prewrite", Job: job, Sec: section, Key: ls.Key(), Token: ls.Token()})
+func (w *workerHost) beforeWrite(_ context.Context, _ *replica, _ *incarnation, job int, key, token string,
+	section int) {
+	w.call(wire{K: "prewrite", Job: job, Sec: section, Key: key, Token: token})
 }
 
 func (w *workerHost) begin(token string) time.Duration {
