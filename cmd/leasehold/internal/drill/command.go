@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -36,15 +37,8 @@ func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
 
 // NewCommand is Command with options.
 func NewCommand(opts CommandOptions) *cobra.Command {
-	var (
-		cfg                              Config
-		storeURL, faults                 string
-		onStoreErr, onRenewFail          string
-		fencing, timeline                string
-		asJSON, verbose, logLocks, quiet bool
-		metricsOpts                      MetricsOptions
-	)
-	workerCmd := newWorkerCommand()
+	f := &cmdFlags{opts: opts, worker: newWorkerCommand()}
+	cfg, workerCmd, metricsOpts := &f.cfg, f.worker, &f.metrics
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Run a game day: inject faults into working replicas and check the recorded history",
@@ -82,163 +76,188 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --workload election --store redis-server   # leader election through every fault
   leasehold drill --workload semaphore --permits 2 --replicas 4`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			cfg.Store = storeURL
-			if cfg.kind().etcd() {
-				// etcd leases are whole seconds: unless given, the TTL and
-				// the outage take etcd's defaults (Config.WithDefaults).
-				if !cmd.Flags().Changed("ttl") {
-					cfg.TTL = 0
-				}
-				if !cmd.Flags().Changed("outage") {
-					cfg.Outage = 0
-				}
-			}
-			if cfg.Faults, err = ParseFaults(faults); err != nil {
-				return err
-			}
-			switch onStoreErr {
-			case "fail-closed":
-				cfg.OnStoreError = leasehold.FailClosed
-			case "fail-open":
-				cfg.OnStoreError = leasehold.FailOpen
-			default:
-				return fmt.Errorf("%w: --on-store-error must be fail-closed or fail-open, got %q", ErrInvalidConfig, onStoreErr)
-			}
-			switch onRenewFail {
-			case "fence":
-				cfg.OnRenewFailure = leasehold.RenewalFence
-			case "continue":
-				cfg.OnRenewFailure = leasehold.RenewalContinue
-			default:
-				return fmt.Errorf("%w: --on-renew-failure must be fence or continue, got %q", ErrInvalidConfig, onRenewFail)
-			}
-			switch fencing {
-			case "on":
-			case "off":
-				cfg.NoFencing = true
-			default:
-				return fmt.Errorf("%w: --fencing must be on or off, got %q", ErrInvalidConfig, fencing)
-			}
-			if !quiet {
-				cfg.Progress = cmd.ErrOrStderr()
-			}
-			if logLocks {
-				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-				if opts.Logger != nil {
-					cfg.Logger = opts.Logger(slog.LevelWarn)
-				}
-			}
-			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
-				// The worker is this command's hidden subcommand, wherever
-				// the command is mounted ("leasehold drill worker").
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
-				}
-				path := strings.Fields(cmd.CommandPath())[1:]
-				cfg.WorkerCommand = append(append([]string{exe}, path...), workerCmd.Name())
-			}
-			if cfg, err = cfg.WithDefaults(); err != nil {
-				return err
-			}
-			var tf *os.File
-			if timeline != "" { // fail before a long run, not after
-				if tf, err = os.Create(timeline); err != nil {
-					return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
-				}
-				defer tf.Close()
-			}
-			if opts.Metrics != nil {
-				obs, stop, err := opts.Metrics(metricsOpts)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				if obs != nil {
-					initSeries(obs, cfg)
-					cfg.Observer = obs
-				}
-			}
-			cmd.SilenceUsage = true
-			if cfg.kind().redis() {
-				// go-redis logs dial failures (expected during the outage)
-				// to stderr by default; route them to --log or nowhere.
-				redis.SetLogger(redisLogger{cfg.Logger})
-			}
-			rep, err := Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				err = rep.WriteJSON(out)
-			} else {
-				err = rep.WriteText(out, verbose)
-			}
-			if err != nil {
-				return err
-			}
-			if tf != nil {
-				if err := rep.WriteTimeline(tf); err != nil {
-					return fmt.Errorf("drill: write timeline: %w", err)
-				}
-				if err := tf.Close(); err != nil {
-					return fmt.Errorf("drill: write timeline: %w", err)
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "timeline: %s\n", timeline)
-				}
-			}
-			if !rep.Passed {
-				names := make([]string, 0)
-				for _, iv := range rep.Failed() {
-					names = append(names, iv.Name)
-				}
-				return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
-			}
-			return nil
-		},
+		RunE: f.run,
 	}
 	cmd.AddCommand(workerCmd)
-	f := cmd.Flags()
-	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
-	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault)")
-	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
-	f.BoolVar(&cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
-	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
-	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
-	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")
-	f.StringVar((*string)(&cfg.Workload), "workload", string(WorkloadJobs), "what the replicas do: jobs (per-job leases, fenced writes), election (leasehold.Election on one key, the leader writes fenced) or semaphore (permits of one key, --permits)")
-	f.IntVar(&cfg.Permits, "permits", 2, "the semaphore workload's limit: at most this many holders (less than --replicas)")
-	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
-	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
-	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
-	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
-	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
-	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
-	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover), or none")
-	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
-	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
-	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
-	f.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
-	f.DurationVar(&cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
-	f.Uint64Var(&cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
-	f.BoolVar(&asJSON, "json", false, "print the report, history included, as JSON")
-	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
-	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
-	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr (replicas starting, each fault starting and ending)")
+	fl := cmd.Flags()
+	fl.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
+	fl.StringVar(&f.store, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault)")
+	fl.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
+	fl.BoolVar(&cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
+	fl.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
+	fl.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
+	fl.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")
+	fl.StringVar((*string)(&cfg.Workload), "workload", string(WorkloadJobs), "what the replicas do: jobs (per-job leases, fenced writes), election (leasehold.Election on one key, the leader writes fenced) or semaphore (permits of one key, --permits)")
+	fl.IntVar(&cfg.Permits, "permits", 2, "the semaphore workload's limit: at most this many holders (less than --replicas)")
+	fl.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
+	fl.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
+	fl.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
+	fl.StringVar(&f.onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
+	fl.StringVar(&f.onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
+	fl.StringVar(&f.fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
+	fl.StringVar(&f.faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover), or none")
+	fl.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
+	fl.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
+	fl.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
+	fl.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
+	fl.DurationVar(&cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
+	fl.Uint64Var(&cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
+	fl.BoolVar(&f.asJSON, "json", false, "print the report, history included, as JSON")
+	fl.StringVar(&f.timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the details of every invariant")
+	fl.BoolVar(&f.logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on stderr (replicas starting, each fault starting and ending)")
 	if opts.Metrics != nil {
-		f.StringVar(&metricsOpts.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
-		f.StringVar(&metricsOpts.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")
-		f.DurationVar(&metricsOpts.RecordInterval, "record-interval", time.Second, "time between two scrapes of --record-metrics")
+		fl.StringVar(&metricsOpts.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+		fl.StringVar(&metricsOpts.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")
+		fl.DurationVar(&metricsOpts.RecordInterval, "record-interval", time.Second, "time between two scrapes of --record-metrics")
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	})
 	return cmd
+}
+
+// cmdFlags are the drill command's flags and options.
+type cmdFlags struct {
+	opts                             CommandOptions
+	worker                           *cobra.Command
+	cfg                              Config
+	metrics                          MetricsOptions
+	store, faults, timeline          string
+	onStoreErr, onRenewFail, fencing string
+	asJSON, verbose, logLocks, quiet bool
+}
+
+// choose returns the value of flag name's setting v in m, or an error that
+// lists the choices.
+func choose[T any](name, v string, m map[string]T, choices string) (T, error) {
+	t, ok := m[v]
+	if !ok {
+		return t, invalid("--%s must be %s, got %q", name, choices, v)
+	}
+	return t, nil
+}
+
+// config builds the drill's Config from the flags.
+func (f *cmdFlags) config(cmd *cobra.Command) (Config, error) {
+	cfg := f.cfg
+	cfg.Store = f.store
+	if cfg.kind().etcd() {
+		// etcd leases are whole seconds: unless given, the TTL and the
+		// outage take etcd's defaults (Config.WithDefaults).
+		if !cmd.Flags().Changed("ttl") {
+			cfg.TTL = 0
+		}
+		if !cmd.Flags().Changed("outage") {
+			cfg.Outage = 0
+		}
+	}
+	var err error
+	if cfg.Faults, err = ParseFaults(f.faults); err != nil {
+		return cfg, err
+	}
+	policies := map[string]leasehold.StorePolicy{"fail-closed": leasehold.FailClosed, "fail-open": leasehold.FailOpen}
+	if cfg.OnStoreError, err = choose("on-store-error", f.onStoreErr, policies, "fail-closed or fail-open"); err != nil {
+		return cfg, err
+	}
+	renewals := map[string]leasehold.RenewalPolicy{"fence": leasehold.RenewalFence, "continue": leasehold.RenewalContinue}
+	if cfg.OnRenewFailure, err = choose("on-renew-failure", f.onRenewFail, renewals, "fence or continue"); err != nil {
+		return cfg, err
+	}
+	if cfg.NoFencing, err = choose("fencing", f.fencing, map[string]bool{"on": false, "off": true}, "on or off"); err != nil {
+		return cfg, err
+	}
+	if !f.quiet {
+		cfg.Progress = cmd.ErrOrStderr()
+	}
+	if f.logLocks {
+		cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if f.opts.Logger != nil {
+			cfg.Logger = f.opts.Logger(slog.LevelWarn)
+		}
+	}
+	if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+		// The worker is this command's hidden subcommand, wherever the
+		// command is mounted ("leasehold drill worker").
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+		}
+		path := strings.Fields(cmd.CommandPath())[1:]
+		cfg.WorkerCommand = append(append([]string{exe}, path...), f.worker.Name())
+	}
+	return cfg.WithDefaults()
+}
+
+// run runs the drill of the flags and prints its report.
+func (f *cmdFlags) run(cmd *cobra.Command, _ []string) error {
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return err
+	}
+	var tf *os.File
+	if f.timeline != "" { // fail before a long run, not after
+		if tf, err = os.Create(f.timeline); err != nil {
+			return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
+		}
+		defer tf.Close()
+	}
+	if f.opts.Metrics != nil {
+		obs, stop, err := f.opts.Metrics(f.metrics)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if obs != nil {
+			initSeries(obs, cfg)
+			cfg.Observer = obs
+		}
+	}
+	cmd.SilenceUsage = true
+	if cfg.kind().redis() {
+		// go-redis logs dial failures (expected during the outage) to
+		// stderr by default; route them to --log or nowhere.
+		redis.SetLogger(redisLogger{cfg.Logger})
+	}
+	rep, err := Run(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	return f.print(cmd.OutOrStdout(), rep, tf)
+}
+
+// print writes the report (text or JSON) and the timeline, and fails when an
+// invariant did.
+func (f *cmdFlags) print(out io.Writer, rep *Report, tf *os.File) error {
+	var err error
+	if f.asJSON {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteText(out, f.verbose)
+	}
+	if err != nil {
+		return err
+	}
+	if tf != nil {
+		if err := rep.WriteTimeline(tf); err != nil {
+			return fmt.Errorf("drill: write timeline: %w", err)
+		}
+		if err := tf.Close(); err != nil {
+			return fmt.Errorf("drill: write timeline: %w", err)
+		}
+		if !f.asJSON {
+			fmt.Fprintf(out, "timeline: %s\n", f.timeline)
+		}
+	}
+	if !rep.Passed {
+		var names []string
+		for _, iv := range rep.Failed() {
+			names = append(names, iv.Name)
+		}
+		return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
+	}
+	return nil
 }
 
 // newWorkerCommand is the hidden `drill worker` subcommand: one worker

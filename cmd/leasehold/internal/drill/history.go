@@ -251,21 +251,11 @@ func (r *recorder) lastRevival() time.Duration {
 
 func (r *recorder) event(kind string) { r.count(func(h *History) { h.Events[kind]++ }) }
 
-// begin marks a store call for token in flight and returns when it was sent.
-func (r *recorder) begin(token string) time.Duration {
-	r.mu.Lock()
-	r.inflight[token]++
-	r.mu.Unlock()
-	return r.since()
-}
+// begin marks a store call for token in flight.
+func (r *recorder) begin(token string) { r.count(func(*History) { r.inflight[token]++ }) }
 
-// end marks it returned; applied says the store extended token's lock, at
-// the latest late after the return.
-func (r *recorder) end(token string, call time.Duration, applied bool, late time.Duration) {
-	r.endAt(token, call, r.since(), applied, late)
-}
-
-// endAt is end with the return time given (a worker process's call).
+// endAt marks a call of token sent at call returned at now; applied says
+// the store extended token's lock, at the latest late after now.
 func (r *recorder) endAt(token string, call, now time.Duration, applied bool, late time.Duration) {
 	r.mu.Lock()
 	r.inflight[token]--

@@ -9,12 +9,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/leasehold/leasehold"
 )
 
 // workerCommand returns the command line that starts one worker process.
@@ -59,8 +56,8 @@ type child struct {
 	stderr io.ReadCloser
 	worker int           // index in History.Workers
 	late   time.Duration // how late a call in flight at a kill may be applied
-	obs    leasehold.Observer
 	exited chan struct{} // closed when its stdout ends
+	s      *session      // what the worker has in flight and open
 
 	wmu    sync.Mutex
 	stdin  io.WriteCloser
@@ -68,9 +65,7 @@ type child struct {
 	closed bool
 
 	mu       sync.Mutex
-	inflight map[string][]time.Duration // token -> call times of store calls in flight
-	open     map[int]openSection        // sections it opened and did not end
-	frozen   chan struct{}              // non-nil while SIGSTOPped
+	frozen   chan struct{} // non-nil while SIGSTOPped
 	stops    int
 	killed   bool
 	killedAt time.Duration
@@ -79,8 +74,6 @@ type child struct {
 
 	handlers sync.WaitGroup // requests answered off the read loop
 }
-
-type openSection struct{ key, token string }
 
 func (d *drill) startChild(r *replica, n int) (*child, error) {
 	args, err := d.cfg.workerCommand()
@@ -93,8 +86,7 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = workerSysProcAttr()
-	c := &child{d: d, r: r, n: n, cmd: cmd, late: rb.lateness(), obs: d.observer(), exited: make(chan struct{}),
-		inflight: make(map[string][]time.Duration), open: make(map[int]openSection)}
+	c := &child{d: d, r: r, n: n, cmd: cmd, late: rb.lateness(), exited: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err == nil {
 		if c.stdout, err = cmd.StdoutPipe(); err == nil {
 			c.stderr, err = cmd.StderrPipe()
@@ -125,6 +117,7 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 func (c *child) serve(ctx context.Context) (crashed bool) {
 	d, r := c.d, c.r
 	inc := &incarnation{n: c.n, proc: c, crash: make(chan struct{})}
+	c.s = d.newSession(ctx, r, inc)
 	r.mu.Lock()
 	r.inc, r.working = inc, -1
 	r.mu.Unlock()
@@ -133,7 +126,7 @@ func (c *child) serve(ctx context.Context) (crashed bool) {
 	wg.Go(c.logStderr)
 	wg.Go(func() {
 		defer close(c.exited)
-		c.readLoop(ctx, inc)
+		c.readLoop()
 	})
 	wg.Go(func() {
 		for {
@@ -176,9 +169,8 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 	if !killed {
 		at = d.rec.since()
 	}
-	inflight, open := c.inflight, c.open
-	c.inflight, c.open = nil, nil
 	c.mu.Unlock()
+	inflight, open := c.s.leftBehind()
 	for token, calls := range inflight {
 		for _, call := range calls {
 			d.rec.endAt(token, call, at, true, c.late)
@@ -193,7 +185,7 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 			d.endSection(id, at, "stopped", false)
 		}
 	}
-	r.setWorking(-1, false)
+	r.markWorking(-1, false)
 	exit := "stopped"
 	switch {
 	case killed && crashed:
@@ -220,153 +212,56 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 // readLoop handles the worker's messages in order until its stdout ends.
 // Requests that wait (an ownership check, a pause) are answered off the
 // loop, so the worker's other events keep flowing.
-func (c *child) readLoop(ctx context.Context, inc *incarnation) {
+func (c *child) readLoop() {
 	dec := json.NewDecoder(bufio.NewReader(c.stdout))
 	for {
 		var m wire
 		err := dec.Decode(&m)
 		if err == nil {
-			err = c.handle(ctx, inc, m)
+			err = c.handle(m)
 		}
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, io.EOF) {
-			c.mu.Lock()
-			c.badMsg = err
-			c.mu.Unlock()
-			c.kill()
+			c.badMessage(err)
 			_, _ = io.Copy(io.Discard, c.stdout)
 		}
 		return
 	}
 }
 
-// handle handles one message of the worker: a notice, or a request that gets
-// a reply with its ID. Requests that wait (an ownership check, a pause) are
+// handle passes one message of the worker to its session and sends the
+// reply to a request. Requests that wait (an ownership check, a pause) are
 // answered off the read loop, so the worker's other messages keep flowing.
-func (c *child) handle(ctx context.Context, inc *incarnation, m wire) error {
-	if c.notice(m) {
-		return nil
+func (c *child) handle(m wire) error {
+	answer := func() error {
+		reply, err := c.s.handle(m)
+		if err == nil && !notices[m.K] {
+			reply.K, reply.ID = "reply", m.ID
+			c.send(reply)
+		}
+		return err
 	}
-	d, r := c.d, c.r
-	reply := func(w wire) { w.K, w.ID = "reply", m.ID; c.send(w) }
-	held := m.Job >= 0 && m.Job < d.cfg.Jobs && c.owns(m.Sec)
-	switch {
-	case m.K == "pick":
-		job, finished := d.pickJob()
-		reply(wire{Job: job, OK: finished})
-	case m.K == "done":
-		reply(wire{OK: d.isDone(m.Job)})
-	case m.K == "open":
-		reply(wire{Sec: c.openSection(m)})
-	case m.K == "read" && held:
-		v, found := d.read(r.id, m.Job, m.Sec)
-		reply(wire{Value: v, OK: found})
-	case m.K == "write" && held:
-		reply(wire{OK: d.write(r.id, m.Job, m.Sec, m.Fence, m.Value)})
-	case m.K == "inspect":
-		c.handlers.Go(func() { reply(c.inspect(ctx, m.Key)) })
-	case m.K == "prewrite" && held:
-		c.handlers.Go(func() {
-			d.beforeWrite(ctx, r, inc, m.Job, m.Key, m.Token, m.Sec)
-			reply(wire{})
-		})
-	default:
-		return fmt.Errorf("unexpected message %q (job %d, section %d)", m.K, m.Job, m.Sec)
+	if m.K != "inspect" && m.K != "prewrite" {
+		return answer()
 	}
+	c.handlers.Go(func() {
+		if err := answer(); err != nil {
+			c.badMessage(err)
+		}
+	})
 	return nil
 }
 
-// notice handles a message that gets no reply; false when m is none.
-func (c *child) notice(m wire) bool {
-	d, r := c.d, c.r
-	switch {
-	case m.K == "end":
-		if c.closeSection(m.Sec) {
-			d.endSection(m.Sec, m.At, m.Text, m.OK)
-		}
-	case m.K == "stop" && m.Stop != nil:
-		s := *m.Stop
-		s.Token, s.Replica = m.Token, r.id
-		d.rec.stop(s)
-	case m.K == "work":
-		r.setWorking(m.Job, m.OK)
-	case m.K == "begin":
-		c.inFlight(m.Token, m.At, true)
-		d.rec.begin(m.Token)
-	case m.K == "ret":
-		c.inFlight(m.Token, m.Call, false)
-		d.rec.endAt(m.Token, m.Call, m.At, m.OK, m.Late)
-	case m.K == "acq":
-		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, At: m.At})
-	case m.K == "event" && m.Event != nil:
-		c.obs.Observe(m.Event.event())
-	case m.K == "belief" && m.Belief != nil:
-		b := *m.Belief
-		b.Replica = r.id
-		d.recordBelief(b)
-	default:
-		return false
-	}
-	return true
-}
-
-// inspect asks the store who holds key, for the worker's ownership check.
-func (c *child) inspect(ctx context.Context, key string) wire {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.d.be.observeTimeout())
-	defer cancel()
-	info, err := c.d.be.observer().Inspect(ictx, key)
-	return wire{OK: err == nil || errors.Is(err, leasehold.ErrNotHeld), Flag: err == nil, Token: info.Token,
-		Fence: info.Fence}
-}
-
-// openSection records a section the worker opened and returns its ID.
-func (c *child) openSection(m wire) int {
-	var s Section
-	if m.Section != nil {
-		s = *m.Section
-	}
-	s.Token, s.Replica, s.Incarnation = m.Token, c.r.id, c.n
-	id := c.d.rec.openSection(s)
+// badMessage kills a worker that broke the protocol; the drill fails.
+func (c *child) badMessage(err error) {
 	c.mu.Lock()
-	c.open[id] = openSection{key: s.Key, token: s.Token}
+	if c.badMsg == nil {
+		c.badMsg = err
+	}
 	c.mu.Unlock()
-	return id
-}
-
-// closeSection forgets an open section; false when it was not open.
-func (c *child) closeSection(id int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.open[id]
-	delete(c.open, id)
-	return ok
-}
-
-// inFlight adds (or, when it returned, removes) a store call of token sent
-// at call.
-func (c *child) inFlight(token string, call time.Duration, add bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	calls := c.inflight[token]
-	if i := slices.Index(calls, call); add {
-		calls = append(calls, call)
-	} else if i >= 0 {
-		calls = slices.Delete(calls, i, i+1)
-	}
-	if len(calls) == 0 {
-		delete(c.inflight, token)
-	} else {
-		c.inflight[token] = calls
-	}
-}
-
-func (c *child) owns(sec int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.open[sec]
-	return ok
+	c.kill()
 }
 
 func (c *child) sendValue(v any) {

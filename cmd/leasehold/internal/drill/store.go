@@ -23,9 +23,8 @@ var errProcessDead = errors.New("drill: replica process is dead")
 // exercises what a Locker does in production (batched renewal, release
 // notifications, semaphores) and what the CLI does (inspect, force release).
 type procStore struct {
-	inner   fullStore
-	rec     callRecorder
-	replica int
+	inner fullStore
+	h     host // where the calls are recorded
 	// applied reports whether a failed call may nevertheless have been
 	// applied by the store (a lost reply).
 	applied func(error) bool
@@ -55,14 +54,13 @@ type fullStore interface {
 
 // newProcStore wraps st for one replica process; it fails when st lacks an
 // optional capability.
-func newProcStore(st leasehold.Store, rec callRecorder, replica int, applied func(error) bool,
-	late time.Duration) (*procStore, error) {
+func newProcStore(st leasehold.Store, h host, applied func(error) bool, late time.Duration) (*procStore, error) {
 	full, ok := st.(fullStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, "+
 			"BatchRenewer, ForceReleaser, Semaphorer, PermitNotifier); %T lacks one", ErrSetup, st)
 	}
-	return &procStore{inner: full, rec: rec, replica: replica, applied: applied, late: late}, nil
+	return &procStore{inner: full, h: h, applied: applied, late: late}, nil
 }
 
 func (p *procStore) freeze() {
@@ -126,29 +124,36 @@ func gated[T any](ctx context.Context, p *procStore, f func() (T, error)) (T, er
 func tracked[T any](ctx context.Context, p *procStore, key, token string, extends bool,
 	f func() (T, error)) (T, error) {
 	return gated(ctx, p, func() (T, error) {
-		call := p.rec.begin(token)
+		call := p.begin(token)
 		v, err := f()
 		p.end(token, call, err, extends)
 		if g, ok := any(v).(leasehold.Grant); ok && err == nil {
-			p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, Call: call,
-				At: p.rec.since()})
+			p.h.call(wire{K: "acq", Key: key, Token: token, Fence: g.Fence, Call: call, At: p.h.since()})
 		}
 		return v, err
 	})
+}
+
+// begin records that a call for token is sent now and returns the time.
+func (p *procStore) begin(token string) time.Duration {
+	call := p.h.since()
+	p.h.call(wire{K: "begin", Token: token, At: call})
+	return call
 }
 
 // end records a call's return: an acquire or renew is applied when it
 // succeeded, maybe applied (up to p.late after its return) when it failed
 // without an answer.
 func (p *procStore) end(token string, call time.Duration, err error, extends bool) {
+	m := wire{K: "ret", Token: token, Call: call}
 	switch {
 	case extends && err == nil:
-		p.rec.end(token, call, true, 0)
+		m.OK = true
 	case extends && p.applied(err):
-		p.rec.end(token, call, true, p.late)
-	default:
-		p.rec.end(token, call, false, 0)
+		m.OK, m.Late = true, p.late
 	}
+	m.At = p.h.since()
+	p.h.call(m)
 }
 
 // noValue adapts a call that returns only an error.
@@ -205,7 +210,7 @@ func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewReques
 	}
 	calls := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
-		calls[i] = p.rec.begin(r.Token)
+		calls[i] = p.begin(r.Token)
 	}
 	errs := p.inner.RenewBatch(ctx, reqs)
 	for i, r := range reqs {
