@@ -323,12 +323,7 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 		if !ok {
 			continue
 		}
-		restarted := false
-		for _, r := range h.Restarts {
-			if r >= last.Call && r <= next.At {
-				restarted = true
-			}
-		}
+		restarted := h.restartIn(last.Call, next.At)
 		// The store applied the last renewal after it was sent and the next
 		// acquire before it returned: the key was handed out early if and
 		// only if that gap is under TTL. The takeover reported is measured
@@ -383,17 +378,13 @@ func checkFences(h History) Invariant {
 				continue
 			}
 			pairs++
-			for _, r := range h.Restarts {
-				if r >= p.At && r <= a.At {
-					acrossRestart++
-					break
-				}
+			if h.restartIn(p.At, a.At) {
+				acrossRestart++
 			}
-			for _, f := range h.Failovers {
-				if (f.Start >= p.At && f.Start <= a.At) || during(f, a.At) {
-					acrossFailover++
-					break
-				}
+			if slices.ContainsFunc(h.Failovers, func(f Span) bool {
+				return (f.Start >= p.At && f.Start <= a.At) || during(f, a.At)
+			}) {
+				acrossFailover++
 			}
 			if a.Fence <= p.Fence {
 				bad++

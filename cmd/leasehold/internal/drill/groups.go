@@ -298,10 +298,10 @@ func checkTrusted(h History, limit int, name string, fenced bool) Invariant {
 // is counted apart: "restart" (a store restart in between), "failover"
 // (at during a failover and fenced: no stale write accepted), or "".
 func trustedApart(h History, first, at time.Duration, fenced bool) string {
-	if slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= first && r <= at }) {
+	if h.restartIn(first, at) {
 		return "restart"
 	}
-	if fenced && slices.ContainsFunc(h.Failovers, func(f Span) bool { return during(f, at) }) {
+	if fenced && h.inFailover(at) {
 		return "failover"
 	}
 	return ""

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -286,27 +287,24 @@ func (r *recorder) lastApplied(token string) (last time.Duration, busy, known bo
 func (r *recorder) restartedSince(t time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, x := range r.h.Restarts {
-		if x >= t {
-			return true
-		}
-	}
-	return false
+	return r.h.restartIn(t, math.MaxInt64)
 }
 
 func (r *recorder) anomaly(list *[]Anomaly, a Anomaly) {
 	r.count(func(*History) { *list = append(*list, a) })
 }
 
-func (r *recorder) stuckKnown(key string, at time.Duration) bool {
+// stuck records a lock seen stuck at at, unless the same key was reported
+// less than a second before.
+func (r *recorder) stuck(key string, at time.Duration, detail string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range r.h.Stuck {
 		if a.Key == key && at-a.At < time.Second {
-			return true
+			return
 		}
 	}
-	return false
+	r.h.Stuck = append(r.h.Stuck, Anomaly{At: at, Key: key, Detail: detail})
 }
 
 func (r *recorder) count(f func(h *History)) {

@@ -336,10 +336,8 @@ func (d *drill) sample(ctx context.Context) {
 			if busy || !known || now-last <= d.be.expiryBound()+slack {
 				continue
 			}
-			if !d.rec.stuckKnown(l.Key, now) {
-				d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-					Detail: fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, store expiry within %v)", (now - last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound())})
-			}
+			d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, "+
+				"store expiry within %v)", (now-last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound()))
 		}
 	}
 }
@@ -418,9 +416,7 @@ func (d *drill) finalProbe(ctx context.Context) {
 	}
 	now := d.rec.since()
 	for _, l := range locks {
-		if !d.rec.stuckKnown(l.Key, now) {
-			d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-				Detail: fmt.Sprintf("lock still held (fence %d, %v left) more than %v after every replica stopped (TTL %v)", l.Fence, l.Remaining.Round(time.Millisecond), d.be.expiryBound(), d.cfg.TTL)})
-		}
+		d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held (fence %d, %v left) more than %v after every replica "+
+			"stopped (TTL %v)", l.Fence, l.Remaining.Round(time.Millisecond), d.be.expiryBound(), d.cfg.TTL))
 	}
 }
