@@ -308,13 +308,7 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 	ttl := cfg.TTL
 	early := 0
 	for _, s := range h.Stops {
-		var next *Acquisition
-		for i := range h.Acquisitions {
-			a := &h.Acquisitions[i]
-			if a.Key == s.Key && a.Token != s.Token && a.At > s.At && (next == nil || a.At < next.At) {
-				next = a
-			}
-		}
+		next := h.nextHolder(s)
 		if next == nil {
 			iv.detail("%s of replica %d on %s: no other holder took the key", s.Fault, s.Replica, s.Key)
 			continue
@@ -358,6 +352,18 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 	iv.Summary = fmt.Sprintf("%d takeovers: min %v, p50 %v, max %v from the last renewal's return, against TTL %v (max %.2f × TTL); %d handed out before the TTL ran out",
 		len(ds), fmtDur(ds[0]), fmtDur(p50), fmtDur(mx), ttl, float64(mx)/float64(ttl), early)
 	return iv
+}
+
+// nextHolder returns the first acquisition of s's key by another token
+// after s, or nil.
+func (h *History) nextHolder(s Stop) *Acquisition {
+	var next *Acquisition
+	for i, a := range h.Acquisitions {
+		if a.Key == s.Key && a.Token != s.Token && a.At > s.At && (next == nil || a.At < next.At) {
+			next = &h.Acquisitions[i]
+		}
+	}
+	return next
 }
 
 // checkFences: successive acquisitions of a key carry strictly increasing

@@ -217,17 +217,12 @@ func (r *recorder) failoverEnd(i int) {
 	r.mu.Unlock()
 }
 
-// inFailover reports whether at lies between a failover's request and
-// failoverSettle after its end.
+// inFailover reports whether a failover is under way or at lies between a
+// failover's request and failoverSettle after its end.
 func (r *recorder) inFailover(at time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.h.Failovers {
-		if at >= f.Start && (r.failing || at <= f.End+failoverSettle) {
-			return true
-		}
-	}
-	return false
+	return r.failing || r.h.inFailover(at)
 }
 
 // revive records that a store restart kept every lock and extended it by
