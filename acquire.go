@@ -172,6 +172,17 @@ func (a *attempt) granter() Granter {
 	return gr
 }
 
+// resumes reports whether the store's subscription for this lock attempt
+// picks up from its last waiting acquire (Resumer): then no acquire is
+// needed right after subscribing.
+func (a *attempt) resumes() bool {
+	if _, lock := a.ops.(lockOps); !lock {
+		return false
+	}
+	r, ok := a.l.notifier.(Resumer)
+	return ok && r.Resumes(a.spec.key, a.token)
+}
+
 // handedOff takes the lease a release granted to this waiter, when one
 // arrived on its subscription, without another acquire request: the lease
 // is then what an acquire sent at sent (the waiter's last, queued, acquire)
@@ -238,7 +249,7 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 // refresh of our place in the queue (WaiterTTL/3), or WaitCap. It returns an
 // error when ctx ends or the Locker closes, after leaving the queue.
 func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
-	if a.subscribe(ctx) {
+	if a.subscribe(ctx) && !a.resumes() {
 		return nil // subscribed: try again at once, so no release is missed
 	}
 	t := time.NewTimer(time.Until(a.nextTry(g, sent)))

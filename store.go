@@ -159,6 +159,19 @@ type Granter interface {
 	Live(key string) bool
 }
 
+// Resumer is implemented by Notifiers whose WaitRelease, called after a
+// waiting Acquire of the same key and token, misses no change since that
+// Acquire's answer: the subscription starts from what that answer saw (etcd:
+// the watch starts at the answer's revision) and wakes the waiter at once
+// when the key may already be its to take. A waiter that subscribes after its
+// first queued Acquire then goes straight to waiting, without a second
+// Acquire to catch a release that came between the two.
+type Resumer interface {
+	// Resumes reports whether WaitRelease for key and token picks up from
+	// token's last waiting Acquire of key.
+	Resumes(key, token string) bool
+}
+
 // Handoff is a grant a release made to a waiter (see Granter).
 type Handoff struct {
 	Fence uint64

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,7 +205,8 @@ func benchFor() time.Duration {
 // BenchmarkUncontended is acquire + release of distinct keys by 1 and 16
 // goroutines of one replica per implementation. The implementations take
 // turns in 250 ms slices (the machine's load changes from second to
-// second), for benchFor each: cycles/s, requests and raft entries per cycle,
+// second), for benchFor each: cycles/s, requests, raft entries and process
+// CPU (client and embedded server) per cycle,
 // and the ratio to the mutex's rate in the same round (median, min, max).
 // Use -benchtime 1x.
 func BenchmarkUncontended(b *testing.B) {
@@ -227,7 +229,17 @@ type side struct {
 	el     time.Duration
 	reqs   int
 	raft   float64
+	cpu    time.Duration // process CPU (client and embedded server)
 	rates  []float64
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
@@ -245,9 +257,11 @@ func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
 			sd := sides[(round+k)%len(sides)] // each goes first in turn
 			sd.n.take()
 			raft0 := raftEntries(b)
+			cpu0 := cpuTime(b)
 			start := time.Now()
 			n := cycles(b, ctx, sd.r, g, slice)
 			el := time.Since(start)
+			sd.cpu += cpuTime(b) - cpu0
 			sd.cycles += n
 			sd.el += el
 			sd.reqs += total(sd.n.take())
@@ -259,6 +273,7 @@ func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
 		b.ReportMetric(float64(sd.cycles)/sd.el.Seconds(), sd.im.name+"-cycles/s")
 		b.ReportMetric(float64(sd.reqs)/float64(sd.cycles), sd.im.name+"-req/cycle")
 		b.ReportMetric(sd.raft/float64(sd.cycles), sd.im.name+"-raft/cycle")
+		b.ReportMetric(float64(sd.cpu.Microseconds())/float64(sd.cycles), sd.im.name+"-cpuµs/cycle")
 		if sd != sides[0] {
 			var ratios []float64
 			for i, rate := range sd.rates {

@@ -8,10 +8,13 @@
 //
 //   - the lock on key K is the etcd key P+K. Its value is the owner token, a
 //     NUL byte, the lock's TTL in milliseconds, a NUL byte and the holder's
-//     identity; its create revision is the fence.
+//     identity, and, for a lock that was handed over by overwriting the
+//     key (a release's grant or a takeover, below), a NUL byte and the
+//     fence in decimal. Otherwise the key's create revision is the fence.
 //   - a waiter with token T queued for K is the etcd key P+K+"\x00"+T, its
-//     value the waiter's identity. The queue order is the entries' create
-//     revisions. Keys and tokens cannot contain NUL, so the range
+//     value the waiter's identity, a NUL byte and the TTL in milliseconds a
+//     release grants it (its requested TTL capped at its queue TTL). The
+//     queue order is the entries' create revisions. Keys and tokens cannot contain NUL, so the range
 //     [P+K, P+K+"\x01") is exactly the lock of K and its queue.
 //
 // `etcdctl get --prefix leasehold/K -w json` shows the lock and its queue,
@@ -56,9 +59,9 @@
 // expiry guard (TTL minus its drift margin, from before it sent the request)
 // has stopped trusting the lock. The Grant's Remaining tells the head when
 // that is; its next Acquire then deletes the lock in a transaction guarded by
-// that mod revision, its own entry and its place at the head, and takes the
-// key with a new fence: two transactions, about the holder's TTL after its
-// last renewal. Clock assumption: the holder's and the waiters' clocks run at
+// that mod revision, its own entry and its place at the head, and
+// overwrites it with its own lock (fence: that mod revision plus one, in the
+// value): one transaction, about the holder's TTL after its last renewal. Clock assumption: the holder's and the waiters' clocks run at
 // the same rate within the holder's drift margin over a TTL (a Locker's
 // DriftMargin, by default TTL/20 + 5 ms); their offsets do not matter. The
 // price: a renewal of a lock that others wait for is one read and one write.
@@ -72,20 +75,38 @@
 //     deleted; else the lock and queue are read and, for a waiting acquire
 //     (QueueTTL > 0), our entry is created if absent. A TryAcquire that
 //     loses reads the holder's lease's time to live (one more request).
-//   - The fence is the lock key's create revision: revisions only grow, so
-//     every acquisition of a key gets a fence greater than all earlier ones,
-//     and a retry with the same token reports the same fence.
+//   - The fence is the lock key's create revision, or the fence in its
+//     value for a lock written over another one (a grant or a takeover): the
+//     overwritten lock's mod revision plus one. Every fence of a key was
+//     given by a write of the key, so it is at most the key's mod revision
+//     at any later time; mod+1 is thus above all earlier fences, and at most
+//     the overwriting transaction's revision, below every later create
+//     revision. A retry with the same token reports the same fence (it
+//     keeps the value, and rewrites it only for a new TTL).
 //   - Renew reads the lock and its waiter count and checks the token and
 //     lease (see above); it writes the lock when someone waits.
-//   - Release deletes the lock if it holds the token, and the token's queue
-//     entry in any case, in one transaction; it answers ErrNotHeld when the
-//     lock is gone and ErrNotOwned when another token holds it.
+//   - Release deletes the lock if it holds the token and nobody waits, and
+//     the token's queue entry in any case, in one transaction; it answers
+//     ErrNotHeld when the lock is gone and ErrNotOwned when another token
+//     holds it. When someone waits it hands the key to the head of the
+//     queue (leasehold.Granter): the lock is overwritten with the head's
+//     token, holder and TTL, on the head's queue lease, and the head's entry
+//     deleted, guarded by the lock's mod revision and the entry still
+//     heading the queue. A holder that took the key from the queue (or by a
+//     grant) knows the next head from that answer (or its watch), and its
+//     release is that one transaction; otherwise the release reads the head
+//     (no write) and a second transaction grants. The head's WaitRelease
+//     watch sees its token on the lock, and its Locker takes the lease
+//     without an acquire (Granted); a grant nobody takes is deleted with
+//     the waiter's queue entry at its queue TTL.
 //   - WaitRelease watches the key's range from the revision of the waiter's
 //     last Acquire answer and wakes the waiter only when the lock is free
-//     and no older queue entry is left: the head of the queue, alone. A
-//     release and an expiry both delete the lock key; the head of a crashed
-//     holder's queue does not wait for that: it retries at the lock's TTL
-//     and takes it over (above).
+//     and no older queue entry is left, or when a release granted it the
+//     key: the head of the queue, alone. An expiry deletes the lock key; the
+//     head of a crashed holder's queue does not wait for that: it retries at
+//     the lock's TTL and takes it over (above). Since the watch starts at the
+//     waiter's last answer, the waiter needs no acquire right after
+//     subscribing (leasehold.Resumer).
 //
 // TTLs are whole seconds on the server: a lease's TTL is the lock's TTL
 // rounded up plus one second, and etcd raises TTLs below its minimum (1.5 ×

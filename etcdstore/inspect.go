@@ -78,7 +78,8 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []lea
 			if cur != nil && cur.Key == lock {
 				cur.Waiting++
 				if headAt == 0 || kv.CreateRevision < headAt {
-					headAt, cur.NextHolder = kv.CreateRevision, string(kv.Value)
+					headAt = kv.CreateRevision
+					cur.NextHolder, _ = entryFields(kv.Value)
 				}
 			}
 			continue
@@ -103,8 +104,8 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []lea
 // lockInfo describes one lock key. ok is false for a lock to skip: expired
 // (info.Key empty) or undecodable (info.Key set).
 func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (leasehold.LockInfo, bool, error) {
-	tok, ttl, holder, ok := lockFields(kv.Value)
-	info := leasehold.LockInfo{Key: name, Token: tok, Holder: holder, Fence: uint64(kv.CreateRevision)}
+	tok, ttl, holder, _, ok := lockFields(kv.Value)
+	info := leasehold.LockInfo{Key: name, Token: tok, Holder: holder, Fence: fenceOf(kv)}
 	if !ok {
 		return info, false, nil
 	}
@@ -164,8 +165,8 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 		return leasehold.LockInfo{}, leasehold.ErrNotHeld
 	}
 	kv := resp.PrevKvs[0]
-	tok, ttl, holder, _ := lockFields(kv.Value)
-	info := leasehold.LockInfo{Key: key, Token: tok, Holder: holder, Fence: uint64(kv.CreateRevision), Facts: s.facts(kv)}
+	tok, ttl, holder, _, _ := lockFields(kv.Value)
+	info := leasehold.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
 	if kv.Lease != 0 {
 		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl)
 	}

@@ -2,6 +2,8 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -54,10 +56,17 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
-		if err := s.takeOver(ctx, r); err != nil {
-			s.sess.put(l)
-			s.sess.put(ql)
+		g, ok, err := s.takeOver(ctx, req, l)
+		switch {
+		case err != nil: // it may have applied: tracked as after an acquire
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
 			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		case ok:
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			s.sess.untrack(s.sess.waiting, r)
+			return g, nil
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -73,26 +82,30 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			}
 			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
 		}
-		if resp.Succeeded { // our own lock: a retry
+		if resp.Succeeded { // taken
 			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.putQueue(r, ql)
-			prev := resp.Responses[0].GetResponsePut().GetPrevKv()
-			return leasehold.Grant{Fence: uint64(prev.GetCreateRevision())}, nil
-		}
-		inner := resp.Responses[0].GetResponseTxn()
-		if inner.GetSucceeded() {
-			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
 			s.putQueue(r, ql)
 			s.sess.untrack(s.sess.waiting, r)
 			// All puts of a transaction carry its revision, the header's.
 			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		}
+		inner := resp.Responses[0].GetResponseTxn()
+		if inner.GetSucceeded() { // our own lock: a retry
+			s.sess.track(s.sess.held, r, l, req.TTL)
+			s.putQueue(r, ql)
+			prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+			if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+				return leasehold.Grant{}, err
+			}
+			return leasehold.Grant{Fence: fenceOf(prev)}, nil
 		}
 		rng := inner.GetResponses()[len(inner.GetResponses())-1].GetResponseRange()
 		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
 		left := time.Duration(-1) // unknown
 		if ql != nil {
 			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			left = s.sess.setQueue(t, v, seen)
+			left = s.sess.setQueue(t, v, seen, req.TTL)
 			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
 				// We head the queue of a free key: take it now.
 				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
@@ -107,28 +120,73 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 	}
 }
 
-// takeOver deletes the lock that r waits for when r heads its queue and
-// has seen the lock unchanged for its whole TTL (session.expiredLock): the
-// holder died or hangs, and its shared lease may live on for up to a second
-// (or as long as its process keeps other locks). The delete is guarded by
-// the lock's mod revision (any renewal or new holder since moved it), r's
-// queue entry (same create revision) and r being the oldest entry; the
-// acquire that follows takes the key with a new fence. Nothing is sent when
-// the lock is not known to be expired.
-func (s *Store) takeOver(ctx context.Context, r ref) error {
-	mod, entry, ok := s.sess.expiredLock(r, time.Now())
-	if !ok {
-		return nil
+// takeOver takes the lock that req's token waits for when the token heads
+// its queue and has seen the lock unchanged for its whole TTL
+// (session.expiredLock): the holder died or hangs, and its shared lease may
+// live on for up to a second (or as long as its process keeps other locks).
+// One transaction, guarded by the lock's mod revision (any renewal or new
+// holder since moved it), the token's queue entry (same create revision)
+// and the entry being the oldest, overwrites the lock with the token's and
+// deletes the entry. Overwriting keeps the key's create revision, so the
+// new lock carries its fence in its value: the old lock's mod revision plus
+// one, greater than every fence of the key so far (each was given by a
+// write of the key, at or before that mod revision) and not greater than
+// this transaction's revision, below every later create revision. ok is
+// false, with nothing sent, when the lock is not known to be expired, and
+// when the guard failed (the caller's acquire then sees what changed).
+func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *lease) (g leasehold.Grant, ok bool, err error) {
+	r := ref{req.Key, req.Token}
+	mod, entry, expired := s.sess.expiredLock(r, time.Now())
+	if !expired {
+		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)
-	_, err := s.cli.Txn(ctx).
+	fence := mod + 1
+	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
 			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
 			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
-		Then(clientv3.OpDelete(k)).
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l.id)),
+			clientv3.OpDelete(e)).
 		Commit()
-	return err
+	if err != nil {
+		return g, false, err
+	}
+	return leasehold.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
+}
+
+// retried finishes the retry of an acquire that found the token holding
+// the lock (prev, before the retry moved it to l at revision rev without
+// touching its value, which may carry the fence): when the TTL changed, the
+// value is rewritten with the new one, which waiters time a takeover by.
+func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l *lease, prev *mvccpb.KeyValue, rev int64) error {
+	_, was, holder, fence, _ := lockFields(prev.GetValue())
+	if was == req.TTL {
+		return nil
+	}
+	ok, err := s.rewriteLock(ctx, req.Key, lockValue(req.Token, req.TTL, holder, fence), l, rev)
+	switch {
+	case err != nil:
+		return s.wrap(ctx, "acquire", req.Key, err)
+	case !ok:
+		return s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
+	}
+	return nil
+}
+
+// rewriteLock writes value to the lock of key on lease l if its mod
+// revision is still mod. It reports whether it did.
+func (s *Store) rewriteLock(ctx context.Context, key, value string, l *lease, mod int64) (bool, error) {
+	k := s.lockKey(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
+		Then(clientv3.OpPut(k, value, clientv3.WithLease(l.id))).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // putQueue drops the reference to a queue lease that was not used.
@@ -143,7 +201,7 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
-	val := lockValue(req.Token, req.TTL, req.Holder)
+	val := lockValue(req.Token, req.TTL, req.Holder, 0)
 	free := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe), // queue empty
@@ -156,35 +214,45 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	if ql != nil {
 		lost = append(lost, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(e, req.Holder, clientv3.WithLease(ql.id))}, nil))
+			[]clientv3.Op{clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql.id))}, nil))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
 	if myRev > 0 || s.sess.mayQueue(ref{req.Key, req.Token}) {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
+	if myRev > 0 { // others may wait behind us: the next head, for Release
+		take = append(take, headRead(qs, qe))
+	}
+	// The common case first: a free key is taken at the first level, the
+	// retry of our own lock and the lost case in the nested transaction.
 	return s.cli.Txn(ctx).
-		If(mine(k, req.Token)...).
-		Then(clientv3.OpPut(k, val, clientv3.WithLease(l.id), clientv3.WithPrevKV())).
-		Else(clientv3.OpTxn(free, take, lost)).
+		If(free...).
+		Then(take...).
+		Else(clientv3.OpTxn(mine(k, req.Token),
+			// The value stays: it may carry the fence (see retried).
+			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id), clientv3.WithPrevKV())},
+			lost)).
 		Commit()
 }
 
 // keyView is what a read of a key's range shows: the lock and the queue.
 type keyView struct {
-	rev    int64
-	held   bool
-	lock   *mvccpb.KeyValue
-	myRev  int64            // the token's queue entry, 0 if none
-	ahead  map[string]bool  // entries older than the token's (all, if none)
-	queue  map[string]int64 // every entry: key -> create revision
-	head   string           // the holder of the oldest entry
-	headAt int64
+	rev   int64
+	held  bool
+	lock  *mvccpb.KeyValue
+	myRev int64            // the token's queue entry, 0 if none
+	ahead map[string]bool  // entries older than the token's (all, if none)
+	queue map[string]int64 // every entry: key -> create revision
+	// every entry's key-value (for the grant of a release, see Granted)
+	entries map[string]*mvccpb.KeyValue
+	head    string // the holder of the oldest entry
+	headAt  int64
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
-	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}}
+	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}, entries: map[string]*mvccpb.KeyValue{}}
 	k, e := s.lockKey(key), s.entryKey(key, token)
 	for _, kv := range kvs {
 		switch string(kv.Key) {
@@ -199,8 +267,10 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 			continue
 		}
 		v.queue[string(kv.Key)] = kv.CreateRevision
+		v.entries[string(kv.Key)] = kv
 		if v.headAt == 0 || kv.CreateRevision < v.headAt {
-			v.headAt, v.head = kv.CreateRevision, string(kv.Value)
+			v.headAt = kv.CreateRevision
+			v.head, _ = entryFields(kv.Value)
 		}
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
 			v.ahead[string(kv.Key)] = true
@@ -216,7 +286,7 @@ func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v k
 	if !v.held {
 		return g
 	}
-	_, ttl, holder, _ := lockFields(v.lock.Value)
+	_, ttl, holder, _, _ := lockFields(v.lock.Value)
 	g.Holder = holder
 	g.Remaining = ttl
 	if left >= 0 && ttl > 0 {
@@ -305,23 +375,19 @@ func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, tt
 	if kvs := lock.GetKvs(); len(kvs) == 1 {
 		kv = kvs[0]
 	}
-	tok, was, holder, _ := lockFields(kv.GetValue())
+	tok, was, holder, fence, _ := lockFields(kv.GetValue())
 	if kv == nil || tok != r.token {
 		s.sess.put(l)
 		s.sess.untrack(s.sess.held, r)
 		return leasehold.ErrNotOwned
 	}
 	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl || queue.GetCount() > 0 {
-		k := s.lockKey(r.key)
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(k, lockValue(r.token, ttl, holder), clientv3.WithLease(l.id))).
-			Commit()
+		ok, err := s.rewriteLock(ctx, r.key, lockValue(r.token, ttl, holder, fence), l, kv.ModRevision)
 		if err != nil {
 			s.sess.put(l)
 			return s.wrap(ctx, "renew", r.key, err)
 		}
-		if !resp.Succeeded {
+		if !ok {
 			s.sess.put(l)
 			return leasehold.ErrNotOwned // it changed: released, expired or taken
 		}
@@ -400,10 +466,20 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 }
 
 // Release implements leasehold.Store: one transaction deletes the lock if
-// it holds token, and the token's queue entry in any case (a waiter that
-// gives up leaves the queue) when this store queued it (an uncontended
-// release sends one delete). The shared lease stays for the store's other
-// and next locks.
+// it holds token and nobody waits, and the token's queue entry in any case
+// (a waiter that gives up leaves the queue) when this store queued it. The
+// shared lease stays for the store's other and next locks.
+//
+// When someone waits, the release hands the key to the head of the queue
+// (leasehold.Granter): the lock is overwritten with the head's token,
+// holder and TTL (capped at its queue TTL, see entryValue), on the head's
+// queue lease, and the head's entry deleted, guarded by the lock's mod
+// revision, the entry's create revision and the entry still heading the
+// queue; the new lock carries its fence in its value (the released lock's
+// mod revision plus one, as in a takeover). When the acquire of the lock
+// saw that head (it took the key from the queue) that is the release
+// transaction itself; otherwise the release transaction reads the lock and
+// the head (and writes nothing), and a second one grants.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -413,25 +489,130 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	defer end()
-	k := s.lockKey(key)
 	r := ref{key, token}
-	then, els := []clientv3.Op{clientv3.OpDelete(k)}, []clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}
-	if s.sess.mayQueue(r) { // and our queue entry: a waiter leaves
-		e := clientv3.OpDelete(s.entryKey(key, token))
-		then, els = append(then, e), append(els, e)
+	var own []clientv3.Op
+	if s.sess.mayQueue(r) { // our queue entry: a waiter leaves
+		own = append(own, clientv3.OpDelete(s.entryKey(key, token)))
 	}
+	mod, next := s.sess.headOf(r)
+	plain := false
+	for attempt := 0; ; attempt++ {
+		out, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3)
+		if err != nil {
+			return s.wrap(ctx, "release", key, err)
+		}
+		if out.done {
+			s.sess.untrack(s.sess.held, r)
+			s.sess.untrack(s.sess.waiting, r)
+			return out.err
+		}
+		// Someone waits: grant it what was read (or delete the lock when
+		// the head cannot be granted).
+		mod, next, plain = out.mod, out.next, out.next == nil
+	}
+}
+
+// released is what one release transaction did.
+type released struct {
+	done bool  // the release is over, with err
+	err  error // nil, ErrNotHeld or ErrNotOwned
+	// Not done: the lock's mod revision and the queue head it read.
+	mod  int64
+	next *headEntry
+}
+
+// releaseOnce sends one release transaction: token-checked, it grants the
+// lock to next (when known, guarded by mod), else deletes it if the queue
+// is empty (or plain), else reads the lock and the queue head.
+func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain bool) (released, error) {
+	k := s.lockKey(key)
+	qs, qe := s.queueRange(key)
+	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
+	then := free
+	if !plain {
+		then = []clientv3.Op{clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)},
+			free, []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)})}
+	}
+	granting := mod > 0 && next != nil && next.token != token
+	if granting {
+		grant := append([]clientv3.Op{
+			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
+			clientv3.OpDelete(next.key)}, own...)
+		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant, then)}
+	}
+	els := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	resp, err := s.cli.Txn(ctx).If(mine(k, token)...).Then(then...).Else(els...).Commit()
-	if err != nil {
-		return s.wrap(ctx, "release", key, err)
-	}
-	s.sess.untrack(s.sess.held, r)
-	s.sess.untrack(s.sess.waiting, r)
 	switch {
-	case resp.Succeeded:
-		return nil
-	case resp.Responses[0].GetResponseRange().GetCount() == 0:
-		return leasehold.ErrNotHeld
-	default:
-		return leasehold.ErrNotOwned
+	case err != nil:
+		return released{}, err
+	case !resp.Succeeded && resp.Responses[0].GetResponseRange().GetCount() == 0:
+		return released{done: true, err: leasehold.ErrNotHeld}, nil
+	case !resp.Succeeded:
+		return released{done: true, err: leasehold.ErrNotOwned}, nil
 	}
+	rs := resp.Responses
+	if granting {
+		inner := rs[0].GetResponseTxn()
+		if inner.GetSucceeded() {
+			return released{done: true}, nil // granted to the head
+		}
+		rs = inner.GetResponses()
+	}
+	if plain {
+		return released{done: true}, nil
+	}
+	inner := rs[0].GetResponseTxn()
+	if inner.GetSucceeded() {
+		return released{done: true}, nil // nobody waited: deleted
+	}
+	out := released{next: s.headOf(key, inner.GetResponses())}
+	if kvs := inner.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		out.mod = kvs[0].ModRevision
+	}
+	return out, nil
+}
+
+// headCmps guard the grant of lock k (at mod revision mod) to the queue
+// entry h: unchanged lock, h still there and still the oldest entry.
+func headCmps(k string, mod int64, h *headEntry, qs, qe string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k), "=", mod),
+		clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev),
+		clientv3.Compare(clientv3.CreateRevision(qs), ">", h.rev-1).WithRange(qe),
+	}
+}
+
+// headRead reads the oldest entry of the queue range [qs, qe).
+func headRead(qs, qe string) clientv3.Op {
+	return clientv3.OpGet(qs, clientv3.WithRange(qe),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+}
+
+// headOf decodes the queue head of key from the last range response among
+// rs (a headRead), nil when the queue is empty or the entry cannot be
+// granted (an entry of an earlier version, without a TTL).
+func (s *Store) headOf(key string, rs []*etcdserverpb.ResponseOp) *headEntry {
+	var kvs []*mvccpb.KeyValue
+	for _, r := range rs {
+		if rng := r.GetResponseRange(); rng != nil {
+			kvs = rng.GetKvs()
+		}
+	}
+	if len(kvs) == 0 {
+		return nil
+	}
+	return s.entryHead(key, kvs[0])
+}
+
+// entryHead decodes queue entry kv of key as the head to grant; nil when it
+// cannot be granted (an entry of an earlier version, without a TTL).
+func (s *Store) entryHead(key string, kv *mvccpb.KeyValue) *headEntry {
+	qs, _ := s.queueRange(key)
+	holder, ttl := entryFields(kv.Value)
+	tok, ok := strings.CutPrefix(string(kv.Key), qs)
+	if !ok || ttl <= 0 || kv.Lease == 0 {
+		return nil
+	}
+	return &headEntry{key: string(kv.Key), token: tok, rev: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease), holder: holder, ttl: ttl}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -93,6 +94,15 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	return sb.wake, func() { unhook(); leave() }, nil
 }
 
+// Resumes implements leasehold.Resumer: it is always true. WaitRelease's
+// watch starts from the revision of the waiter's last Acquire answer (or,
+// for a key watch already running or started without that answer, from its
+// model, which follows every change after it, or from a read made after
+// it), and wakes the waiter at once when it may take the key. So a release
+// between a waiter's queued Acquire and its WaitRelease is never missed, and
+// the Locker sends no second Acquire after subscribing.
+func (s *Store) Resumes(string, string) bool { return true }
+
 // watches are the store's key watches.
 type watches struct {
 	mu     sync.Mutex
@@ -120,13 +130,28 @@ type keyWatch struct {
 	subs  map[*subscriber]struct{}
 	held  bool
 	queue map[string]int64 // entry key -> create revision
-	empty time.Time        // when subs became empty
+	// the entries' key-values, where known (a hint for Granted)
+	entries map[string]*mvccpb.KeyValue
+	empty   time.Time // when subs became empty
 	// The lock while held: its mod revision, when the watch first saw it
 	// there, and its TTL (0: unknown). The head is woken at lockAt+lockTTL
 	// to take over a lock nobody renewed (see session.expiredLock).
 	lockMod int64
 	lockAt  time.Time
 	lockTTL time.Duration
+	lockTok string // the holder's token, "" when free or not seen by a watch event
+	// Grants a release made to subscribed waiters (the lock written with
+	// their token), by token, until Granted takes them.
+	grants map[string]grantSeen
+}
+
+// grantSeen is a lock write with a subscribed waiter's token: a release's
+// grant (see Release).
+type grantSeen struct {
+	fence uint64
+	lease clientv3.LeaseID
+	ttl   time.Duration // the granted lock's TTL
+	mod   int64         // the lock's mod revision
 }
 
 // subscriber is one WaitRelease.
@@ -173,6 +198,7 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(kw.subs, sb)
+	delete(kw.grants, sb.r.token)
 	if len(kw.subs) == 0 {
 		kw.empty = time.Now()
 	}
@@ -277,7 +303,10 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.held, kw.queue = snap.held, snap.queue
+	kw.held, kw.queue, kw.entries = snap.held, snap.queue, snap.entries
+	if kw.entries == nil {
+		kw.entries = map[string]*mvccpb.KeyValue{}
+	}
 	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
 	w.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
@@ -335,13 +364,16 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at).
+// arm sets the expiry timer to fire at 'at', or stops it (zero at). No
+// margin is added: the session's clock for the takeover (lockSeen) starts
+// no later than the watch's (lockAt), so the head's acquire at 'at' finds
+// the lock expired.
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
 		return
 	}
-	t.Reset(time.Until(at) + time.Millisecond)
+	t.Reset(time.Until(at))
 }
 
 // headExpiry returns when the held lock, unchanged since the watch saw it,
@@ -407,14 +439,22 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		case k == lockKey:
 			kw.held = ev.Type == mvccpb.PUT
 			kw.lockMod, kw.lockTTL = 0, 0
+			was := kw.lockTok
+			kw.lockTok = ""
 			if kw.held {
-				_, kw.lockTTL, _, _ = lockFields(ev.Kv.Value)
+				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
+				kw.granted(kw.lockTok, ev.Kv)
+				if kw.lockTok != was {
+					kw.newHolder()
+				}
 			}
 		case ev.Type == mvccpb.DELETE:
 			delete(kw.queue, k)
+			delete(kw.entries, k)
 		default:
 			kw.queue[k] = ev.Kv.CreateRevision
+			kw.entries[k] = ev.Kv
 		}
 	}
 	var sights []sighting
@@ -429,6 +469,95 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		}
 	}
 	return sights
+}
+
+// granted records a write of the lock with token when a waiter subscribed
+// with that token (a release granted it the key) and wakes it;
+// watches.mu is held.
+func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
+	for sb := range kw.subs {
+		if sb.observer || sb.r.token != token {
+			continue
+		}
+		if kw.grants == nil {
+			kw.grants = map[string]grantSeen{}
+		}
+		_, ttl, _, _, _ := lockFields(kv.Value)
+		kw.grants[token] = grantSeen{fence: fenceOf(kv), lease: clientv3.LeaseID(kv.Lease), ttl: ttl, mod: kv.ModRevision}
+		sb.signal()
+	}
+}
+
+// newHolder wakes the observers when the lock passed to another token
+// without being free in between (a release's grant, a takeover): for them
+// it is a release and a new holder; watches.mu is held.
+func (kw *keyWatch) newHolder() {
+	for sb := range kw.subs {
+		if sb.observer {
+			sb.signal()
+		}
+	}
+}
+
+// Granted implements leasehold.Granter: the grant a release made to token
+// for key, seen by the key's watch while token's WaitRelease subscription
+// was open. The store then tracks the lock as its own (deleted at its TTL
+// from now unless renewed) and token's queue entry as gone. ok is false
+// when no grant was seen, or the lock is not on this store's lease.
+func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
+	w := &s.watches
+	w.mu.Lock()
+	var g grantSeen
+	ok := false
+	var next *mvccpb.KeyValue
+	if kw := w.keys[key]; kw != nil {
+		g, ok = kw.grants[token]
+		delete(kw.grants, token)
+		next = kw.headKV(s.entryKey(key, token))
+	}
+	w.mu.Unlock()
+	if !ok || g.ttl <= 0 {
+		return leasehold.Handoff{}, false
+	}
+	r := ref{key, token}
+	req, ok := s.sess.adopt(r, g.lease, g.ttl)
+	if !ok {
+		return leasehold.Handoff{}, false
+	}
+	if next != nil { // the next head, for the grant of our release
+		s.sess.setHead(r, g.mod, s.entryHead(key, next))
+	}
+	return leasehold.Handoff{Fence: g.fence, TTL: req.Truncate(time.Millisecond)}, true
+}
+
+// headKV returns the key-value of the oldest queue entry other than skip,
+// nil if none or the watch does not know it; watches.mu is held.
+func (kw *keyWatch) headKV(skip string) *mvccpb.KeyValue {
+	head, at := "", int64(0)
+	for k, rev := range kw.queue {
+		if k != skip && (at == 0 || rev < at) {
+			head, at = k, rev
+		}
+	}
+	return kw.entries[head]
+}
+
+// Live implements leasehold.Granter: whether key's watch runs in this
+// store, so that WaitRelease returns without a round trip.
+func (s *Store) Live(key string) bool {
+	w := &s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kw := w.keys[key]
+	if kw == nil {
+		return false
+	}
+	select {
+	case <-kw.ready:
+		return kw.err == nil
+	default:
+		return false
+	}
 }
 
 // drain empties a watch channel whose context was cancelled or that

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -85,6 +86,70 @@ type tracked struct {
 	lockMod  int64
 	lockSeen time.Time
 	lockTTL  time.Duration
+	// Queue entries: the lock TTL the waiter asked for (a grant's
+	// Handoff.TTL).
+	reqTTL time.Duration
+	// Locks: the lock's mod revision after the acquire that wrote it (0:
+	// unknown), and the head of its queue as that acquire saw it (nil:
+	// none), for the grant in Release.
+	mod  int64
+	next *headEntry
+}
+
+// headEntry is the head of a key's queue as a read showed it: what a
+// release needs to grant it the lock.
+type headEntry struct {
+	key    string // the entry's etcd key
+	token  string
+	rev    int64 // its create revision
+	lease  clientv3.LeaseID
+	holder string
+	ttl    time.Duration // the TTL to grant (entryFields)
+}
+
+// setHead records the mod revision and queue head an acquire of lock r saw.
+func (ss *session) setHead(r ref, mod int64, next *headEntry) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := ss.held[r]; t != nil {
+		t.mod, t.next = mod, next
+	}
+}
+
+// headOf returns what setHead recorded for lock r (0, nil if nothing).
+func (ss *session) headOf(r ref) (int64, *headEntry) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := ss.held[r]; t != nil {
+		return t.mod, t.next
+	}
+	return 0, nil
+}
+
+// adopt makes waiter r's entry the lock a release granted it, on the lease
+// with the given id (the waiter's queue lease), until ttl from now. It
+// returns the TTL the waiter asked for, false when r is not waiting here or
+// the lease is not the store's.
+func (ss *session) adopt(r ref, id clientv3.LeaseID, ttl time.Duration) (time.Duration, bool) {
+	ss.mu.Lock()
+	w := ss.waiting[r]
+	var l *lease
+	for _, c := range ss.leases {
+		if c.id == id && !c.dead && c.err == nil {
+			l = c
+			break
+		}
+	}
+	if w == nil || l == nil {
+		ss.mu.Unlock()
+		return 0, false
+	}
+	l.refs++
+	req := w.reqTTL
+	ss.mu.Unlock()
+	ss.untrack(ss.waiting, r)
+	ss.track(ss.held, r, l, ttl)
+	return req, true
 }
 
 // queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
@@ -94,14 +159,15 @@ type queueSnap struct {
 	lockMod int64            // its mod revision
 	lockTTL time.Duration    // and the TTL recorded in it (0: unknown)
 	queue   map[string]int64 // queue entry key -> create revision
+	entries map[string]*mvccpb.KeyValue
 }
 
 // snapOf makes the queueSnap of a view.
 func snapOf(v keyView) *queueSnap {
-	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue}
+	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue, entries: v.entries}
 	if v.held {
 		q.lockMod = v.lock.ModRevision
-		_, q.lockTTL, _, _ = lockFields(v.lock.Value)
+		_, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
 	}
 	return q
 }
@@ -321,6 +387,7 @@ func (ss *session) track(m map[ref]*tracked, r ref, l *lease, ttl time.Duration)
 	}
 	t.deadline = time.Now().Add(ttl)
 	t.gen++
+	t.mod, t.next = 0, nil // a later write: setHead again
 	return t
 }
 
@@ -458,9 +525,23 @@ func (ss *session) sweepLock(ctx context.Context, sw sweep) {
 	ss.mu.Unlock()
 }
 
-// sweepEntry deletes an abandoned queue entry.
+// sweepEntry deletes an abandoned queue entry, and the lock if a release
+// granted it to the entry's token (nobody took the grant: Granted or an
+// Acquire would have tracked the lock).
 func (ss *session) sweepEntry(ctx context.Context, sw sweep) {
-	if _, err := ss.s.cli.Delete(ctx, ss.s.entryKey(sw.key, sw.token)); err != nil {
+	k, e := ss.s.lockKey(sw.key), ss.s.entryKey(sw.key, sw.token)
+	ss.mu.Lock()
+	held := ss.held[sw.ref] != nil // taken meanwhile: the lock is not a stale grant
+	ss.mu.Unlock()
+	var err error
+	if held {
+		_, err = ss.s.cli.Delete(ctx, e)
+	} else {
+		_, err = ss.s.cli.Txn(ctx).If(mine(k, sw.token)...).
+			Then(clientv3.OpDelete(k), clientv3.OpDelete(e)).
+			Else(clientv3.OpDelete(e)).Commit()
+	}
+	if err != nil {
 		ss.mu.Lock()
 		ss.failedSweep(ss.retryEntries, sw)
 		ss.mu.Unlock()
@@ -549,13 +630,14 @@ func (ss *session) queueRev(r ref) int64 {
 // WaitRelease and for the takeover of an expired lock. It returns how long
 // the lock has left by the waiter's clock (see expiredLock), -1 when the
 // lock is free or that is unknown.
-func (ss *session) setQueue(t *tracked, v keyView, seen time.Time) time.Duration {
+func (ss *session) setQueue(t *tracked, v keyView, seen time.Time, reqTTL time.Duration) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	t.reqTTL = reqTTL
 	var mod int64
 	var ttl time.Duration
 	if v.held && v.myRev > 0 {
-		_, ttl, _, _ = lockFields(v.lock.Value)
+		_, ttl, _, _, _ = lockFields(v.lock.Value)
 		if ttl > 0 {
 			mod = v.lock.ModRevision
 		}
@@ -626,6 +708,7 @@ func (ss *session) snapshot(r ref) *queueSnap {
 	if t := ss.waiting[r]; t != nil && t.snap != nil {
 		cp := *t.snap
 		cp.queue = maps.Clone(t.snap.queue)
+		cp.entries = maps.Clone(t.snap.entries)
 		return &cp
 	}
 	return nil

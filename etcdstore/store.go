@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -70,6 +71,8 @@ var (
 	_ leasehold.Notifier      = (*Store)(nil)
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ leasehold.Resumer       = (*Store)(nil)
+	_ leasehold.Granter       = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's
@@ -183,22 +186,59 @@ func (s *Store) keyRange(key string) (string, string) {
 	return s.prefix + key, s.prefix + key + "\x01"
 }
 
-// lockValue is the value of a lock key: token NUL ttl-in-ms NUL holder.
+// lockValue is the value of a lock key: token NUL ttl-in-ms NUL holder,
+// and NUL fence when the lock's fence is not its create revision (a lock
+// the head of the queue took over by overwriting it, see takeOver).
 // The token comes first so that Renew and Release can check it with two
 // compares (value > token and value < token+"\x01" hold exactly for values
 // that start with token+"\x00"), without knowing the rest.
-func lockValue(token string, ttl time.Duration, holder string) string {
-	return token + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
+func lockValue(token string, ttl time.Duration, holder string, fence int64) string {
+	v := token + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
+	if fence > 0 {
+		v += "\x00" + strconv.FormatInt(fence, 10)
+	}
+	return v
 }
 
-// lockFields decodes a lock value. ok is false for a value without a token.
-func lockFields(v []byte) (token string, ttl time.Duration, holder string, ok bool) {
+// lockFields decodes a lock value. ok is false for a value without a token;
+// fence is 0 when the value carries none (the fence is the create revision).
+func lockFields(v []byte) (token string, ttl time.Duration, holder string, fence int64, ok bool) {
 	tok, rest, _ := strings.Cut(string(v), "\x00")
-	ms, holder, _ := strings.Cut(rest, "\x00")
+	ms, rest, _ := strings.Cut(rest, "\x00")
+	holder, f, _ := strings.Cut(rest, "\x00")
 	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
 		ttl = time.Duration(n) * time.Millisecond
 	}
-	return tok, ttl, holder, tok != ""
+	if n, err := strconv.ParseInt(f, 10, 64); err == nil && n > 0 {
+		fence = n
+	}
+	return tok, ttl, holder, fence, tok != ""
+}
+
+// fenceOf returns the fence of a lock key: the one in its value, else its
+// create revision.
+func fenceOf(kv *mvccpb.KeyValue) uint64 {
+	if _, _, _, f, _ := lockFields(kv.Value); f > 0 {
+		return uint64(f)
+	}
+	return uint64(kv.CreateRevision)
+}
+
+// entryValue is the value of a queue entry: the waiter's holder identity,
+// NUL, and the TTL in milliseconds that a release grants it the lock for:
+// its requested TTL capped by its queue TTL (see Release).
+func entryValue(holder string, ttl time.Duration) string {
+	return holder + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// entryFields decodes a queue entry's value; ttl is 0 for an entry of an
+// earlier version (the holder alone), which is never granted the lock.
+func entryFields(v []byte) (holder string, ttl time.Duration) {
+	holder, ms, _ := strings.Cut(string(v), "\x00")
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+		ttl = time.Duration(n) * time.Millisecond
+	}
+	return holder, ttl
 }
 
 // mine compares lock key k with token: true when its value starts with

@@ -225,3 +225,76 @@ func TestNextWaiterTakesOverFromCrashedHolder(t *testing.T) {
 		t.Fatalf("fence %d after the crashed holder's %d", r2.l.Fence(), r1.l.Fence())
 	}
 }
+
+// The head of the queue takes a crashed holder's lock over in one
+// transaction (it overwrites the lock, whose value then carries the
+// fence), and the fence rules hold through it: greater than the crashed
+// holder's, reported by Inspect, kept by a renewal that rewrites the lock
+// and by a retried acquire (with the same or another TTL), and below the
+// fence of the next acquisition.
+func TestTakeoverIsOneTransaction(t *testing.T) {
+	c := testetcd.Start(t)
+	holder, crash := crashable(t, c)
+	cli, n := countingClient(t, c)
+	waiter, err := etcdstore.New(cli, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	other := newStore(t, c)
+	key := uniqueKey(t, "k")
+	warm(t, holder, key+"-warm")
+	warm(t, waiter, key+"-warm")
+	ctx := ctxFor(t, 20*time.Second)
+	const ttl = time.Second
+	g0, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash()
+	req := leasehold.AcquireRequest{Key: key, Token: "w", TTL: ttl, Holder: "holder-w", QueueTTL: 10 * time.Second}
+	g, err := waiter.Acquire(ctx, req)
+	if !errors.Is(err, leasehold.ErrNotAcquired) || g.Remaining <= 0 {
+		t.Fatalf("waiter: expected ErrNotAcquired and the lock's time left, got %+v, %v", g, err)
+	}
+	time.Sleep(g.Remaining)
+	n.take()
+	g1, err := waiter.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("takeover at the holder's TTL: %v", err)
+	}
+	if txns := n.take()[txnMethod]; txns != 1 {
+		t.Fatalf("takeover: expected 1 transaction, got %d", txns)
+	}
+	if g1.Fence <= g0.Fence {
+		t.Fatalf("takeover fence %d not above the crashed holder's %d", g1.Fence, g0.Fence)
+	}
+	expectFence := func(what string, want uint64) {
+		t.Helper()
+		info, err := other.Inspect(ctx, key)
+		if err != nil || info.Fence != want || info.Token != "w" {
+			t.Fatalf("%s: Inspect: expected token w with fence %d, got %+v, %v", what, want, info, err)
+		}
+	}
+	expectFence("after the takeover", g1.Fence)
+	// A waiter makes the renewal write the lock: the fence stays.
+	expectWait(t, other, key, "next", time.Minute, 0)
+	if err := waiter.Renew(ctx, key, "w", ttl); err != nil {
+		t.Fatal(err)
+	}
+	expectFence("after a renewal that wrote the lock", g1.Fence)
+	for _, d := range []time.Duration{ttl, 2 * ttl} {
+		req.TTL = d
+		if g, err := waiter.Acquire(ctx, req); err != nil || g.Fence != g1.Fence {
+			t.Fatalf("retried acquire with TTL %v: expected fence %d, got %+v, %v", d, g1.Fence, g, err)
+		}
+		expectFence("after a retried acquire", g1.Fence)
+	}
+	if err := waiter.Release(ctx, key, "w"); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := acquireQ(t, other, key, "next", time.Minute)
+	if err != nil || g2.Fence <= g1.Fence {
+		t.Fatalf("next acquisition: expected a fence above %d, got %+v, %v", g1.Fence, g2, err)
+	}
+}

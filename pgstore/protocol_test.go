@@ -32,6 +32,198 @@ func TestProtocol(t *testing.T) {
 	t.Run("WaiterDeadlineWhileListenHangs", func(t *testing.T) { testListenHangs(t, srv) })
 	t.Run("CommitDurability", func(t *testing.T) { testDurability(t, srv) })
 	t.Run("LostRowsWithClockBehind", func(t *testing.T) { testLostRowsClockBehind(t, srv) })
+	t.Run("ReleaseSeesQueueJoinedUnderRowLock", func(t *testing.T) { testReleaseSeesLateQueue(t, srv) })
+	t.Run("FreeRowKeptAndSwept", func(t *testing.T) { testFreeRowKept(t, srv) })
+	t.Run("FastPathCommitDurability", func(t *testing.T) { testFastPathDurability(t, srv) })
+}
+
+// The plain-statement fast paths of acquire and release commit as the
+// functions do: without waiting for a flush unless Durable, durably when the
+// fence is ahead of the clock.
+func testFastPathDurability(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	conn, err := pgx.Connect(ctx, dsn+"&synchronous_commit=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// setting runs sql in a transaction (committed when commit) and returns
+	// synchronous_commit as the transaction would commit with, and the
+	// statement's first column.
+	setting := func(commit bool, sql string, args ...any) (string, any) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		var first any
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			first = v[0]
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		var v string
+		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return v, first
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t0", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "k", "t0"); err != nil { // the row stays, free
+		t.Fatal(err)
+	}
+	acq := func(tok string, durable bool) []any {
+		return []any{"k", tok, int64(60e6), "", int64(0), durable, "c", ""}
+	}
+	for _, tc := range []struct {
+		name   string
+		commit bool
+		sql    string
+		args   []any
+		want   string
+	}{
+		{"acquire, Durable", false, pgstore.AcquireSQL(s), acq("t1", true), "on"},
+		{"acquire", true, pgstore.AcquireSQL(s), acq("t1", false), "off"},
+		{"release, Durable", false, pgstore.ReleaseSQL(s), []any{"k", "t1", "c", true}, "on"},
+		{"release", true, pgstore.ReleaseSQL(s), []any{"k", "t1", "c", false}, "off"},
+	} {
+		if got, first := setting(tc.commit, tc.sql, tc.args...); got != tc.want || first != true && first != int32(0) {
+			t.Errorf("%s: expected synchronous_commit %s and success, got %s and %v", tc.name, tc.want, got, first)
+		}
+	}
+	if _, err := conn.Exec(ctx, "UPDATE leasehold_locks_counter SET v = v + 1000000000000 + (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := setting(true, pgstore.AcquireSQL(s), acq("t2", false)...); got != "on" {
+		t.Errorf("a grant ahead of the clock: expected a durable commit (synchronous_commit on), got %s", got)
+	}
+	var floor, fence int64
+	if err := conn.QueryRow(ctx, "SELECT c.v, l.fence FROM leasehold_locks_counter c, leasehold_locks l WHERE l.key = 'k'").Scan(&floor, &fence); err != nil || floor != fence {
+		t.Errorf("a grant ahead of the clock: expected the floor raised to its fence %d, got %d, %v", fence, floor, err)
+	}
+}
+
+// A waiter that joins the queue while the holder's release waits for the
+// row's lock (its acquire holds it) is seen by that release, which grants
+// it the key: the release reads the queue after it got the row, never from
+// a snapshot taken before it waited (that missed the entry, and the waiter
+// slept until its next poll).
+func testReleaseSeesLateQueue(t *testing.T, srv *testpg.Server) {
+	// The row free of waiters (the plain-statement release, which then
+	// finds it waited for) and marked as waited for (the release function).
+	for _, waited := range []bool{false, true} {
+		t.Run(fmt.Sprint("waited=", waited), func(t *testing.T) { testReleaseSeesLateQueueOn(t, srv, waited) })
+	}
+}
+
+func testReleaseSeesLateQueueOn(t *testing.T, srv *testpg.Server, waited bool) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	admin := testpg.Connect(t, srv.DSN())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for i := range 2 { // the second cycle's acquire updates the kept row
+		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: fmt.Sprint("h", i), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := s.Release(ctx, "k", "h0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := testpg.Connect(t, dsn).Exec(ctx, "UPDATE leasehold_locks SET waited = $1", waited); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's acquire, in a transaction left open: it holds the row's
+	// lock and its queue entry is not committed yet.
+	x := execAll(t, ctx, dsn, "BEGIN", `SELECT * FROM leasehold_locks_acquire3('k', 'w', 60000000, 'waiter', 60000000, false, 'c', '')`)
+	done := make(chan error, 1)
+	go func() { done <- s.Release(ctx, "k", "h1") }()
+	backendWaiting(t, admin, dbName(t, dsn))
+	x("COMMIT")
+	if err := <-done; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	info, err := s.Inspect(ctx, "k")
+	if err != nil || info.Token != "w" {
+		t.Fatalf("after the release: expected the key granted to the waiter w, got %+v, %v", info, err)
+	}
+}
+
+// An uncontended release keeps the key's row, free (empty token), with its
+// fence; the next acquire updates it with a larger fence. A sweep deletes
+// free rows a minute old whose fence is a minute below the clock, never a
+// held or newer one.
+func testFreeRowKept(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	db := testpg.Connect(t, dsn)
+	ctx := ctx5(t)
+	var last uint64
+	for i := range 3 {
+		tok := fmt.Sprint("t", i)
+		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
+		if err != nil || g.Fence <= last {
+			t.Fatalf("cycle %d: expected a fence above %d, got %d, %v", i, last, g.Fence, err)
+		}
+		last = g.Fence
+		if err := s.Release(ctx, "k", tok); err != nil {
+			t.Fatal(err)
+		}
+		var token string
+		var fence uint64
+		var live bool
+		if err := db.QueryRow(ctx, "SELECT token, fence, expires_at > clock_timestamp() FROM leasehold_locks WHERE key = 'k'").Scan(&token, &fence, &live); err != nil {
+			t.Fatalf("cycle %d: the released key's row: %v", i, err)
+		}
+		if token != "" || fence != last || live {
+			t.Fatalf("cycle %d: expected a free row with fence %d, got token %q fence %d live %v", i, last, token, fence, live)
+		}
+	}
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "h", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Age the rows: k's release and fence two minutes back, held's
+	// acquisition too (its expiry stays an hour ahead).
+	if _, err := db.Exec(ctx, `UPDATE leasehold_locks SET expires_at = expires_at - interval '2 minutes', fence = fence - 120000000 WHERE key = 'k';
+UPDATE leasehold_locks SET fence = fence - 120000000, acquired_at = acquired_at - interval '2 minutes' WHERE key = 'held'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, pgstore.SweepSQL(s)); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query(ctx, "SELECT key FROM leasehold_locks ORDER BY key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(keys) != 1 || keys[0] != "held" {
+		t.Fatalf("after a sweep: expected only the held key's row, got %v, %v", keys, err)
+	}
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "again", TTL: time.Minute})
+	if err != nil || g.Fence <= last {
+		t.Fatalf("after the sweep deleted k's row: expected a fence above %d, got %d, %v", last, g.Fence, err)
+	}
 }
 
 // The lock and waiter tables are UNLOGGED unless Options.Durable: a crash

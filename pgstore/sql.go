@@ -16,7 +16,9 @@ type names struct {
 	counter       string // one row: the durable fence floor
 	acquire       string // functions
 	acquire2      string
+	acquire3      string
 	release       string
+	release2      string
 	force         string
 	lockClass     int32 // advisory lock class of the per-key transaction locks
 }
@@ -31,7 +33,13 @@ const (
 	// version's migration (CREATE OR REPLACE of the 7-argument function)
 	// never makes a call ambiguous during a rolling upgrade.
 	sufAcquire2 = "_acquire2"
+	// sufAcquire3 and sufRelease2 keep the lock row's waited flag (see the
+	// migration): new names again, so that an older version's migration,
+	// which re-creates the functions it knows, never replaces their bodies
+	// with ones that do not.
+	sufAcquire3 = "_acquire3"
 	sufRelease  = "_release"
+	sufRelease2 = "_release2"
 	sufForce    = "_force_release"
 	longestSuf  = sufForce
 )
@@ -43,7 +51,8 @@ func newNames(schema, table string) names {
 	return names{
 		schema: schema, table: table,
 		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter),
-		acquire: q(sufAcquire), acquire2: q(sufAcquire2), release: q(sufRelease), force: q(sufForce),
+		acquire: q(sufAcquire), acquire2: q(sufAcquire2), acquire3: q(sufAcquire3),
+		release: q(sufRelease), release2: q(sufRelease2), force: q(sufForce),
 		lockClass: int32(h.Sum32()),
 	}
 }
@@ -60,15 +69,63 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	s.acquireSQL = `SELECT won, fence, remaining_us, holder, ahead FROM ` + n.acquire2 + `($1, $2, $3, $4, $5, $6, $7, $8)`
-	s.releaseSQL = `SELECT ` + n.release + `($1, $2, $3, $4)`
+	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
+	// durable, $7 channel, $8 wake channel): the fast path is one plain
+	// UPDATE of a free row nobody waits for (a key released by the fast
+	// release keeps its row as fence state), a HOT update with no function
+	// call; the acquire function runs, in the same statement, when it did
+	// not apply (a new key, a held key, a queue, a bad row). The fence
+	// comes from the row's fence, the clock and the floor as in the
+	// function; the row lock orders it after every other grant of the key
+	// (each one updates this row), and the clock is read after that lock
+	// (a concurrent update re-evaluates the statement on the new row). A
+	// fence ahead of the clock is recorded in the floor with a durable
+	// commit (c); otherwise the commit does not wait for a flush.
+	s.acquireSQL = `WITH u AS (
+	UPDATE ` + n.locks + ` l SET token = $2, holder = $4,
+		fence = GREATEST(l.fence + 1, ` + nowUS + `, (SELECT k.v FROM ` + n.counter + ` k) + 1),
+		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', acquired_at = clock_timestamp()
+	WHERE l.key = $1 AND NOT l.waited AND l.expires_at <= clock_timestamp() AND l.token <> $2
+		AND isfinite(l.expires_at) AND isfinite(l.acquired_at) AND l.fence > 0
+		AND ($6::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+	RETURNING l.fence
+), c AS (
+	UPDATE ` + n.counter + ` k SET v = u.fence FROM u WHERE u.fence > ` + nowUS + ` AND k.v < u.fence
+	RETURNING set_config('synchronous_commit', 'on', true)
+)
+SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u, (SELECT count(*) FROM c) AS ahead
+UNION ALL
+SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire3 + `($1, $2, $3, $4, $5, $6, $7, $8) a
+WHERE NOT EXISTS (SELECT 1 FROM u)`
+	// Release ($1 key, $2 token, $3 channel, $4 durable): the fast path is
+	// one plain UPDATE that keeps the row, with its fence, as a free row
+	// (token and holder '', expired) when nobody waits for the key; the
+	// release function runs, in the same statement, otherwise. waited is
+	// read from the row after its lock: an enqueuer sets it under that lock.
+	s.releaseSQL = `WITH u AS (
+	UPDATE ` + n.locks + ` l SET token = '', holder = '', expires_at = clock_timestamp()
+	WHERE l.key = $1 AND l.token = $2 AND NOT l.waited AND l.expires_at > clock_timestamp()
+		AND ($4::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+	RETURNING 0 AS res
+)
+SELECT res FROM u
+UNION ALL
+SELECT ` + n.release2 + `($1, $2, $3, $4) WHERE NOT EXISTS (SELECT 1 FROM u)`
+	// Free rows older than a minute whose fence is below the clock by as
+	// much: the clock floor covers them (see sweeper).
+	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
+	AND expires_at < clock_timestamp() - interval '1 minute' AND fence < ` + nowUS + ` - 60000000
+	AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 	// Close: release many locks and queue entries ($1 keys, $2 tokens).
-	s.releaseAllSQL = `SELECT ` + n.release + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
+	s.releaseAllSQL = `SELECT ` + n.release2 + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
 	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
 	// that became a queue entry stays.
 	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)
 WHERE w.key = x.key AND w.token = x.token AND NOT w.queued`
-	s.subscribeSQL = `INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
+	// A subscription marks the key's row (when there is one) as waited
+	// for, under its row lock, so that the fast release sees it.
+	s.subscribeSQL = `WITH f AS (UPDATE ` + n.locks + ` l SET waited = true WHERE l.key = $1 AND NOT l.waited)
+INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
 VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
 ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END`
 	// (A subscription never extends a queue entry: the entry's deadline is
@@ -132,7 +189,8 @@ func MigrationSQL(opts Options) string {
 	}
 	r := strings.NewReplacer(
 		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
-		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{release}", n.release, "{force}", n.force,
+		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{acquire3}", n.acquire3,
+		"{release}", n.release, "{release2}", n.release2, "{force}", n.force,
 		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
 	return r.Replace(migrationTemplate)
@@ -159,6 +217,11 @@ const migrationTemplate = `CREATE {unlogged}TABLE IF NOT EXISTS {locks} (
 	acquired_at timestamptz NOT NULL
 );
 ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT '';
+-- waited: the key may have queue entries or subscriptions, so its releases
+-- and acquires go through the functions; false lets the plain-statement
+-- fast paths run. Set under the row's lock by every enqueue and
+-- subscription; rows written by older versions get true.
+ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT true;
 CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 	key         text COLLATE "C" NOT NULL,
 	token       text        NOT NULL,
@@ -186,7 +249,9 @@ DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean); --
 DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, text, text); -- a development version
 -- p_wake is the caller's store's own channel, on which a release notifies it
 -- when it heads the queue ('': the shared p_channel).
-CREATE OR REPLACE FUNCTION {acquire2}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+-- It also keeps the row's waited flag: true while the key may have queue
+-- entries or subscriptions.
+CREATE OR REPLACE FUNCTION {acquire3}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
 	p_wake text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
@@ -200,6 +265,7 @@ DECLARE
 	v_fence bigint;
 	v_floor bigint;
 	v_ahead integer;
+	v_waited boolean;
 	cfg     text;
 BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
@@ -223,8 +289,9 @@ BEGIN
 		RETURN;
 	END IF;
 	IF r.key IS NULL THEN -- the common case: a free key with no queue, one INSERT
-		INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
-		SELECT p_key, p_token, p_holder, GREATEST(now_us, c.v + 1), now_ts + p_ttl_us * interval '1 microsecond', now_ts
+		INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at, waited)
+		SELECT p_key, p_token, p_holder, GREATEST(now_us, c.v + 1), now_ts + p_ttl_us * interval '1 microsecond', now_ts,
+			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.expires_at > now_ts)
 		FROM {counter} c
 		WHERE NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts)
 			AND CASE WHEN p_durable THEN true ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
@@ -248,25 +315,27 @@ BEGIN
 		END IF;
 	END IF;
 	held := r.key IS NOT NULL AND r.expires_at > now_ts;
-	-- One statement reads the queue's head and the floor, and (unless
-	-- p_durable) turns off the WAL flush wait for this transaction.
+	-- One statement reads the queue's head, the floor and whether anyone
+	-- else waits, and (unless p_durable) turns off the WAL flush wait for
+	-- this transaction.
 	SELECT (SELECT w.token FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
 			ORDER BY w.enqueued_at, w.token LIMIT 1),
 		(SELECT c.v FROM {counter} c),
+		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.token <> p_token AND w.expires_at > now_ts),
 		CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
-		INTO head, v_floor, cfg;
+		INTO head, v_floor, v_waited, cfg;
 	IF NOT held AND (head IS NULL OR head = p_token) THEN
 		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
 		IF r.key IS NULL THEN
-			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
-			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts)
+			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at, waited)
+			VALUES (p_key, p_token, p_holder, v_fence, now_ts + p_ttl_us * interval '1 microsecond', now_ts, v_waited)
 			ON CONFLICT (key) DO NOTHING;
 			IF NOT FOUND THEN -- a row written around the key's lock (by hand): decide again
 				RAISE EXCEPTION 'pgstore: row of key % appeared', p_key USING ERRCODE = 'serialization_failure';
 			END IF;
 		ELSE
 			UPDATE {locks} l SET token = p_token, holder = p_holder, fence = v_fence,
-				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts WHERE l.key = p_key;
+				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts, waited = v_waited WHERE l.key = p_key;
 		END IF;
 		IF head IS NOT NULL THEN -- the head took the key: the queue's head changes
 			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
@@ -293,6 +362,9 @@ BEGIN
 			expires_at = CASE WHEN w.queued THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
 		RETURNING w.enqueued_at INTO me;
+		-- Under the row's lock (taken above): a release that waited for it
+		-- reads the flag from the row it then updates.
+		UPDATE {locks} l SET waited = true WHERE l.key = p_key AND NOT l.waited;
 		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
 			AND (w.enqueued_at, w.token) < (me, p_token);
 	ELSE
@@ -302,12 +374,18 @@ BEGIN
 END
 $fn$;
 
--- {acquire} is the acquire of earlier versions (no wake channel), kept for
--- replicas that still call it during a rolling upgrade.
+-- {acquire2} and {acquire} are the acquires of earlier versions, kept for
+-- replicas that still call them during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {acquire2}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text,
+	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
+LANGUAGE sql AS $fn$
+	SELECT * FROM {acquire3}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, p_wake)
+$fn$;
 CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE sql AS $fn$
-	SELECT * FROM {acquire2}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '')
+	SELECT * FROM {acquire3}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '')
 $fn$;
 
 -- {release} returns 0 (released), 1 (another token holds the key) or 2
@@ -320,7 +398,9 @@ $fn$;
 -- ms, ':', the key. Otherwise, when the key became free for a new head, it
 -- wakes that head (the token's length, ':', the token, the key), or, with
 -- no queue, the key's subscribers ('*:' then the key).
-CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
+-- A grant marks the new row as waited for (its release goes through this
+-- function, which re-reads the queue).
+CREATE OR REPLACE FUNCTION {release2}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
 	now_ts  timestamptz;
@@ -347,9 +427,8 @@ BEGIN
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
 	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
 		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
-			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
 			CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
-		INTO res, f, entries, cfg;
+		INTO res, f, cfg;
 	IF NOT FOUND THEN
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END,
 			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),
@@ -357,6 +436,11 @@ BEGIN
 			INTO res, entries, cfg;
 	ELSE
 		mine := true;
+		-- A statement of its own, so a snapshot taken after the DELETE got
+		-- the row: an acquire that held the row's lock while it joined the
+		-- queue has committed, and its entry is seen (the DELETE's own
+		-- snapshot is from before it waited).
+		SELECT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key) INTO entries;
 		IF f >= now_us THEN -- the next grant must come above it without this row
 			UPDATE {counter} SET v = GREATEST(v, f);
 		END IF;
@@ -383,8 +467,8 @@ BEGIN
 		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
 			IF g_ttl > 0 THEN -- 0: queued by an older version, which acquires itself
 				v_fence := GREATEST(f + 1, now_us, (SELECT c.v FROM {counter} c) + 1);
-				INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at)
-				VALUES (p_key, head, g_holder, v_fence, LEAST(now_ts + g_ttl * interval '1 microsecond', g_until), now_ts)
+				INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at, waited)
+				VALUES (p_key, head, g_holder, v_fence, LEAST(now_ts + g_ttl * interval '1 microsecond', g_until), now_ts, true)
 				ON CONFLICT (key) DO NOTHING;
 				IF FOUND THEN
 					IF v_fence > now_us THEN -- ahead of the clock: record it durably
@@ -415,6 +499,13 @@ BEGIN
 END
 $fn$;
 
+-- {release} is the release of earlier versions, kept for replicas that
+-- still call it during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
+RETURNS integer LANGUAGE sql AS $fn$
+	SELECT {release2}(p_key, p_token, p_channel, p_durable)
+$fn$;
+
 -- {force} deletes the key's lock whatever its token, returns it and wakes
 -- the head (or the subscribers) as a release does.
 CREATE OR REPLACE FUNCTION {force}(p_key text, p_channel text, p_durable boolean)
@@ -429,7 +520,7 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN;
 	END IF;
-	PERFORM {release}(p_key, r.token, p_channel, p_durable);
+	PERFORM {release2}(p_key, r.token, p_channel, p_durable);
 	now_ts := clock_timestamp();
 	IF r.expires_at > now_ts THEN
 		RETURN QUERY SELECT r.key, r.token, r.holder, r.fence, r.expires_at, r.acquired_at, (extract(epoch FROM now_ts) * 1000000)::bigint;

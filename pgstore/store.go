@@ -86,8 +86,9 @@ type Options struct {
 	Schema string
 	// Table is the lock table. Default "leasehold_locks". The other objects
 	// are named after it: Table+"_waiters", Table+"_counter",
-	// Table+"_acquire2", Table+"_acquire" (for older versions),
-	// Table+"_release", Table+"_force_release".
+	// Table+"_acquire3", Table+"_release2", Table+"_force_release", and
+	// for older versions Table+"_acquire2", Table+"_acquire" and
+	// Table+"_release".
 	Table string
 	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
 	// key's waiters. Default Schema + "." + Table (at most 63 bytes).
@@ -131,12 +132,13 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, releaseAllSQL                                                                string
+	unsubscribeSQL, releaseAllSQL, sweepSQL                                                      string
 
 	id    string  // random, unique to the store: its observers' subscription rows
 	track tracker // the locks and queue entries this store wrote, for Close
 
 	lis       listener
+	sweep     sweeper
 	closeOnce sync.Once
 }
 
@@ -171,6 +173,7 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	}
 	s.buildSQL()
 	s.lis.init(s)
+	s.sweep.next = time.Now().Add(sweepEvery)
 	if opts.Migrate == MigrateCreate {
 		if err := s.Migrate(ctx); err != nil {
 			return nil, err
@@ -458,6 +461,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	})
 	if err == nil {
 		s.track.released(key, token)
+		s.sweep.maybe(s)
 	}
 	switch {
 	case err != nil:
@@ -596,6 +600,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.lis.close()
+		s.sweep.close()
 		s.cleanUp()
 		if s.ownedPool != nil {
 			s.ownedPool.Close()
@@ -695,4 +700,46 @@ func (t *tracker) take() (keys, tokens []string) {
 		keys, tokens = append(keys, k[0]), append(tokens, k[1])
 	}
 	return keys, tokens
+}
+
+// sweepEvery is how often, at most, a store deletes old free rows.
+const sweepEvery = time.Minute
+
+// sweeper deletes the free rows that the fast release keeps as fence state
+// (empty token), once they are a minute old and their fence is a minute below
+// the clock, so that one key per job does not pile up rows: the clock
+// floor covers a deleted row's fence. A release starts it in the
+// background at most once per sweepEvery; Close waits for it.
+type sweeper struct {
+	mu     sync.Mutex
+	next   time.Time
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (w *sweeper) maybe(s *Store) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	if w.closed || now.Before(w.next) {
+		return
+	}
+	w.next = now.Add(sweepEvery)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if _, err := s.db.Exec(ctx, s.sweepSQL); err != nil {
+			s.opts.Logger.Warn("pgstore: cannot delete old free lock rows; the next sweep retries", "err", err)
+		}
+	}()
+}
+
+// close stops new sweeps and waits for one in flight.
+func (w *sweeper) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wg.Wait()
 }

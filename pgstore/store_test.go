@@ -520,8 +520,10 @@ func ExampleMigrationSQL() {
 	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks"
 	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks_waiters"
 	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks_counter"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire3"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire2"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release2"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_force_release"
 }

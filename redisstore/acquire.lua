@@ -86,7 +86,7 @@ end
 -- The general path: the key goes only to the head of its queue.
 local now, nowms = clock()
 local live = load_queue(KEYS[3], nowms, true)
-local pos = position(live, token)
+local pos, ahead = find(live, token)
 local cur = redis.call('GET', KEYS[1])
 if cur and owns(cur, token) then
   if pos then redis.call('HDEL', KEYS[3], token) end
@@ -96,9 +96,9 @@ if cur then
   local pttl = pttl_of()
   if not pttl then return bad(KEYS[1], 'has no expiry') end
   if qttl > 0 then enqueue(live, pos, nowms) end
-  return {0, pttl, holder_of(cur), pos and pos - 1 or #live}
+  return {0, pttl, holder_of(cur), ahead}
 end
-if #live == 0 or pos == 1 then
+if #live == 0 or (pos and ahead == 0) then
   if pos then
     if #live == 1 then redis.call('DEL', KEYS[3]) else redis.call('HDEL', KEYS[3], token) end
   end
@@ -106,4 +106,4 @@ if #live == 0 or pos == 1 then
   return grant(now)
 end
 if qttl > 0 then enqueue(live, pos, nowms) end
-return {0, 0, '', pos and pos - 1 or #live}
+return {0, 0, '', ahead}

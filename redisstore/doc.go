@@ -116,5 +116,7 @@
 //
 // Build the go-redis client with ContextTimeoutEnabled: true, so that the
 // Locker's deadlines bound every call on a dead connection; go-redis
-// otherwise waits for its own ReadTimeout.
+// otherwise waits for its own ReadTimeout. Pass a Sentinel failover client's
+// options through TuneFailover, so that it leaves a sentinel it can no
+// longer reach.
 package redisstore

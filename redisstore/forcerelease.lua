@@ -18,8 +18,10 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   local _, nowms = clock()
   local live = load_queue(KEYS[3], nowms, true)
   if #live > 0 then
-    info[4], info[5] = #live, live[1][4]
-    notify(live[1][1], live[1][6])
+    local head = head_of(live)
+    local holder, _, wake = details(head)
+    info[4], info[5] = #live, holder
+    notify(head[1], wake)
     return info
   end
 end

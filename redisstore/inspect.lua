@@ -9,6 +9,6 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   local _, nowms = clock()
   local live = load_queue(KEYS[3], nowms, false)
   waiting = #live
-  if waiting > 0 then nexth = live[1][4] end
+  if waiting > 0 then nexth = details(head_of(live)) end
 end
 return {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), waiting, nexth}

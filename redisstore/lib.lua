@@ -48,10 +48,11 @@ local function clock()
 end
 
 -- load_queue returns the live entries of the queue hash (token ->
--- "seq|deadline ms|ttl ms|wake|holder", field "#" the last seq) in FIFO
--- order, as {token, seq, deadline, holder, ttl, wake}. ttl is the lock TTL
--- the waiter asked for and wake the suffix of its process's channel (nil in
--- an entry of an older client: "seq|deadline ms|holder").
+-- "seq|deadline ms|ttl ms|wake|holder", field "#" the last seq), in no
+-- particular order, as {token, seq, deadline, value}: only seq and deadline
+-- are parsed here (head_of, find and details read the rest when needed), so
+-- that a script that needs only the head pays for no more. An entry of an
+-- older client reads "seq|deadline ms|holder".
 -- With prune it deletes dead or unreadable entries (and the hash when none is left).
 local function load_queue(qk, nowms, prune)
   local raw = redis.call('HGETALL', qk)
@@ -59,12 +60,10 @@ local function load_queue(qk, nowms, prune)
   for i = 1, #raw, 2 do
     local f = raw[i]
     if f ~= '#' then
-      local seq, dl, ttl, wake, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(%d+)|(%x*)|(.*)$')
-      if not seq then
-        seq, dl, h = string.match(raw[i + 1], '^(%d+)|(%d+)|(.*)$')
-      end
+      local v = raw[i + 1]
+      local seq, dl = string.match(v, '^(%d+)|(%d+)|')
       if seq and tonumber(dl) > nowms then
-        live[#live + 1] = {f, tonumber(seq), tonumber(dl), h, tonumber(ttl), wake}
+        live[#live + 1] = {f, tonumber(seq), tonumber(dl), v}
       else
         dead[#dead + 1] = f
       end
@@ -77,8 +76,40 @@ local function load_queue(qk, nowms, prune)
       redis.call('HDEL', qk, unpack(dead))
     end
   end
-  table.sort(live, function(a, b) return a[2] < b[2] end)
   return live
+end
+
+-- head_of returns the entry of live with the lowest seq (nil when empty).
+local function head_of(live)
+  local h = live[1]
+  for i = 2, #live do
+    if live[i][2] < h[2] then h = live[i] end
+  end
+  return h
+end
+
+-- find returns token's index in live (nil when absent) and the number of
+-- live entries ahead of it (all of them when absent).
+local function find(live, token)
+  for i, e in ipairs(live) do
+    if e[1] == token then
+      local ahead = 0
+      for _, x in ipairs(live) do
+        if x[2] < e[2] then ahead = ahead + 1 end
+      end
+      return i, ahead
+    end
+  end
+  return nil, #live
+end
+
+-- details returns an entry's holder, the lock TTL it asked for (ms) and the
+-- suffix of its process's channel; TTL and suffix are nil in an entry of an
+-- older client.
+local function details(e)
+  local ttl, wake, h = string.match(e[4], '^%d+|%d+|(%d+)|(%x*)|(.*)$')
+  if not ttl then return string.match(e[4], '^%d+|%d+|(.*)$'), nil, nil end
+  return h, tonumber(ttl), wake
 end
 
 -- mint_fence stores in fk (expiring in fexp ms) and returns the next fence:
@@ -96,14 +127,6 @@ local function mint_fence(fk, now, fexp)
   end
   redis.call('SET', fk, f, 'PX', fexp)
   return f
-end
-
--- position returns token's 1-based place in live, or nil.
-local function position(live, token)
-  for i, e in ipairs(live) do
-    if e[1] == token then return i end
-  end
-  return nil
 end
 
 -- notify publishes msg (a token, a grant "TOKEN|FENCE|TTL_MS", or '' for

@@ -66,6 +66,7 @@ type group struct {
 	chans   map[string]*subscription
 	pending []string       // channels the controller must bring in line
 	skip    map[string]int // confirmations of dropped subscriptions still to come
+	armed   time.Time      // when the controller's linger timer fires (zero: not armed)
 }
 
 // subscription is one channel's state.
@@ -196,14 +197,20 @@ func (n *notifier) join(g *group, ch, key string) *subscription {
 }
 
 // leave drops a reference; the controller unsubscribes a channel nobody
-// waits on once its linger ends.
+// waits on once its linger ends. A confirmed channel whose linger ends after
+// the controller's timer fires needs no wake-up of the controller now (the
+// timer finds it): a waiter that got the key returns without waking another
+// goroutine of its process, which on a busy machine competes with it for a
+// CPU.
 func (n *notifier) leave(g *group, ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if sub := g.chans[ch]; sub != nil {
 		if sub.refs--; sub.refs == 0 {
 			sub.idleUntil = time.Now().Add(n.linger)
-			g.kick(ch)
+			if !sub.confirmed || sub.err != nil || g.armed.IsZero() || g.armed.After(sub.idleUntil) {
+				g.kick(ch)
+			}
 		}
 	}
 }
@@ -257,13 +264,17 @@ func (g *group) control() {
 		g.n.mu.Lock()
 		pending := g.pending
 		g.pending = nil
-		ended, next := g.expired(time.Now())
+		now := time.Now()
+		ended, next := g.expired(now)
+		g.armed = time.Time{}
+		if next > 0 {
+			g.armed = now.Add(next)
+		} else {
+			next = time.Hour
+		}
 		g.n.mu.Unlock()
 		for _, ch := range append(pending, ended...) {
 			g.sync(ch)
-		}
-		if next == 0 {
-			next = time.Hour
 		}
 		linger.Reset(next)
 	}

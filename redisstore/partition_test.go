@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/testredis"
@@ -80,7 +82,11 @@ type partitionResult struct {
 
 func partitionLocker(t *testing.T, g *testredis.NetSentinel, node int, name string) *leasehold.Locker {
 	t.Helper()
-	s := newStore(t, g.Client(t, node), redisstore.Options{})
+	// TuneFailover: without it the client kept asking node 0's sentinel
+	// for 10-20 s when go-redis had picked that one (docs/failover.md).
+	c := redis.NewFailoverClient(redisstore.TuneFailover(g.Options(node)))
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, redisstore.Options{})
 	lk, err := leasehold.New(s, leasehold.Options{Name: name, TTL: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

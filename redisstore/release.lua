@@ -37,25 +37,25 @@ end
 
 local now, nowms = clock()
 local live = load_queue(KEYS[2], nowms, true)
-local pos = position(live, token)
+local pos, ahead = find(live, token)
 if pos then
   table.remove(live, pos)
   if #live == 0 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], token) end
 end
-if #live == 0 or not (res == 1 or (res == 0 and pos == 1)) then return res end
+if #live == 0 or not (res == 1 or (res == 0 and pos and ahead == 0)) then return res end
 
-local head = live[1]
-local ttl = head[5]
+local head = head_of(live)
+local holder, ttl, wake = details(head)
 if ttl and ttl > 0 then
   local f = mint_fence(KEYS[3], now, ttl + tonumber(ARGV[4]))
   if f then
     local hv = head[1]
-    if head[4] ~= '' then hv = hv .. '|' .. head[4] end
+    if holder ~= '' then hv = hv .. '|' .. holder end
     redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, head[3] - nowms))
     if #live == 1 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], head[1]) end
-    notify(head[1] .. '|' .. f .. '|' .. ttl, head[6])
+    notify(head[1] .. '|' .. f .. '|' .. ttl, wake)
     return res
   end
 end
-notify(head[1], head[6])
+notify(head[1], wake)
 return res

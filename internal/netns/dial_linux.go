@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // DialContext dials addr from inside the node's namespace, as a process
@@ -49,6 +50,18 @@ func (nd *Node) DialContext(ctx context.Context, network, addr string) (net.Conn
 	}
 	runtime.UnlockOSThread()
 	return conn, dialErr
+}
+
+// Dialer returns DialContext bounded by timeout per dial: go-redis calls a
+// custom dialer without a deadline on some paths (a pub/sub connection's
+// redial), and a dial into a cut node would otherwise hang for minutes of
+// SYN retries.
+func (nd *Node) Dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return nd.DialContext(ctx, network, addr)
+	}
 }
 
 func setns(f *os.File) error {

@@ -6,7 +6,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 )
+
+// Dialer returns DialContext, which is not supported here.
+func (nd *Node) Dialer(time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return nd.DialContext
+}
 
 // DialContext is supported on linux/amd64 and linux/arm64 only.
 func (nd *Node) DialContext(context.Context, string, string) (net.Conn, error) {

@@ -1,5 +1,6 @@
 // Package netns builds a small private network out of Linux network
-// namespaces for partition tests, and removes it when the test ends.
+// namespaces for partition tests and the drill's partition fault, and
+// removes it on Close.
 //
 // A Net is one hub namespace holding a bridge and one namespace per node,
 // each node joined to the bridge by a veth pair. Node i has the address
@@ -16,21 +17,27 @@
 //
 // Creating namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the
 // `ip` command (Debian package iproute2, installed by
-// scripts/install-test-deps.sh). New skips the test, saying why, when either
-// is missing or the kernel refuses.
+// scripts/install-test-deps.sh). New returns an error wrapping
+// ErrUnavailable, saying which is missing, when either is; tests use package
+// netnstest, which skips instead.
 package netns
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 )
+
+// ErrUnavailable is wrapped by New and Available when this process cannot
+// create namespaces: it is not root, or the `ip` command is missing.
+var ErrUnavailable = errors.New("netns: network namespaces unavailable")
 
 // namePrefix starts every namespace this package creates; the creating
 // process's pid follows, so New can remove what a killed test left behind.
@@ -40,9 +47,10 @@ var seq atomic.Int64
 
 // Net is a hub namespace with a bridge and the node namespaces joined to it.
 type Net struct {
-	tb    testing.TB
 	hub   string
 	Nodes []*Node
+
+	closeOnce sync.Once
 }
 
 // Node is one namespace of a Net.
@@ -55,32 +63,35 @@ type Node struct {
 	hubLink string // the hub side of the node's veth pair
 }
 
-// New creates a Net of n nodes (n <= 250) and removes it in tb.Cleanup, after
-// the test's own cleanups registered later (so processes started in the
-// nodes are stopped first). It skips the test when it cannot create
-// namespaces.
-func New(tb testing.TB, n int) *Net {
-	tb.Helper()
+// New creates a Net of n nodes (1 <= n <= 250). The caller stops what it
+// started in the nodes and then calls Close. The error wraps ErrUnavailable
+// when namespaces cannot be used here at all; any other error means the
+// kernel or `ip` refused a step (what was built is removed).
+func New(n int) (*Net, error) {
+	if n < 1 || n > 250 {
+		return nil, fmt.Errorf("netns: %d nodes: want 1 to 250", n)
+	}
 	if err := Available(); err != nil {
-		tb.Skipf("netns: %v", err)
+		return nil, err
 	}
 	removeStale()
 	base := fmt.Sprintf("%s%d-%d-", namePrefix, os.Getpid(), seq.Add(1))
-	nt := &Net{tb: tb, hub: base + "hub"}
-	tb.Cleanup(nt.remove)
+	nt := &Net{hub: base + "hub"}
 	if err := nt.build(base, n); err != nil {
-		tb.Skipf("netns: cannot build the test network (namespaces not permitted here?): %v", err)
+		nt.Close()
+		return nil, fmt.Errorf("netns: cannot build the network (namespaces not permitted here?): %w", err)
 	}
-	return nt
+	return nt, nil
 }
 
-// Available reports why namespaces cannot be used here, or nil.
+// Available reports why namespaces cannot be used here (an error wrapping
+// ErrUnavailable), or nil.
 func Available() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("partition tests need root to create network namespaces (running as uid %d)", os.Geteuid())
+		return fmt.Errorf("%w: creating network namespaces needs root (running as uid %d)", ErrUnavailable, os.Geteuid())
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		return fmt.Errorf("the `ip` command is missing (Debian package iproute2; scripts/install-test-deps.sh installs it): %w", err)
+		return fmt.Errorf("%w: the `ip` command is missing (Debian package iproute2; scripts/install-test-deps.sh installs it): %v", ErrUnavailable, err)
 	}
 	return nil
 }
@@ -115,19 +126,19 @@ func (nt *Net) build(base string, n int) error {
 
 // Cut partitions node i from every other node: its link to the bridge goes
 // down, so packets are dropped both ways without any reset.
-func (nt *Net) Cut(i int) {
-	nt.tb.Helper()
+func (nt *Net) Cut(i int) error {
 	if err := ip("-n", nt.hub, "link", "set", nt.Nodes[i].hubLink, "down"); err != nil {
-		nt.tb.Fatalf("netns: cut node %d: %v", i, err)
+		return fmt.Errorf("netns: cut node %d: %w", i, err)
 	}
+	return nil
 }
 
 // Heal reconnects node i after Cut.
-func (nt *Net) Heal(i int) {
-	nt.tb.Helper()
+func (nt *Net) Heal(i int) error {
 	if err := ip("-n", nt.hub, "link", "set", nt.Nodes[i].hubLink, "up"); err != nil {
-		nt.tb.Fatalf("netns: heal node %d: %v", i, err)
+		return fmt.Errorf("netns: heal node %d: %w", i, err)
 	}
+	return nil
 }
 
 // Command returns a command that runs name inside the node's namespace
@@ -136,12 +147,15 @@ func (nd *Node) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", nd.Name, name}, args...)...)
 }
 
-// remove kills whatever still runs in the namespaces and deletes them.
-func (nt *Net) remove() {
-	for _, nd := range nt.Nodes {
-		deleteNS(nd.Name)
-	}
-	deleteNS(nt.hub)
+// Close kills whatever still runs in the namespaces and deletes them. It is
+// safe to call more than once.
+func (nt *Net) Close() {
+	nt.closeOnce.Do(func() {
+		for _, nd := range nt.Nodes {
+			deleteNS(nd.Name)
+		}
+		deleteNS(nt.hub)
+	})
 }
 
 func deleteNS(name string) {

@@ -2,8 +2,11 @@ module github.com/leasehold/leasehold/internal/testpg
 
 go 1.25.0
 
+replace github.com/leasehold/leasehold => ../..
+
 require (
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 )
 

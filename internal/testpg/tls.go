@@ -3,7 +3,6 @@ package testpg
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,21 +15,17 @@ import (
 // checks the certificate.
 func (s *Server) EnableTLS(certFile, keyFile string) {
 	s.tb.Helper()
-	cert, key := filepath.Join(s.Dir, "server.crt"), filepath.Join(s.Dir, "server.key")
-	for _, f := range [][2]string{{certFile, cert}, {keyFile, key}} {
-		b, err := os.ReadFile(f[0])
+	var paths [2]string
+	for i, f := range []string{certFile, keyFile} {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			paths[i], err = s.p.WriteFile([]string{"server.crt", "server.key"}[i], b)
+		}
 		if err != nil {
 			s.tb.Fatalf("testpg: %v", err)
 		}
-		if err := os.WriteFile(f[1], b, 0o600); err != nil {
-			s.tb.Fatalf("testpg: %v", err)
-		}
-		if s.cred != nil {
-			if err := os.Chown(f[1], int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-				s.tb.Fatalf("testpg: %v", err)
-			}
-		}
 	}
+	cert, key := paths[0], paths[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.DSN())

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/netns"
+	"github.com/leasehold/leasehold/internal/netns/netnstest"
 )
 
 // NetSentinel is a Sentinel group spread over three network namespaces
@@ -23,7 +24,7 @@ import (
 // (Client), so cutting node 0 partitions the master, its sentinel and the
 // clients of node 0 from the rest.
 type NetSentinel struct {
-	Net       *netns.Net
+	Net       *netnstest.Net
 	Sentinels []string // host:port of each sentinel, inside the Net
 	procs     []*exec.Cmd
 }
@@ -39,12 +40,10 @@ func (g *NetSentinel) NodeAddr(i, port int) string {
 // sentinel sees both replicas and the other sentinels.
 func StartNetSentinel(tb testing.TB, serverArgs ...string) *NetSentinel {
 	tb.Helper()
-	if err := netns.Available(); err != nil {
-		tb.Skipf("testredis: %v", err)
-	}
+	netnstest.Skip(tb)
 	bin := Binary(tb)
 	dir := tb.TempDir()
-	g := &NetSentinel{Net: netns.New(tb, 3)}
+	g := &NetSentinel{Net: netnstest.New(tb, 3)}
 	tb.Cleanup(g.kill)
 	master := g.Net.Nodes[0].IP
 	for i, nd := range g.Net.Nodes {
@@ -98,21 +97,26 @@ func (g *NetSentinel) kill() {
 	}
 }
 
-// Client returns a Sentinel failover client that dials from node i's
-// namespace (like a process on that node), closed in tb.Cleanup. Its list
-// of sentinels starts with node i's own, so it asks the sentinel on its side
-// of a partition first.
-func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
-	tb.Helper()
+// Options returns the options of a Sentinel failover client that dials
+// from node i's namespace (like a process on that node). Its list of
+// sentinels starts with node i's own, but go-redis shuffles the list and
+// keeps the first sentinel that answers, which may be on another node.
+func (g *NetSentinel) Options(i int) *redis.FailoverOptions {
 	addrs := append([]string{g.Sentinels[i]}, g.Sentinels[:i]...)
 	addrs = append(addrs, g.Sentinels[i+1:]...)
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
+	return &redis.FailoverOptions{
 		MasterName:            SentinelMaster,
 		SentinelAddrs:         addrs,
-		Dialer:                g.Net.Nodes[i].DialContext,
+		Dialer:                g.Net.Nodes[i].Dialer(time.Second),
 		DialTimeout:           500 * time.Millisecond,
 		ContextTimeoutEnabled: true,
-	})
+	}
+}
+
+// Client returns a failover client with Options(i), closed in tb.Cleanup.
+func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
+	tb.Helper()
+	c := redis.NewFailoverClient(g.Options(i))
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -121,7 +125,7 @@ func (g *NetSentinel) Client(tb testing.TB, i int) *redis.Client {
 // tb.Cleanup.
 func (g *NetSentinel) Direct(tb testing.TB, i int, addr string) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.Net.Nodes[i].DialContext,
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.Net.Nodes[i].Dialer(time.Second),
 		DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
@@ -129,7 +133,7 @@ func (g *NetSentinel) Direct(tb testing.TB, i int, addr string) *redis.Client {
 
 func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewClient(&redis.Options{Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -146,7 +150,7 @@ func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 
 func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 	tb.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -164,7 +168,7 @@ func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 // MasterFrom returns the master's address as the sentinel of node i
 // reports it.
 func (g *NetSentinel) MasterFrom(ctx context.Context, i int) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].DialContext})
+	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	r, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
 	if err != nil || len(r) != 2 {

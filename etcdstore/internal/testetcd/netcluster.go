@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/leasehold/leasehold/internal/netns"
+	"github.com/leasehold/leasehold/internal/netns/netnstest"
 )
 
 // NetCluster is an etcd cluster of real `etcd` processes (the Debian
@@ -25,7 +25,7 @@ import (
 // of one member shares that member's side of the partition, like a process
 // running on the member's machine.
 type NetCluster struct {
-	Net   *netns.Net
+	Net   *netnstest.Net
 	Dir   string
 	procs []*exec.Cmd
 	tb    testing.TB
@@ -37,9 +37,7 @@ type NetCluster struct {
 // removes the namespaces and files.
 func StartNetCluster(tb testing.TB, n int) *NetCluster {
 	tb.Helper()
-	if err := netns.Available(); err != nil {
-		tb.Skipf("testetcd: %v", err)
-	}
+	netnstest.Skip(tb)
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		tb.Skipf("testetcd: the etcd binary is missing (Debian package etcd-server; scripts/install-test-deps.sh installs it): %v", err)
@@ -56,7 +54,7 @@ func StartNetCluster(tb testing.TB, n int) *NetCluster {
 		}
 		_ = os.RemoveAll(dir)
 	})
-	c := &NetCluster{Net: netns.New(tb, n), Dir: dir, tb: tb}
+	c := &NetCluster{Net: netnstest.New(tb, n), Dir: dir, tb: tb}
 	tb.Cleanup(c.kill)
 	var initial []string
 	for i, nd := range c.Net.Nodes {

@@ -81,6 +81,11 @@ func (p *proxied) lateness() time.Duration {
 	if slices.Contains(p.cfg.Faults, FaultLatency) {
 		late += p.cfg.Latency
 	}
+	if slices.Contains(p.cfg.Faults, FaultPartition) {
+		// A request sent into the cut is retransmitted by TCP after the
+		// heal (backing off, up to a few seconds) and applied then.
+		late += p.cfg.partitionCut() + 3*time.Second
+	}
 	return late
 }
 

@@ -70,6 +70,13 @@ per endpoint; --store etcd-server starts its own single-member etcd (the etcd bi
 restarts it (keeping its data). On etcd the TTL defaults to 2s (leases are whole seconds).
 --store redis-sentinel starts a Sentinel group (a master, two replicas, three sentinels) on
 loopback for --faults failover (SENTINEL FAILOVER while replicas hold and wait; not in "all").
+--store postgres://USER@HOST:PORT/DB runs on an existing PostgreSQL through a fault proxy per
+host, in a schema of the run's own; --store postgres-server starts the drill's own PostgreSQL,
+crashes and restarts it, and for --faults failover adds a streaming standby it promotes.
+--faults partition (not in "all"; root and the ip command, --store redis-server or
+etcd-server) puts the drill's redis-server (or a 3-member etcd cluster) and the replicas in
+network namespaces and cuts a holder's node (or its etcd member) off for 3 x TTL; without
+root or ip the drill refuses it (exit status 2).
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
@@ -80,6 +87,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
   leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL
   leasehold drill --store etcd-server                        # own etcd process, every fault
+  leasehold drill --store postgres-server --faults pause,restart,failover  # own primary + standby
   leasehold drill --workload election --store redis-server   # leader election through every fault
   leasehold drill --workload semaphore --permits 2 --replicas 4`,
 		Args: cobra.NoArgs,
@@ -93,7 +101,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	cmd.AddCommand(workerCmd)
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
-	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault)")
+	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault), postgres://USER@HOST:PORT/DB (an existing PostgreSQL, through a fault proxy; not restarted), or "+StorePostgresServer+" (the drill starts its own PostgreSQL, restarts it, and for the failover fault promotes its standby)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
 	f.BoolVar(&cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
 	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
@@ -107,7 +115,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
 	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
 	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
-	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover), or none")
+	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover and partition), or none")
 	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
 	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")

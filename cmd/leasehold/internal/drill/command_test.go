@@ -34,7 +34,8 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--replicas", "1"},
 		{"--ttl", "-1s"},
 		{"--no-such-flag"},
-		{"--store", "postgres://user:hunter2@localhost:5432"},
+		{"--store", "postgres://user:hunter2@localhost:5432/db?migrate=perhaps"},
+		{"--store", "postgres://user:hunter2@localhost:5432", "--processes"},
 		{"--store", "redis://user:hunter2@localhost:6379/notadb"},
 		{"--workload", "lottery"},
 		{"--workload", "semaphore", "--permits", "3"}, // not below --replicas

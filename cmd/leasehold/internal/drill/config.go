@@ -49,8 +49,14 @@ const (
 	FaultRestart Fault = "restart"
 	// FaultFailover asks Sentinel for a failover (SENTINEL FAILOVER) while
 	// replicas hold and wait: a replica becomes the master. It needs
-	// StoreRedisSentinel and is not part of AllFaults.
+	// StoreRedisSentinel, or StorePostgresServer (the primary crashes and
+	// its streaming standby is promoted), and is not part of AllFaults.
 	FaultFailover Fault = "failover"
+	// FaultPartition cuts a holder's network namespace off the store (its
+	// packets dropped both ways) for 3 × TTL, then heals it. It needs
+	// StoreRedisServer, root and the `ip` command, and is not part of
+	// AllFaults.
+	FaultPartition Fault = "partition"
 )
 
 // AllFaults lists every fault that every store can take, in injection
@@ -59,7 +65,7 @@ const (
 var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
 
 // knownFaults is every fault in injection order.
-var knownFaults = append(slices.Clone(AllFaults), FaultFailover)
+var knownFaults = append(slices.Clone(AllFaults), FaultFailover, FaultPartition)
 
 // ParseFaults parses a comma-separated fault list; "all" means AllFaults and
 // "none" or "" means no faults. Order and duplicates are normalized to the
@@ -132,7 +138,13 @@ type Config struct {
 	// ("redis-sentinel") starts a Sentinel group (a master, two replicas,
 	// three sentinels, redis-server from RedisServer) for the failover
 	// fault; the replicas use go-redis's failover client, through a fault
-	// proxy per server.
+	// proxy per server. "postgres://…" (or postgresql://, parsed as
+	// storeurl.Open does) drills an existing PostgreSQL through a fault proxy
+	// per host, in a schema of the run's own (dropped at the end; the user
+	// needs CREATE on the database); StorePostgresServer ("postgres-server")
+	// starts the drill's own PostgreSQL, crashes and restarts it for the
+	// restart fault, and with the failover fault adds a streaming standby
+	// that it promotes.
 	Store string
 	// FailoverKill makes the failover fault kill the master (SIGKILL)
 	// instead of asking Sentinel for a failover; the killed server stays
@@ -235,7 +247,10 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Latency < 0 || c.Latency > time.Minute {
 		return c, invalid("latency must be between 0 and 1m, got %v", c.Latency)
 	}
-	return c, c.checkSentinel()
+	if err := c.checkSentinel(); err != nil {
+		return c, err
+	}
+	return c, c.checkPartition()
 }
 
 // invalid returns an error wrapping ErrInvalidConfig.
@@ -318,19 +333,31 @@ func (c Config) checkTimes() error {
 	return nil
 }
 
-// checkStore checks the store and the register.
-func (c Config) checkStore() error {
-	var err error
+// checkStoreURL checks Config.Store without connecting; the error wraps
+// ErrInvalidConfig and never contains a password.
+func (c Config) checkStoreURL() error {
 	switch c.kind() {
 	case storeRedis:
-		_, err = redisOptions(c.Store)
+		_, err := redisOptions(c.Store)
+		return err
 	case storeEtcd:
-		_, _, err = etcdEndpoints(c.Store)
+		_, _, err := etcdEndpoints(c.Store)
+		return err
+	case storePostgres:
+		if _, _, err := storeurl.PostgresConfig(c.Store, nil); err != nil {
+			return invalid("--store: %v", err)
+		}
 	case storeUnknown:
-		err = invalid("store must be memory, %s, redis://HOST:PORT[/DB], %s or etcd://HOST:PORT[,HOST:PORT], got %q",
-			StoreRedisServer, StoreEtcdServer, storeurl.Describe(c.Store))
+		return invalid("store must be memory, %s, redis://HOST:PORT[/DB], %s, etcd://HOST:PORT[,HOST:PORT], %s or "+
+			"postgres://USER@HOST:PORT/DB, got %q", StoreRedisServer, StoreEtcdServer, StorePostgresServer,
+			storeurl.Describe(c.Store))
 	}
-	switch {
+	return nil
+}
+
+// checkStore checks the store and the register.
+func (c Config) checkStore() error {
+	switch err := c.checkStoreURL(); {
 	case err != nil:
 		return err
 	case c.kind().etcd() && c.TTL < etcdMinTTL:
@@ -348,7 +375,7 @@ func (c Config) checkProcesses() error {
 	switch {
 	case !c.Processes:
 		return nil
-	case c.kind().etcd():
+	case c.kind().etcd() || c.kind().postgres():
 		return invalid("--processes runs on Redis only: its worker processes speak to Redis; drop --processes "+
 			"with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
 	case !c.kind().redis():
@@ -363,9 +390,10 @@ func (c Config) checkProcesses() error {
 // checkSentinel checks what needs the drill's own Sentinel group.
 func (c Config) checkSentinel() error {
 	switch {
-	case slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel:
+	case slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel && c.kind() != storeOwnPostgres:
 		return invalid("the failover fault needs replicas to fail over to: use --store %s (the drill starts a "+
-			"master, two replicas and three sentinels)", StoreRedisSentinel)
+			"master, two replicas and three sentinels) or --store %s (a primary and a streaming standby)",
+			StoreRedisSentinel, StorePostgresServer)
 	case c.Processes && c.kind() == storeOwnSentinel:
 		return invalid("--processes does not run on --store %s yet: its worker processes reach one Redis "+
 			"address; drop --processes", StoreRedisSentinel)
@@ -408,6 +436,8 @@ const (
 	storeOwnEtcd                      // StoreEtcdServer: an etcd the drill starts and restarts
 	storeEtcd                         // etcd://: an existing etcd cluster
 	storeOwnSentinel                  // StoreRedisSentinel: a Sentinel group the drill starts
+	storeOwnPostgres                  // StorePostgresServer: a PostgreSQL the drill starts
+	storePostgres                     // postgres:// or postgresql://: an existing PostgreSQL
 	storeUnknown
 )
 
@@ -426,6 +456,10 @@ func (c Config) kind() storeKind {
 		return storeOwnEtcd
 	case strings.HasPrefix(s, "etcd://"):
 		return storeEtcd
+	case s == StorePostgresServer:
+		return storeOwnPostgres
+	case strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://"):
+		return storePostgres
 	}
 	return storeUnknown
 }
@@ -433,16 +467,20 @@ func (c Config) kind() storeKind {
 func (k storeKind) redis() bool {
 	return k == storeOwnRedis || k == storeRedis || k == storeOwnSentinel
 }
-func (k storeKind) etcd() bool { return k == storeOwnEtcd || k == storeEtcd }
+func (k storeKind) etcd() bool     { return k == storeOwnEtcd || k == storeEtcd }
+func (k storeKind) postgres() bool { return k == storeOwnPostgres || k == storePostgres }
 
 // viaProxy reports whether the replicas reach the store through a fault
 // proxy (every store but memory).
-func (k storeKind) viaProxy() bool { return k.redis() || k.etcd() }
+func (k storeKind) viaProxy() bool { return k.redis() || k.etcd() || k.postgres() }
 
 // storeLabel names the store for the report, without a password.
 func (c Config) storeLabel() string {
 	switch c.kind() {
 	case storeOwnEtcd:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "etcd (own 3-member cluster, one member per network namespace, each replica on one member)"
+		}
 		return "etcd (own etcd process) via fault proxy"
 	case storeEtcd:
 		if e, _, err := etcdEndpoints(c.Store); err == nil {
@@ -450,9 +488,22 @@ func (c Config) storeLabel() string {
 		}
 		return "etcd"
 	case storeOwnRedis:
+		if slices.Contains(c.Faults, FaultPartition) {
+			return "redis (own redis-server in a network namespace, each replica on its own node)"
+		}
 		return "redis (own redis-server) via fault proxy"
 	case storeOwnSentinel:
 		return "redis sentinel (own master, 2 replicas, 3 sentinels) via a fault proxy per server"
+	case storeOwnPostgres:
+		if slices.Contains(c.Faults, FaultFailover) {
+			return "postgres (own primary and streaming standby) via a fault proxy per server"
+		}
+		return "postgres (own server) via fault proxy"
+	case storePostgres:
+		if cfg, _, err := storeurl.PostgresConfig(c.Store, nil); err == nil {
+			return "postgres " + pgHosts(cfg.ConnConfig) + "/" + cfg.ConnConfig.Database + " via fault proxy"
+		}
+		return "postgres"
 	case storeRedis:
 		if o, err := redisOptions(c.Store); err == nil {
 			return fmt.Sprintf("redis %s/%d via fault proxy", o.Addr, o.DB)

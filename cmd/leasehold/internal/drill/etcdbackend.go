@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,8 @@ type etcdBackend struct {
 
 	mu       sync.Mutex
 	onRevive func() // called when a restart kept every lease (and extended it)
+
+	part *etcdPartition // the partition fault's cluster, else nil
 }
 
 // etcdEndpoints parses an etcd:// store URL; the error never contains the
@@ -75,7 +78,11 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 		}
 	}()
 	basePrefix := ""
-	if cfg.kind() == storeOwnEtcd {
+	if slices.Contains(cfg.Faults, FaultPartition) {
+		if b.part, b.base.Endpoints, err = startEtcdPartition(ctx); err != nil {
+			return nil, err
+		}
+	} else if cfg.kind() == storeOwnEtcd {
 		if b.server, err = etcdproc.Start(ctx); err != nil {
 			if errors.Is(err, etcdproc.ErrNoBinary) {
 				return nil, fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
@@ -93,6 +100,11 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	direct.Logger = zap.NewNop()
 	if b.direct, err = clientv3.New(direct); err != nil {
 		return nil, fmt.Errorf("%w: cannot reach etcd at %s: %v", ErrSetup, where, err)
+	}
+	if b.part != nil {
+		if err := b.waitLeader(ctx); err != nil {
+			return nil, err
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -112,6 +124,9 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	_, _ = b.direct.Revoke(pctx, g.ID)
 
 	for _, ep := range b.base.Endpoints {
+		if b.part != nil {
+			break // no fault proxy: the replicas talk to their member
+		}
 		if _, err := b.startProxy(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil {
 			return nil, err
 		}
@@ -237,5 +252,8 @@ func (b *etcdBackend) close() {
 	b.each((*faultproxy.Proxy).Close)
 	if b.server != nil {
 		b.server.Close()
+	}
+	if b.part != nil {
+		b.part.close()
 	}
 }

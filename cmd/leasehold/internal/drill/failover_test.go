@@ -46,7 +46,7 @@ func TestCheckerFailoverCountedApartOnlyWhenFenced(t *testing.T) {
 	}
 	fo := verdict(t, rep, "failover")
 	if !strings.Contains(fo.Summary, "1 keys with two holders (longest window 100ms)") || !strings.Contains(fo.Summary, "1 stale writes rejected") ||
-		!strings.Contains(fo.Summary, "sentinels agreed after 30ms") {
+		!strings.Contains(fo.Summary, "new master in place after 30ms") {
 		t.Errorf("expected the failover's duration, two-holder window and rejected write, got %q", fo.Summary)
 	}
 
@@ -124,7 +124,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 			t.Errorf("expected the failover to take time, got %v–%v", f.Start, f.End)
 		}
 		fo := verdict(t, rep, "failover")
-		if !strings.Contains(fo.Summary, "sentinels agreed after") {
+		if !strings.Contains(fo.Summary, "new master in place after") {
 			t.Errorf("expected the failover's duration in the report, got %q", fo.Summary)
 		}
 		if v := verdict(t, rep, "fences increase"); !strings.Contains(v.Summary, "across a failover") {

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -16,10 +17,13 @@ type twoHolders struct {
 	Window time.Duration // from the new holder's grant to the old holder's stop
 }
 
-// checkFailovers is an INFO verdict per failover: how long the sentinels
-// took, which keys had two holders and for how long, and what the fence did
-// with the old holders' writes. Safety itself is judged by the other
-// invariants (stale writes, fences, duplicates).
+// checkFailovers is an INFO verdict per failover: how long it took until
+// the new master was in place (the sentinels agreed; the standby was
+// promoted), which keys had two holders and for how long, what the fence
+// did with the old holders' writes, and how the leases in flight ended. It
+// fails only when a lease in flight ended without a cause a holder can act
+// on; safety itself is judged by the other invariants (stale writes,
+// fences, duplicates).
 func checkFailovers(h History) Invariant {
 	iv := Invariant{Name: "failover", Verdict: Info, Summary: "no failover"}
 	var parts []string
@@ -33,8 +37,13 @@ func checkFailovers(h History) Invariant {
 		}
 		rejected := staleRejected(h, f)
 		n, last := failoverBeliefs(h, f)
-		parts = append(parts, fmt.Sprintf("failover %d at %v: sentinels agreed after %v; %d keys with two holders (longest window %v); %d ownership checks found a holder trusting a lease the new master did not hold (the last %v after the sentinels agreed); %d stale writes rejected",
-			i+1, fmtDur(f.Start), fmtDur(f.End-f.Start), len(pairs), fmtDur(longest), n, fmtDur(last), rejected))
+		ends, unclear := inFlight(h, f)
+		for _, s := range unclear {
+			iv.Verdict = Fail
+			iv.detail("failover %d: replica %d's lease on %s ended with %q, not a cause a holder can act on", i+1, s.Replica, s.Key, s.Outcome)
+		}
+		parts = append(parts, fmt.Sprintf("failover %d at %v: new master in place after %v; %d keys with two holders (longest window %v); %d ownership checks found a holder trusting a lease the new master did not hold (the last %v after it was in place); %d stale writes rejected; leases in flight ended: %s",
+			i+1, fmtDur(f.Start), fmtDur(f.End-f.Start), len(pairs), fmtDur(longest), n, fmtDur(last), rejected, ends))
 		if len(keys) > 0 {
 			iv.detail("failover %d two-holder windows (new grant to old holder's stop): %s", i+1, strings.Join(keys, ", "))
 		}
@@ -133,4 +142,33 @@ func failoverDuplicate(h History, writes []Op) bool {
 		}
 	}
 	return false
+}
+
+// clearEnds are the ways a lease ends that a holder can act on (causeName,
+// and the drill's own outcomes: jobs', terms' and permits').
+var clearEnds = []string{"released", "lost", "abandoned", "expired", "closed", "crashed", "stopped",
+	"written", "write rejected", "already done", "term over"}
+
+// inFlight counts how the leases held as failover f began ended, and
+// returns those that ended with anything else (an unexpected error).
+func inFlight(h History, f Span) (string, []Section) {
+	counts := map[string]int{}
+	var unclear []Section
+	for _, s := range h.Sections {
+		if s.Start > f.Start || s.End < f.Start {
+			continue
+		}
+		counts[s.Outcome]++
+		if !slices.Contains(clearEnds, s.Outcome) {
+			unclear = append(unclear, s)
+		}
+	}
+	if len(counts) == 0 {
+		return "none", nil
+	}
+	var parts []string
+	for _, o := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[o], o))
+	}
+	return strings.Join(parts, ", "), unclear
 }

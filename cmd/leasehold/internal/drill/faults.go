@@ -85,6 +85,8 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		return d.injectCrash(ctx)
 	case FaultFailover:
 		return d.injectFailover(ctx)
+	case FaultPartition:
+		return d.injectPartition(ctx)
 	}
 	return "unknown fault"
 }
@@ -299,6 +301,12 @@ func (c Config) plannedSchedule() time.Duration {
 			p += c.Window
 		case FaultFailover:
 			p += 2 * time.Second // SENTINEL FAILOVER took 1.2–1.4 s in docs/failover.md
+		case FaultPartition:
+			p += c.partitionCut() + c.TTL
+		case FaultRestart:
+			if c.kind() == storeOwnPostgres {
+				p += 2 * time.Second // crash and crash recovery took 1.6–2.1 s in docs/drill.md
+			}
 		}
 	}
 	return p

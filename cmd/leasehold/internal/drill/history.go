@@ -100,7 +100,8 @@ type History struct {
 	// Restarts are the times the store lost its data.
 	Restarts []time.Duration `json:"restarts_ns,omitempty"`
 	// Failovers are the failover faults, from the request to the moment
-	// every sentinel named the new master.
+	// the new master was in place (every sentinel named it; the standby was
+	// promoted).
 	Failovers []Span `json:"failovers,omitempty"`
 	// Stuck are locks seen in the store after TTL past their last applied
 	// acquire or renew.
@@ -209,7 +210,8 @@ func (r *recorder) failoverStart() int {
 	return len(r.h.Failovers) - 1
 }
 
-// failoverEnd records that the sentinels agreed on the new master now.
+// failoverEnd records that the new master is in place now: the sentinels
+// agreed on it, or the standby was promoted.
 func (r *recorder) failoverEnd(i int) {
 	r.mu.Lock()
 	r.h.Failovers[i].End = r.since()

@@ -91,6 +91,7 @@ func (s *session) handle(m wire) (wire, error) {
 		if r.takePause() {
 			d.pause(s.ctx, r, s.inc, m.Job, m.Key, m.Token, m.Sec)
 		}
+		d.cutOff.wait(s.ctx, r.id)
 		return wire{}, nil
 	}
 	return wire{}, fmt.Errorf("unexpected message %q (job %d, section %d)", m.K, m.Job, m.Sec)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,8 @@ type redisBackend struct {
 	// client options before it points them at the proxy; it carries the
 	// password and is never printed.
 	url string
+	// part is the network namespaces of the partition fault, else nil.
+	part *partitionNet
 }
 
 // redisOptions parses a redis:// or rediss:// URL, or returns the options of
@@ -69,6 +72,9 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 			return nil, err
 		}
 		return b, b.openObserver(ctx, "the Sentinel group's master")
+	}
+	if slices.Contains(cfg.Faults, FaultPartition) {
+		return b, b.openPartition(ctx, cfg)
 	}
 	var opts *redis.Options
 	if cfg.kind() == storeOwnRedis {
@@ -196,7 +202,7 @@ func (b *redisBackend) restart(mark func()) error {
 // close deletes the run's keys (best effort), then closes the clients, the
 // proxy and the drill's own server.
 func (b *redisBackend) close() {
-	if b.direct != nil && b.prefix != "" && b.server == nil && b.group == nil {
+	if b.direct != nil && b.prefix != "" && b.server == nil && b.group == nil && b.part == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
 		var keys []string
@@ -220,6 +226,9 @@ func (b *redisBackend) close() {
 	}
 	if b.group != nil {
 		b.group.Close()
+	}
+	if b.part != nil {
+		b.part.close()
 	}
 }
 

@@ -56,6 +56,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		d.be = rb
+	case k.postgres():
+		pb, err := newPgBackend(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.be = pb
 	default:
 		d.be = newMemBackend(d.float, cfg.TTL)
 	}
@@ -94,6 +100,8 @@ type drill struct {
 	injected atomic.Bool
 	// restarting is set while the restart or failover fault runs.
 	restarting atomic.Bool
+	// cutOff is the replica the partition fault has cut off, if any.
+	cutOff partitionState
 
 	// abort ends the workload early; failed is why (a worker process that
 	// could not start or died on its own).
@@ -125,6 +133,7 @@ func (d *drill) observer() leasehold.Observer {
 	extra := d.cfg.Observer
 	return leasehold.ObserverFunc(func(e leasehold.Event) {
 		d.rec.event(e.Kind.String())
+		d.cutOff.observe(e, d.rec.since)
 		if extra != nil {
 			extra.Observe(e)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/testpg"
+	"github.com/leasehold/leasehold/pgstore"
 )
 
 func TestOpenPostgres(t *testing.T) {
@@ -114,5 +116,44 @@ func TestPostgresPasswordRedacted(t *testing.T) {
 	}
 	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// PostgresConfig parses what Open parses, without connecting: the password
+// file, the store's own parameters and the TLS files; the pool's sessions
+// are pinned to READ COMMITTED; no error shows the password.
+func TestPostgresConfig(t *testing.T) {
+	pwFile := t.TempDir() + "/pw"
+	if err := os.WriteFile(pwFile, []byte("s3cr3tpw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw := "postgres://app@10.0.0.1:5433,10.0.0.2:5433/locks?table=t1&schema=s1&migrate=false" +
+		"&password_file=" + pwFile + "&target_session_attrs=read-write"
+	cfg, opts, err := storeurl.PostgresConfig(raw, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.ConnConfig
+	last := cc.Fallbacks[len(cc.Fallbacks)-1] // the second host (sslmode=prefer tries each host twice)
+	if cc.Password != "s3cr3tpw" || cc.Host != "10.0.0.1" || cc.Port != 5433 || last.Host != "10.0.0.2" || cc.Database != "locks" {
+		t.Errorf("expected app@10.0.0.1:5433,10.0.0.2 db locks with the file's password, got %s:%d, %s, db %s",
+			cc.Host, cc.Port, last.Host, cc.Database)
+	}
+	if cc.RuntimeParams["default_transaction_isolation"] != "read committed" || cc.RuntimeParams["table"] != "" {
+		t.Errorf("expected READ COMMITTED pinned and table not sent, got %v", cc.RuntimeParams)
+	}
+	if opts.Table != "t1" || opts.Schema != "s1" || opts.Migrate != pgstore.MigrateNever {
+		t.Errorf("expected table t1, schema s1, migrate never, got %+v", opts)
+	}
+	for _, bad := range []string{
+		"postgres://app:hunter2@host:5432/db?migrate=perhaps",
+		"postgres://app:hunter2@host:5432/db?table=",
+		"redis://app:hunter2@host:6379",
+		"postgres://app:hunter2@host:notaport/db",
+	} {
+		_, _, err := storeurl.PostgresConfig(bad, nil)
+		if !errors.Is(err, storeurl.ErrBadURL) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: expected ErrBadURL without the password, got %v", storeurl.Describe(bad), err)
+		}
 	}
 }

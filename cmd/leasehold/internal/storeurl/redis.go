@@ -120,6 +120,11 @@ func sentinelClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, 
 	if opts.TLSConfig, err = redisTLS(opts.TLSConfig, "", c); err != nil {
 		return nil, err
 	}
+	// Leave a sentinel that stops answering (partitioned) instead of asking
+	// it for the master until the pool gives up (docs/failover.md).
+	if !q.Has("max_retries") && !q.Has("read_timeout") && !q.Has("dial_timeout") {
+		redisstore.TuneFailover(opts)
+	}
 	return redis.NewFailoverClient(opts), nil
 }
 

@@ -93,3 +93,24 @@ func TestOpenRedisSentinelRejects(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 }
+
+// A Sentinel URL's client leaves a sentinel that stops answering: no
+// go-redis retries and a read timeout below the dial timeout
+// (redisstore.TuneFailover), unless the URL sets them itself.
+func TestOpenRedisSentinelTuned(t *testing.T) {
+	o, err := storeurl.RedisClientOptions("redis://127.0.0.1:1?master_name=m&addr=127.0.0.1:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go-redis keeps "no retries" (-1) as 0 and the default as 3.
+	if o.MaxRetries != 0 || o.ReadTimeout <= 0 || o.ReadTimeout >= o.DialTimeout {
+		t.Errorf("expected no retries and 0 < ReadTimeout < DialTimeout, got %d, %v, %v", o.MaxRetries, o.ReadTimeout, o.DialTimeout)
+	}
+	o, err = storeurl.RedisClientOptions("redis://127.0.0.1:1?master_name=m&max_retries=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MaxRetries != 2 {
+		t.Errorf("expected the URL's max_retries=2 kept, got %d", o.MaxRetries)
+	}
+}

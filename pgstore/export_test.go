@@ -1,0 +1,10 @@
+package pgstore
+
+// SweepSQL is the statement of the store's sweep of old free rows.
+func SweepSQL(s *Store) string { return s.sweepSQL }
+
+// AcquireSQL and ReleaseSQL are the store's acquire and release statements.
+func AcquireSQL(s *Store) string { return s.acquireSQL }
+
+// ReleaseSQL: see AcquireSQL.
+func ReleaseSQL(s *Store) string { return s.releaseSQL }
