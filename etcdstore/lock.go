@@ -56,17 +56,8 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
-		g, ok, err := s.takeOver(ctx, req, l)
-		switch {
-		case err != nil: // it may have applied: tracked as after an acquire
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-		case ok:
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.putQueue(r, ql)
-			s.sess.untrack(s.sess.waiting, r)
-			return g, nil
+		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
+			return g, err
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -118,6 +109,26 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		s.sess.put(l)
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
+}
+
+// tryTakeOver runs takeOver for a waiting acquire and, when it took the
+// lock or failed (done), records the outcome; it then owns the references
+// to l and ql.
+func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, bool, error) {
+	r := ref{req.Key, req.Token}
+	g, ok, err := s.takeOver(ctx, req, l)
+	switch {
+	case err != nil: // it may have applied: tracked as after an acquire
+		s.sess.track(s.sess.held, r, l, req.TTL)
+		s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+		return leasehold.Grant{}, true, s.wrap(ctx, "acquire", req.Key, err)
+	case ok:
+		s.sess.track(s.sess.held, r, l, req.TTL)
+		s.putQueue(r, ql)
+		s.sess.untrack(s.sess.waiting, r)
+		return g, true, nil
+	}
+	return leasehold.Grant{}, false, nil
 }
 
 // takeOver takes the lock that req's token waits for when the token heads
@@ -326,30 +337,44 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Dur
 // holder is alive (see the package doc, Takeover). Renew also moves the
 // store's deadline of the lock.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkNames(key, token, ""); err != nil {
-		return err
-	}
-	secs, err := ttlSeconds(ttl)
-	if err != nil {
-		return err
-	}
-	ctx, end, err := s.begin(ctx)
+	ctx, end, l, err := s.renewStart(ctx, "renew", key, token, ttl)
 	if err != nil {
 		return err
 	}
 	defer end()
 	r := ref{key, token}
-	t := s.sess.lookupHeld(r)
-	l, err := s.sess.get(ctx, secs, ttl)
-	if err != nil {
-		return s.wrap(ctx, "renew", key, err)
-	}
+	t := s.sess.lookupHeld(r) // before the read: a sweep after it is seen
 	resp, err := s.cli.Txn(ctx).Then(s.renewReads(key)...).Commit()
 	if err != nil {
 		s.sess.put(l)
 		return s.wrap(ctx, "renew", key, err)
 	}
 	return s.finishRenew(ctx, r, t, l, ttl, resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+}
+
+// renewStart is the preamble of Renew and RenewPermit: it checks the
+// names and the TTL, bounds ctx by the request timeout (call end when
+// done) and takes a reference to the store's lease for ttl, which the
+// caller then owns.
+func (s *Store) renewStart(ctx context.Context, op, key, token string, ttl time.Duration) (context.Context, context.CancelFunc, *lease, error) {
+	if err := checkNames(key, token, ""); err != nil {
+		return nil, nil, nil, err
+	}
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l, err := s.sess.get(ctx, secs, ttl)
+	if err != nil {
+		err = s.wrap(ctx, op, key, err)
+		end()
+		return nil, nil, nil, err
+	}
+	return ctx, end, l, nil
 }
 
 // renewReads are the reads of a renewal: the lock, and how many waiters
@@ -521,56 +546,90 @@ type released struct {
 	next *headEntry
 }
 
-// releaseOnce sends one release transaction: token-checked, it grants the
-// lock to next (when known, guarded by mod), else deletes it if the queue
-// is empty (or plain), else reads the lock and the queue head.
+// releaseOnce sends one release transaction, token-checked: it grants the
+// lock to next (when known, guarded by mod), or deletes it if the queue is
+// empty (or plain), or else reads the lock and the queue head.
 func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain bool) (released, error) {
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
-	then := free
-	if !plain {
-		then = []clientv3.Op{clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)},
-			free, []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)})}
-	}
-	granting := mod > 0 && next != nil && next.token != token
-	if granting {
+	notMine := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
+	reads := []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)}
+	empty := clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)
+	txn := s.cli.Txn(ctx)
+	granting := !plain && mod > 0 && next != nil && next.token != token
+	switch {
+	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant, then)}
+		txn = txn.If(mine(k, token)...).
+			Then(clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
+				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})).
+			Else(notMine...)
+	case plain:
+		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine...)
+	default: // the common case, nobody waits, at the first level; else
+		// read, without nesting: the token is checked on the answer
+		txn = txn.If(append(mine(k, token), empty)...).Then(free...).
+			Else(append(reads, own...)...)
 	}
-	els := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
-	resp, err := s.cli.Txn(ctx).If(mine(k, token)...).Then(then...).Else(els...).Commit()
-	switch {
-	case err != nil:
+	resp, err := txn.Commit()
+	if err != nil {
 		return released{}, err
-	case !resp.Succeeded && resp.Responses[0].GetResponseRange().GetCount() == 0:
-		return released{done: true, err: leasehold.ErrNotHeld}, nil
-	case !resp.Succeeded:
-		return released{done: true, err: leasehold.ErrNotOwned}, nil
 	}
+	return s.releasedBy(key, token, resp, granting, plain), nil
+}
+
+// releasedBy decodes the answer of releaseOnce.
+func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granting, plain bool) released {
 	rs := resp.Responses
-	if granting {
-		inner := rs[0].GetResponseTxn()
-		if inner.GetSucceeded() {
-			return released{done: true}, nil // granted to the head
+	if !granting && !plain {
+		if resp.Succeeded {
+			return released{done: true} // nobody waited: deleted
 		}
-		rs = inner.GetResponses()
+		kvs := rs[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return released{done: true, err: leasehold.ErrNotHeld}
+		}
+		if tok, _, _, _, _ := lockFields(kvs[0].Value); tok != token {
+			return released{done: true, err: leasehold.ErrNotOwned}
+		}
+		return readRelease(s, key, rs) // ours, and someone waits
+	}
+	if !resp.Succeeded {
+		return notMineRelease(rs)
 	}
 	if plain {
-		return released{done: true}, nil
+		return released{done: true}
 	}
 	inner := rs[0].GetResponseTxn()
 	if inner.GetSucceeded() {
-		return released{done: true}, nil // nobody waited: deleted
+		return released{done: true} // granted to the head
 	}
-	out := released{next: s.headOf(key, inner.GetResponses())}
-	if kvs := inner.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+	if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
+		return readRelease(s, key, rest.GetResponses())
+	}
+	return released{done: true} // nobody waited: deleted
+}
+
+// notMineRelease is the outcome of a release whose token did not hold the
+// lock: rs[0] counted the lock.
+func notMineRelease(rs []*etcdserverpb.ResponseOp) released {
+	if rs[0].GetResponseRange().GetCount() == 0 {
+		return released{done: true, err: leasehold.ErrNotHeld}
+	}
+	return released{done: true, err: leasehold.ErrNotOwned}
+}
+
+// readRelease is the outcome of a release that found waiters: rs read the
+// lock and the queue head, to grant in the next transaction.
+func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
+	out := released{next: s.headOf(key, rs)}
+	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		out.mod = kvs[0].ModRevision
 	}
-	return out, nil
+	return out
 }
 
 // headCmps guard the grant of lock k (at mod revision mod) to the queue

@@ -510,24 +510,13 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 // Renew moves the store's deadline of the permit; a permit the store swept
 // meanwhile is lost (ErrNotOwned).
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkNames(key, token, ""); err != nil {
-		return err
-	}
-	secs, err := ttlSeconds(ttl)
-	if err != nil {
-		return err
-	}
-	ctx, end, err := s.begin(ctx)
+	ctx, end, l, err := s.renewStart(ctx, "renew permit", key, token, ttl)
 	if err != nil {
 		return err
 	}
 	defer end()
 	r := ref{key, token}
-	t := s.sems.lookup(r)
-	l, err := s.sess.get(ctx, secs, ttl)
-	if err != nil {
-		return s.wrap(ctx, "renew permit", key, err)
-	}
+	t := s.sems.lookup(r) // before the read: a sweep after it is seen
 	if err := s.renewPermit(ctx, r, l, ttl); err != nil {
 		s.sess.put(l)
 		if errors.Is(err, leasehold.ErrNotOwned) {

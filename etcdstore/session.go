@@ -128,14 +128,16 @@ func (ss *session) headOf(r ref) (int64, *headEntry) {
 
 // adopt makes waiter r's entry the lock a release granted it, on the lease
 // with the given id (the waiter's queue lease), until ttl from now. It
-// returns the TTL the waiter asked for, false when r is not waiting here or
-// the lease is not the store's.
+// returns the TTL the waiter asked for, false when r is not waiting here, the
+// lease is not the store's, or it is not known to live ttl from now.
 func (ss *session) adopt(r ref, id clientv3.LeaseID, ttl time.Duration) (time.Duration, bool) {
 	ss.mu.Lock()
 	w := ss.waiting[r]
 	var l *lease
 	for _, c := range ss.leases {
-		if c.id == id && !c.dead && c.err == nil {
+		// The lease must outlive the lock's TTL from now, as get makes
+		// sure for an acquire (else the Locker's acquire does that).
+		if c.id == id && !c.dead && c.err == nil && time.Until(c.until) > ttl {
 			l = c
 			break
 		}

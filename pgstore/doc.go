@@ -6,17 +6,22 @@
 // Named after Options.Table (default public.leasehold_locks; see
 // MigrationSQL and README.md):
 //
-//	leasehold_locks          key, token, holder, fence, expires_at, acquired_at: one row per held
-//	                         (or expired, not yet taken over) lock; a release deletes it
+//	leasehold_locks          key, token, holder, fence, expires_at, acquired_at, waited: one row
+//	                         per key, held, expired or free (a release nobody waited for keeps it
+//	                         with an empty token and its fence; a sweep deletes old free rows)
 //	leasehold_locks_waiters  the per-key FIFO queue (queued rows) and WaitRelease subscriptions
 //	leasehold_locks_counter  one row: the durable fence floor
-//	leasehold_locks_acquire2, _release, _force_release  PL/pgSQL functions, one call per operation
-//	leasehold_locks_acquire  the acquire of earlier versions (no wake channel)
+//	leasehold_locks_acquire3, _release2, _force_release  PL/pgSQL functions
+//	leasehold_locks_acquire2, _acquire, _release  the functions of earlier versions (wrappers)
 //
 // # Round trips
 //
-// Every operation is one statement, one round trip: Acquire and Release call
-// their function, Renew is a token-checked UPDATE, RenewBatch one UPDATE over
+// Every operation is one statement, one round trip: Acquire and Release are
+// one plain UPDATE of the key's row when it is free and nobody waits for it
+// (the fast path, a HOT update), and call their function otherwise, in the
+// same statement; a store sends the plain UPDATE alone for a key whose last
+// release it saw keep the row, and the full statement after it when it did
+// not apply. Renew is a token-checked UPDATE, RenewBatch one UPDATE over
 // unnest'ed arrays, Inspect and List one SELECT. The acquire function takes
 // the key's advisory transaction lock and row, drops nothing it does not
 // own, applies the queue rule (the key goes to a free key's live queue head,
@@ -28,10 +33,15 @@
 //
 // A fence is GREATEST(row fence + 1, database clock in µs, floor + 1),
 // computed only once the key's lock and row are held, so an acquirer that
-// was slow to win can never hand out an older fence. A release deletes the
-// row and, when the row's fence is not below the clock, first raises the
-// floor to it. Per key, fences strictly increase across releases, expiry,
-// takeovers and stores sharing the tables.
+// was slow to win can never hand out an older fence. The fast acquire
+// updates the key's row under its row lock, and only when the row's fence
+// and the floor are below the clock (so its fence is never ahead of it). A
+// release with nobody waiting keeps the row, free, with its fence; the
+// release function deletes it and, when the row's fence is not below the
+// clock, first raises the floor to it. A sweep deletes free rows released
+// over a minute ago with a fence over a minute below the clock. Per key,
+// fences strictly increase across releases, expiry, takeovers, sweeps and
+// stores sharing the tables.
 //
 // # Durability
 //

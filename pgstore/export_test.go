@@ -8,3 +8,9 @@ func AcquireSQL(s *Store) string { return s.acquireSQL }
 
 // ReleaseSQL: see AcquireSQL.
 func ReleaseSQL(s *Store) string { return s.releaseSQL }
+
+// AcquireFastSQL and ReleaseFastSQL are the fast statements alone.
+func AcquireFastSQL(s *Store) string { return s.acquireFastSQL }
+
+// ReleaseFastSQL: see AcquireFastSQL.
+func ReleaseFastSQL(s *Store) string { return s.releaseFastSQL }

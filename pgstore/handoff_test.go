@@ -151,3 +151,61 @@ func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
 		t.Fatalf("a queue entry with a 1s queue TTL, after a subscription of the same token: expected <= 1s left, got %v", left)
 	}
 }
+
+// Resumer: a waiter queued while its store's LISTEN connection was up misses
+// no release between its queued Acquire and its WaitRelease: a grant that
+// came in between is kept, and WaitRelease wakes at once with it. Without a
+// queued Acquire sent while the connection was up, Resumes is false.
+func TestResumesAfterQueuedAcquire(t *testing.T) {
+	srv := testpg.Start(t)
+	dsn := srv.CreateDatabase(t)
+	h, s := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
+	ctx := ctx5(t)
+	queue := func(tok string) {
+		t.Helper()
+		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, QueueTTL: time.Minute})
+		if !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("queued Acquire: expected ErrNotAcquired, got %v", err)
+		}
+	}
+	if _, err := h.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h1", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	queue("w0") // the LISTEN connection is not up yet
+	if s.Resumes("k", "w0") {
+		t.Fatal("Resumes before the store's LISTEN connection was up: expected false")
+	}
+	_, stop, err := s.WaitRelease(ctx, "k", "w0") // starts it
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := s.Release(ctx, "k", "w0"); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("the waiter leaves: expected ErrNotOwned, got %v", err)
+	}
+	queue("w1")
+	if !s.Resumes("k", "w1") {
+		t.Fatal("Resumes after a queued Acquire with the connection up: expected true")
+	}
+	if err := h.Release(ctx, "k", "h1"); err != nil { // grants w1 before it subscribes
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the grant's notification arrives first
+	wake, stop, err := s.WaitRelease(ctx, "k", "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	select {
+	case <-wake:
+	case <-time.After(2 * time.Second):
+		t.Fatal("WaitRelease after a grant that came before it: expected an immediate wake-up")
+	}
+	g, ok := s.Granted("k", "w1")
+	if !ok || g.TTL != time.Minute || g.Fence == 0 {
+		t.Fatalf("the kept grant: expected one for a minute, got %+v, %v", g, ok)
+	}
+	if err := s.Release(ctx, "k", "w1"); err != nil {
+		t.Fatalf("the granted waiter releases: %v", err)
+	}
+}

@@ -34,6 +34,15 @@ type listener struct {
 	// wrote (key, token): the row is deleted when the last one stops.
 	rows    map[[2]string]int
 	cleanup sync.WaitGroup // deletions of subscription rows in flight
+	// epoch counts the connection's ups and downs; isUp is true while it
+	// LISTENs. resume holds, for each (key, token) this store queued while
+	// the connection was up, the epoch when that acquire was sent; pending
+	// keeps the wake-ups (and grants) that came for such a token before it
+	// subscribed, for its WaitRelease (see Resumes).
+	epoch   uint64
+	isUp    bool
+	resume  map[[2]string]uint64
+	pending map[[2]string]*handoff // nil: a wake-up without a grant
 	started bool
 	closed  bool
 	up      chan struct{} // closed while the connection LISTENs; replaced when it is lost
@@ -218,6 +227,16 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 		l.subs[key] = map[chan struct{}]string{}
 	}
 	l.subs[key][c] = token
+	if h, ok := l.pending[[2]string{key, token}]; ok && token != "" {
+		delete(l.pending, [2]string{key, token})
+		if h != nil {
+			if l.grants == nil {
+				l.grants = map[[2]string]handoff{}
+			}
+			l.grants[[2]string{key, token}] = *h
+		}
+		poke(c)
+	}
 	l.mu.Unlock()
 	var once sync.Once
 	return c, func() {
@@ -228,6 +247,8 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 				delete(l.subs, key)
 			}
 			delete(l.grants, [2]string{key, token})
+			delete(l.resume, [2]string{key, token})
+			delete(l.pending, [2]string{key, token})
 			l.mu.Unlock()
 		})
 	}
@@ -275,6 +296,7 @@ func (l *listener) dispatch(payload string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	named := false
 	for c, tok := range l.subs[key] {
 		if grant && tok == token {
 			if l.grants == nil {
@@ -282,10 +304,70 @@ func (l *listener) dispatch(payload string) {
 			}
 			l.grants[[2]string{key, token}] = h
 		}
+		named = named || tok == token
 		if all || tok == token || tok == "" { // observers see every hand-off
 			poke(c)
 		}
 	}
+	if k := [2]string{key, token}; !all && !named && token != "" {
+		l.keep(k, grant, h)
+	}
+}
+
+// keep records a wake-up for a token this store queued that has not
+// subscribed yet (its WaitRelease takes it). Call with l.mu held.
+func (l *listener) keep(k [2]string, grant bool, h handoff) {
+	if _, ok := l.resume[k]; !ok {
+		return
+	}
+	if l.pending == nil {
+		l.pending = map[[2]string]*handoff{}
+	}
+	if grant {
+		l.pending[k] = &h
+	} else if _, ok := l.pending[k]; !ok {
+		l.pending[k] = nil
+	}
+}
+
+// queuedAt returns the connection's epoch and whether it is up, taken
+// before a waiting acquire is sent.
+func (l *listener) queuedAt() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch, l.isUp
+}
+
+// expect records that token queued for key with an acquire sent in epoch.
+func (l *listener) expect(key, token string, epoch uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resume == nil {
+		l.resume = map[[2]string]uint64{}
+	}
+	l.resume[[2]string{key, token}] = epoch
+}
+
+// forget drops what expect and keep recorded for (key, token).
+func (l *listener) forget(key, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.resume, [2]string{key, token})
+	delete(l.pending, [2]string{key, token})
+}
+
+// Resumes implements leasehold.Resumer: true when token's last waiting
+// Acquire of key, which queued it, was sent while the store's LISTEN
+// connection was up, and the connection has stayed up since. Every release
+// committed after that Acquire then notified this connection, and a
+// notification that came before WaitRelease was kept for it (WaitRelease
+// wakes at once), so the waiter needs no second Acquire after subscribing.
+func (s *Store) Resumes(key, token string) bool {
+	l := &s.lis
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.resume[[2]string{key, token}]
+	return ok && l.isUp && e == l.epoch
 }
 
 // parseGrant splits "FENCE:TTLMS:KEY".
@@ -343,6 +425,8 @@ func (l *listener) setUp(again bool) {
 	l.mu.Lock()
 	close(l.up)
 	l.lastErr = nil
+	l.epoch++
+	l.isUp = true
 	l.mu.Unlock()
 	if again {
 		l.wakeAll()
@@ -352,6 +436,8 @@ func (l *listener) setUp(again bool) {
 func (l *listener) setDown() {
 	l.mu.Lock()
 	l.up = make(chan struct{})
+	l.epoch++
+	l.isUp = false
 	l.mu.Unlock()
 	l.wakeAll()
 }

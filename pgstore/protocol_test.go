@@ -102,11 +102,15 @@ func testFastPathDurability(t *testing.T, srv *testpg.Server) {
 		want   string
 	}{
 		{"acquire, Durable", false, pgstore.AcquireSQL(s), acq("t1", true), "on"},
+		{"fast acquire, Durable", false, pgstore.AcquireFastSQL(s), []any{"k", "t1", int64(60e6), "", true}, "on"},
+		{"fast acquire", false, pgstore.AcquireFastSQL(s), []any{"k", "t1", int64(60e6), "", false}, "off"},
 		{"acquire", true, pgstore.AcquireSQL(s), acq("t1", false), "off"},
 		{"release, Durable", false, pgstore.ReleaseSQL(s), []any{"k", "t1", "c", true}, "on"},
+		{"fast release, Durable", false, pgstore.ReleaseFastSQL(s) + " RETURNING 0", []any{"k", "t1", true}, "on"},
+		{"fast release", false, pgstore.ReleaseFastSQL(s) + " RETURNING 0", []any{"k", "t1", false}, "off"},
 		{"release", true, pgstore.ReleaseSQL(s), []any{"k", "t1", "c", false}, "off"},
 	} {
-		if got, first := setting(tc.commit, tc.sql, tc.args...); got != tc.want || first != true && first != int32(0) {
+		if got, first := setting(tc.commit, tc.sql, tc.args...); got != tc.want || first == nil || first == false {
 			t.Errorf("%s: expected synchronous_commit %s and success, got %s and %v", tc.name, tc.want, got, first)
 		}
 	}

@@ -69,48 +69,49 @@ const (
 // every value is a parameter.
 func (s *Store) buildSQL() {
 	n := s.n
-	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
-	// durable, $7 channel, $8 wake channel): the fast path is one plain
-	// UPDATE of a free row nobody waits for (a key released by the fast
-	// release keeps its row as fence state), a HOT update with no function
-	// call; the acquire function runs, in the same statement, when it did
-	// not apply (a new key, a held key, a queue, a bad row). The fence
-	// comes from the row's fence, the clock and the floor as in the
-	// function; the row lock orders it after every other grant of the key
-	// (each one updates this row), and the clock is read after that lock
-	// (a concurrent update re-evaluates the statement on the new row). A
-	// fence ahead of the clock is recorded in the floor with a durable
-	// commit (c); otherwise the commit does not wait for a flush.
-	s.acquireSQL = `WITH u AS (
-	UPDATE ` + n.locks + ` l SET token = $2, holder = $4,
+	// The fast acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5
+	// durable): one plain UPDATE of a free row nobody waits for (a key
+	// released by the fast release keeps its row as fence state), a HOT
+	// update with no function call. It applies only when the fence it mints
+	// is not ahead of the clock (the row's fence and the floor are below
+	// it), so it never needs to raise the floor: the acquire function does
+	// that. The row lock orders it after every other grant of the key
+	// (each one updates this row), and a concurrent update re-evaluates it
+	// on the new row, clock included.
+	fast := `UPDATE ` + n.locks + ` l SET token = $2, holder = $4,
 		fence = GREATEST(l.fence + 1, ` + nowUS + `, (SELECT k.v FROM ` + n.counter + ` k) + 1),
 		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', acquired_at = clock_timestamp()
 	WHERE l.key = $1 AND NOT l.waited AND l.expires_at <= clock_timestamp() AND l.token <> $2
 		AND isfinite(l.expires_at) AND isfinite(l.acquired_at) AND l.fence > 0
-		AND ($6::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
-	RETURNING l.fence
-), c AS (
-	UPDATE ` + n.counter + ` k SET v = u.fence FROM u WHERE u.fence > ` + nowUS + ` AND k.v < u.fence
-	RETURNING set_config('synchronous_commit', 'on', true)
-)
-SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u, (SELECT count(*) FROM c) AS ahead
+		AND GREATEST(l.fence, (SELECT k.v FROM ` + n.counter + ` k)) < ` + nowUS + `
+		AND ($5::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+	RETURNING l.fence`
+	s.acquireFastSQL = fast
+	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
+	// durable, $7 channel, $8 wake channel) in one statement: the fast
+	// acquire, or the acquire function when it did not apply (a new key, a
+	// held key, a queue, a bad row, a fence ahead of the clock).
+	s.acquireSQL = `WITH u AS (` + strings.ReplaceAll(fast, "$5::boolean", "$6::boolean") + `)
+SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u
 UNION ALL
 SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire3 + `($1, $2, $3, $4, $5, $6, $7, $8) a
 WHERE NOT EXISTS (SELECT 1 FROM u)`
-	// Release ($1 key, $2 token, $3 channel, $4 durable): the fast path is
-	// one plain UPDATE that keeps the row, with its fence, as a free row
-	// (token and holder '', expired) when nobody waits for the key; the
-	// release function runs, in the same statement, otherwise. waited is
-	// read from the row after its lock: an enqueuer sets it under that lock.
-	s.releaseSQL = `WITH u AS (
-	UPDATE ` + n.locks + ` l SET token = '', holder = '', expires_at = clock_timestamp()
+	// The fast release ($1 key, $2 token, $3 durable): one plain UPDATE
+	// that keeps the row, with its fence, as a free row (token and holder
+	// '', expired) when nobody waits for the key. waited is read from the
+	// row after its lock: an enqueuer sets it under that lock. Release ($1
+	// key, $2 token, $3 channel, $4 durable) in one statement: the fast
+	// release, or the release function when it did not apply; the second
+	// column says whether the fast release applied (the row was kept).
+	s.releaseFastSQL = `UPDATE ` + n.locks + ` l SET token = '', holder = '', expires_at = clock_timestamp()
 	WHERE l.key = $1 AND l.token = $2 AND NOT l.waited AND l.expires_at > clock_timestamp()
-		AND ($4::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+		AND ($3::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)`
+	s.releaseSQL = `WITH u AS (` + strings.ReplaceAll(s.releaseFastSQL, "$3::boolean", "$4::boolean") + `
 	RETURNING 0 AS res
 )
-SELECT res FROM u
+SELECT res, true FROM u
 UNION ALL
-SELECT ` + n.release2 + `($1, $2, $3, $4) WHERE NOT EXISTS (SELECT 1 FROM u)`
+SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM u)`
 	// Free rows older than a minute whose fence is below the clock by as
 	// much: the clock floor covers them (see sweeper).
 	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
@@ -463,6 +464,9 @@ BEGIN
 		IF head IS NOT NULL THEN -- notify the head on its store's own channel, when it has one
 			SELECT w.holder, w.ttl_us, w.expires_at, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
 				FROM {waiters} w WHERE w.key = p_key AND w.token = head;
+			IF NOT FOUND THEN -- the head left since the queue was read: nobody to notify or grant
+				head := NULL;
+			END IF;
 		END IF;
 		IF head IS NOT NULL AND mine THEN -- we held the row: grant the key to the head
 			IF g_ttl > 0 THEN -- 0: queued by an older version, which acquires itself

@@ -60,6 +60,7 @@ var (
 	_ leasehold.ForceReleaser = (*Store)(nil)
 	_ leasehold.BatchRenewer  = (*Store)(nil)
 	_ leasehold.Granter       = (*Store)(nil)
+	_ leasehold.Resumer       = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -132,13 +133,14 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, releaseAllSQL, sweepSQL                                                      string
+	unsubscribeSQL, releaseAllSQL, sweepSQL, acquireFastSQL, releaseFastSQL                      string
 
 	id    string  // random, unique to the store: its observers' subscription rows
 	track tracker // the locks and queue entries this store wrote, for Close
 
 	lis       listener
 	sweep     sweeper
+	free      freeKeys // keys whose row this store's last release kept free
 	closeOnce sync.Once
 }
 
@@ -340,18 +342,32 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 			return leasehold.Grant{}, err
 		}
 	}
+	sent := time.Now()
+	if s.free.has(req.Key) {
+		if g, ok, err := s.acquireFast(ctx, req, us, sent); ok {
+			return g, err
+		}
+	}
 	var (
 		won        bool
 		fence, rem int64
 		holder     string
 		ahead      int32
 	)
-	sent := time.Now()
+	// Expect a wake-up for a waiting acquire before it is sent: a release
+	// may notify this store of it before its answer is read.
+	epoch, up := s.lis.queuedAt()
+	if up && req.QueueTTL > 0 {
+		s.lis.expect(req.Key, req.Token, epoch)
+	}
 	err = retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
 	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
+	if won || err != nil { // an error: the next Acquire (or Release) decides
+		s.lis.forget(req.Key, req.Token)
+	}
 	switch {
 	case err != nil:
 		return leasehold.Grant{}, storeErr("acquire", req.Key, err)
@@ -361,6 +377,25 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		return leasehold.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", leasehold.ErrBadEntry, fence))
 	}
 	return leasehold.Grant{Fence: uint64(fence)}, nil
+}
+
+// acquireFast sends the fast acquire alone (one plain UPDATE of the key's
+// free row). ok is false when it did not apply: the key is then forgotten
+// as free and the caller sends the full acquire.
+func (s *Store) acquireFast(ctx context.Context, req leasehold.AcquireRequest, us int64, sent time.Time) (g leasehold.Grant, ok bool, err error) {
+	var fence int64
+	err = retry(ctx, func() error {
+		return s.db.QueryRow(ctx, s.acquireFastSQL, req.Key, req.Token, us, req.Holder, s.opts.Durable).Scan(&fence)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.free.drop(req.Key)
+		return leasehold.Grant{}, false, nil
+	}
+	s.track.acquired(req.Key, req.Token, err == nil, err, sent, req.QueueTTL)
+	if err != nil {
+		return leasehold.Grant{}, true, storeErr("acquire", req.Key, err)
+	}
+	return leasehold.Grant{Fence: uint64(fence)}, true, nil
 }
 
 // Renew implements leasehold.Store: a token-checked UPDATE of expires_at.
@@ -455,12 +490,23 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	var res int32
-	err := retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res)
-	})
+	var (
+		res  int32
+		kept bool
+		err  error
+	)
+	if s.free.has(key) {
+		kept, err = s.releaseFast(ctx, key, token)
+	}
+	if !kept && err == nil {
+		err = retry(ctx, func() error {
+			return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res, &kept)
+		})
+	}
 	if err == nil {
 		s.track.released(key, token)
+		s.lis.forget(key, token)
+		s.free.set(key, kept)
 		s.sweep.maybe(s)
 	}
 	switch {
@@ -472,6 +518,19 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return leasehold.ErrNotHeld
 	}
 	return nil
+}
+
+// releaseFast sends the fast release alone (one plain UPDATE that keeps
+// the key's row free). kept is false when it did not apply (someone waits
+// for the key, or token does not hold it): the caller then sends the full
+// release, which also tells which.
+func (s *Store) releaseFast(ctx context.Context, key, token string) (kept bool, err error) {
+	var tag pgconn.CommandTag
+	err = retry(ctx, func() (err error) {
+		tag, err = s.db.Exec(ctx, s.releaseFastSQL, key, token, s.opts.Durable)
+		return err
+	})
+	return err == nil && tag.RowsAffected() == 1, err
 }
 
 // Inspect implements leasehold.Inspector. Facts hold the table, the channel
@@ -742,4 +801,44 @@ func (w *sweeper) close() {
 	w.closed = true
 	w.mu.Unlock()
 	w.wg.Wait()
+}
+
+// maxFreeKeys bounds the keys a store remembers as free; past it, it
+// forgets them all (they are hints: a wrong one costs one round trip).
+const maxFreeKeys = 4096
+
+// freeKeys are the keys whose row the store's last release of them kept
+// free (no waiters): their next acquire and release send the fast
+// statement alone, a plain UPDATE, without the function call beside it.
+// Any other key, or one whose fast statement did not apply, gets the full
+// statement (the fast path or the function, in one round trip).
+type freeKeys struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func (f *freeKeys) has(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.keys[key]
+	return ok
+}
+
+func (f *freeKeys) set(key string, free bool) {
+	if !free {
+		f.drop(key)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys == nil || len(f.keys) >= maxFreeKeys {
+		f.keys = map[string]struct{}{}
+	}
+	f.keys[key] = struct{}{}
+}
+
+func (f *freeKeys) drop(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
 }

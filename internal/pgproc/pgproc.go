@@ -79,7 +79,12 @@ func Bin() (string, error) {
 	}
 	debian, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(debian, func(i, j int) bool { return version(debian[i]) > version(debian[j]) })
-	dirs = append(dirs, debian...)
+	return binIn(append(dirs, debian...))
+}
+
+// binIn returns the first of dirs that holds every binary, or an error
+// naming what each lacks.
+func binIn(dirs []string) (string, error) {
 	var problems []string
 	for _, d := range dirs {
 		missing := missingIn(d)

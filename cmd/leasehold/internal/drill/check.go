@@ -1,9 +1,10 @@
 package drill
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -113,13 +114,21 @@ func byJob(ops []Op) map[int][]Op {
 	return m
 }
 
-func sortedJobs[V any](m map[int]V) []int {
-	jobs := make([]int, 0, len(m))
-	for j := range m {
-		jobs = append(jobs, j)
+// writeCounts counts the writes accepted, rejected as stale and refused
+// otherwise (no fence, a register error).
+func writeCounts(ops []Op) (accepted, rejected, refused int) {
+	for _, o := range ops {
+		switch {
+		case !o.Write:
+		case o.Accepted:
+			accepted++
+		case o.Err != "":
+			refused++
+		default:
+			rejected++
+		}
 	}
-	sort.Ints(jobs)
-	return jobs
+	return accepted, rejected, refused
 }
 
 // checkStale: every accepted write's fence is >= the fence of every accepted
@@ -133,18 +142,7 @@ func checkStale(h History) Invariant {
 		iv.detail("job %s: write with fence %d (replica %d) accepted at %v after fence %d (replica %d) was accepted at %v",
 			s.Write.Key, s.Write.Fence, s.Write.Client, fmtDur(s.Write.Call), s.After.Fence, s.After.Client, fmtDur(s.After.Return))
 	}
-	accepted, rejected, refused := 0, 0, 0
-	for _, o := range h.Ops {
-		switch {
-		case !o.Write:
-		case o.Accepted:
-			accepted++
-		case o.Err != "":
-			refused++
-		default:
-			rejected++
-		}
-	}
+	accepted, rejected, refused := writeCounts(h.Ops)
 	iv.Verdict = passUnless(len(stale) > 0)
 	iv.Summary = fmt.Sprintf("%d stale writes accepted; %d writes accepted, %d rejected as stale, %d refused without a fence", len(stale), accepted, rejected, refused)
 	return iv
@@ -199,7 +197,7 @@ func checkDuplicates(h History, fenced bool) Invariant {
 	iv := Invariant{Name: "no duplicate execution"}
 	jobs := byJob(h.Ops)
 	dupJobs, extra, restartDups, failoverDups := 0, 0, 0, 0
-	for _, j := range sortedJobs(jobs) {
+	for _, j := range slices.Sorted(maps.Keys(jobs)) {
 		secs := map[int]bool{}
 		var order []Op
 		var who []string
@@ -310,13 +308,7 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 	ttl := cfg.TTL
 	early := 0
 	for _, s := range h.Stops {
-		var next *Acquisition
-		for i := range h.Acquisitions {
-			a := &h.Acquisitions[i]
-			if a.Key == s.Key && a.Token != s.Token && a.At > s.At && (next == nil || a.At < next.At) {
-				next = a
-			}
-		}
+		next := h.nextHolder(s)
 		if next == nil {
 			iv.detail("%s of replica %d on %s: no other holder took the key", s.Fault, s.Replica, s.Key)
 			continue
@@ -325,12 +317,7 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 		if !ok {
 			continue
 		}
-		restarted := false
-		for _, r := range h.Restarts {
-			if r >= last.Call && r <= next.At {
-				restarted = true
-			}
-		}
+		restarted := h.restartIn(last.Call, next.At)
 		// The store applied the last renewal after it was sent and the next
 		// acquire before it returned: the key was handed out early if and
 		// only if that gap is under TTL. The takeover reported is measured
@@ -367,6 +354,18 @@ func checkTakeover(cfg Config, h History, rep *Report) Invariant {
 	return iv
 }
 
+// nextHolder returns the first acquisition of s's key by another token
+// after s, or nil.
+func (h *History) nextHolder(s Stop) *Acquisition {
+	var next *Acquisition
+	for i, a := range h.Acquisitions {
+		if a.Key == s.Key && a.Token != s.Token && a.At > s.At && (next == nil || a.At < next.At) {
+			next = &h.Acquisitions[i]
+		}
+	}
+	return next
+}
+
 // checkFences: successive acquisitions of a key carry strictly increasing
 // fences, also across a store restart.
 func checkFences(h History) Invariant {
@@ -375,32 +374,23 @@ func checkFences(h History) Invariant {
 	for _, a := range h.Acquisitions {
 		byKey[a.Key] = append(byKey[a.Key], a)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	bad, pairs, acrossRestart, acrossFailover := 0, 0, 0, 0
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		as := byKey[k]
-		sort.SliceStable(as, func(i, j int) bool { return as[i].At < as[j].At })
+		slices.SortStableFunc(as, func(a, b Acquisition) int { return cmp.Compare(a.At, b.At) })
 		for i := 1; i < len(as); i++ {
 			p, a := as[i-1], as[i]
 			if p.Token == a.Token {
 				continue
 			}
 			pairs++
-			for _, r := range h.Restarts {
-				if r >= p.At && r <= a.At {
-					acrossRestart++
-					break
-				}
+			if h.restartIn(p.At, a.At) {
+				acrossRestart++
 			}
-			for _, f := range h.Failovers {
-				if (f.Start >= p.At && f.Start <= a.At) || during(f, a.At) {
-					acrossFailover++
-					break
-				}
+			if slices.ContainsFunc(h.Failovers, func(f Span) bool {
+				return (f.Start >= p.At && f.Start <= a.At) || during(f, a.At)
+			}) {
+				acrossFailover++
 			}
 			if a.Fence <= p.Fence {
 				bad++
@@ -457,11 +447,9 @@ func eventCounts(h History) Invariant {
 	iv := Invariant{Name: "lease events", Verdict: Info}
 	e := h.Events
 	iv.Summary = fmt.Sprintf("%d acquires, %d renew failures, %d abandoned, %d lost, %d expired locally, %d fail-open fallbacks, %d not-owned, %d stale writes rejected, %d store errors",
-		countAcquired(h), e["renew_failed"], e["abandoned"], e["lost"], e["expired"], e["fail_open"], e["not_owned"], e["stale_write"], e["store_error"])
+		len(h.Acquisitions), e["renew_failed"], e["abandoned"], e["lost"], e["expired"], e["fail_open"], e["not_owned"], e["stale_write"], e["store_error"])
 	return iv
 }
-
-func countAcquired(h History) int { return len(h.Acquisitions) }
 
 func faultWindows(h History) Invariant {
 	iv := Invariant{Name: "faults injected", Verdict: Info}

@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -91,122 +92,10 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --workload semaphore --permits 2 --replicas 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			cfg.Store = storeURL
-			if cfg.kind().etcd() {
-				// etcd leases are whole seconds: unless given, the TTL and
-				// the outage take etcd's defaults (Config.WithDefaults).
-				if !cmd.Flags().Changed("ttl") {
-					cfg.TTL = 0
-				}
-				if !cmd.Flags().Changed("outage") {
-					cfg.Outage = 0
-				}
-			}
-			if cfg.Faults, err = ParseFaults(faults); err != nil {
-				return err
-			}
-			switch onStoreErr {
-			case "fail-closed":
-				cfg.OnStoreError = leasehold.FailClosed
-			case "fail-open":
-				cfg.OnStoreError = leasehold.FailOpen
-			default:
-				return fmt.Errorf("%w: --on-store-error must be fail-closed or fail-open, got %q", ErrInvalidConfig, onStoreErr)
-			}
-			switch onRenewFail {
-			case "fence":
-				cfg.OnRenewFailure = leasehold.RenewalFence
-			case "continue":
-				cfg.OnRenewFailure = leasehold.RenewalContinue
-			default:
-				return fmt.Errorf("%w: --on-renew-failure must be fence or continue, got %q", ErrInvalidConfig, onRenewFail)
-			}
-			switch fencing {
-			case "on":
-			case "off":
-				cfg.NoFencing = true
-			default:
-				return fmt.Errorf("%w: --fencing must be on or off, got %q", ErrInvalidConfig, fencing)
-			}
-			if !quiet {
-				cfg.Progress = cmd.ErrOrStderr()
-			}
-			if logLocks {
-				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-				if opts.Logger != nil {
-					cfg.Logger = opts.Logger(slog.LevelWarn)
-				}
-			}
-			if cfg.Processes && len(cfg.WorkerCommand) == 0 {
-				// The worker is this command's hidden subcommand, wherever
-				// the command is mounted ("leasehold drill worker").
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
-				}
-				path := strings.Fields(cmd.CommandPath())[1:]
-				cfg.WorkerCommand = append(append([]string{exe}, path...), workerCmd.Name())
-			}
-			if cfg, err = cfg.WithDefaults(); err != nil {
-				return err
-			}
-			var tf *os.File
-			if timeline != "" { // fail before a long run, not after
-				if tf, err = os.Create(timeline); err != nil {
-					return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
-				}
-				defer tf.Close()
-			}
-			if opts.Metrics != nil {
-				obs, stop, err := opts.Metrics(metricsOpts)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				if obs != nil {
-					initSeries(obs, cfg)
-					cfg.Observer = obs
-				}
-			}
-			cmd.SilenceUsage = true
-			if cfg.kind().redis() {
-				// go-redis logs dial failures (expected during the outage)
-				// to stderr by default; route them to --log or nowhere.
-				redis.SetLogger(redisLogger{cfg.Logger})
-			}
-			rep, err := Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				err = rep.WriteJSON(out)
-			} else {
-				err = rep.WriteText(out, verbose)
-			}
-			if err != nil {
-				return err
-			}
-			if tf != nil {
-				if err := rep.WriteTimeline(tf); err != nil {
-					return fmt.Errorf("drill: write timeline: %w", err)
-				}
-				if err := tf.Close(); err != nil {
-					return fmt.Errorf("drill: write timeline: %w", err)
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "timeline: %s\n", timeline)
-				}
-			}
-			if !rep.Passed {
-				names := make([]string, 0)
-				for _, iv := range rep.Failed() {
-					names = append(names, iv.Name)
-				}
-				return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
-			}
-			return nil
+			f := &cmdFlags{opts: opts, worker: workerCmd, cfg: cfg, metrics: metricsOpts, store: storeURL,
+				faults: faults, timeline: timeline, onStoreErr: onStoreErr, onRenewFail: onRenewFail, fencing: fencing,
+				asJSON: asJSON, verbose: verbose, logLocks: logLocks, quiet: quiet}
+			return f.run(cmd)
 		},
 	}
 	cmd.AddCommand(workerCmd)
@@ -247,6 +136,148 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	})
 	return cmd
+}
+
+// cmdFlags are the drill command's flags and options.
+type cmdFlags struct {
+	opts                             CommandOptions
+	worker                           *cobra.Command
+	cfg                              Config
+	metrics                          MetricsOptions
+	store, faults, timeline          string
+	onStoreErr, onRenewFail, fencing string
+	asJSON, verbose, logLocks, quiet bool
+}
+
+// choose returns the value of flag name's setting v in m, or an error that
+// lists the choices.
+func choose[T any](name, v string, m map[string]T, choices string) (T, error) {
+	t, ok := m[v]
+	if !ok {
+		return t, invalid("--%s must be %s, got %q", name, choices, v)
+	}
+	return t, nil
+}
+
+// config builds the drill's Config from the flags.
+func (f *cmdFlags) config(cmd *cobra.Command) (Config, error) {
+	cfg := f.cfg
+	cfg.Store = f.store
+	if cfg.kind().etcd() {
+		// etcd leases are whole seconds: unless given, the TTL and the
+		// outage take etcd's defaults (Config.WithDefaults).
+		if !cmd.Flags().Changed("ttl") {
+			cfg.TTL = 0
+		}
+		if !cmd.Flags().Changed("outage") {
+			cfg.Outage = 0
+		}
+	}
+	var err error
+	if cfg.Faults, err = ParseFaults(f.faults); err != nil {
+		return cfg, err
+	}
+	policies := map[string]leasehold.StorePolicy{"fail-closed": leasehold.FailClosed, "fail-open": leasehold.FailOpen}
+	if cfg.OnStoreError, err = choose("on-store-error", f.onStoreErr, policies, "fail-closed or fail-open"); err != nil {
+		return cfg, err
+	}
+	renewals := map[string]leasehold.RenewalPolicy{"fence": leasehold.RenewalFence, "continue": leasehold.RenewalContinue}
+	if cfg.OnRenewFailure, err = choose("on-renew-failure", f.onRenewFail, renewals, "fence or continue"); err != nil {
+		return cfg, err
+	}
+	if cfg.NoFencing, err = choose("fencing", f.fencing, map[string]bool{"on": false, "off": true}, "on or off"); err != nil {
+		return cfg, err
+	}
+	if !f.quiet {
+		cfg.Progress = cmd.ErrOrStderr()
+	}
+	if f.logLocks {
+		cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if f.opts.Logger != nil {
+			cfg.Logger = f.opts.Logger(slog.LevelWarn)
+		}
+	}
+	if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+		// The worker is this command's hidden subcommand, wherever the
+		// command is mounted ("leasehold drill worker").
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+		}
+		path := strings.Fields(cmd.CommandPath())[1:]
+		cfg.WorkerCommand = append(append([]string{exe}, path...), f.worker.Name())
+	}
+	return cfg.WithDefaults()
+}
+
+// run runs the drill of the flags and prints its report.
+func (f *cmdFlags) run(cmd *cobra.Command) error {
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return err
+	}
+	var tf *os.File
+	if f.timeline != "" { // fail before a long run, not after
+		if tf, err = os.Create(f.timeline); err != nil {
+			return fmt.Errorf("%w: --timeline: %v", ErrInvalidConfig, err)
+		}
+		defer tf.Close()
+	}
+	if f.opts.Metrics != nil {
+		obs, stop, err := f.opts.Metrics(f.metrics)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if obs != nil {
+			initSeries(obs, cfg)
+			cfg.Observer = obs
+		}
+	}
+	cmd.SilenceUsage = true
+	if cfg.kind().redis() {
+		// go-redis logs dial failures (expected during the outage) to
+		// stderr by default; route them to --log or nowhere.
+		redis.SetLogger(redisLogger{cfg.Logger})
+	}
+	rep, err := Run(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	return f.print(cmd.OutOrStdout(), rep, tf)
+}
+
+// print writes the report (text or JSON) and the timeline, and fails when an
+// invariant did.
+func (f *cmdFlags) print(out io.Writer, rep *Report, tf *os.File) error {
+	var err error
+	if f.asJSON {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteText(out, f.verbose)
+	}
+	if err != nil {
+		return err
+	}
+	if tf != nil {
+		if err := rep.WriteTimeline(tf); err != nil {
+			return fmt.Errorf("drill: write timeline: %w", err)
+		}
+		if err := tf.Close(); err != nil {
+			return fmt.Errorf("drill: write timeline: %w", err)
+		}
+		if !f.asJSON {
+			fmt.Fprintf(out, "timeline: %s\n", f.timeline)
+		}
+	}
+	if !rep.Passed {
+		var names []string
+		for _, iv := range rep.Failed() {
+			names = append(names, iv.Name)
+		}
+		return fmt.Errorf("%w: %s", ErrInvariantViolated, strings.Join(names, "; "))
+	}
+	return nil
 }
 
 // newWorkerCommand is the hidden `drill worker` subcommand: one worker

@@ -82,7 +82,7 @@ func ParseFaults(s string) ([]Fault, error) {
 	for _, part := range strings.Split(s, ",") {
 		f := Fault(strings.TrimSpace(part))
 		if !slices.Contains(knownFaults, f) {
-			return nil, fmt.Errorf("%w: unknown fault %q in --faults (choose from %s, all, none)", ErrInvalidConfig, f, faultNames())
+			return nil, invalid("unknown fault %q in --faults (choose from %s, all, none)", f, faultNames())
 		}
 		want[f] = true
 	}
@@ -215,11 +215,11 @@ type Config struct {
 	// injected into it. Needs fencing on.
 	Register string
 	// Logger receives the lockers' log records. Default: discarded.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 	// Progress, when set, receives a line as the replicas start, as each
 	// fault starts and ends (with what the replicas have done so far), and
 	// as the history is checked: `leasehold drill` writes it to stderr.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 	// brokenTrust is the broken variant of the election and semaphore
 	// workloads, for the tests: a holder keeps trusting its term after its
 	// lease ended, so the checker must fail the run.
@@ -227,15 +227,39 @@ type Config struct {
 	// Observer, when set, also receives every event of the replicas' lockers
 	// (named "replica-N") and of the fenced register, e.g. a Prometheus
 	// adapter behind `leasehold drill --metrics-addr`.
-	Observer leasehold.Observer
+	Observer leasehold.Observer `json:"-"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults and checks
 // it; the error wraps ErrInvalidConfig and names the field to fix.
 func (c Config) WithDefaults() (Config, error) {
-	bad := func(format string, args ...any) (Config, error) {
-		return c, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	if err := c.defaults(); err != nil {
+		return c, err
 	}
+	for _, check := range []func() error{c.checkRanges, c.checkStore, c.checkProcesses} {
+		if err := check(); err != nil {
+			return c, err
+		}
+	}
+	if c.Latency == 0 {
+		c.Latency = c.renewTimeout() + 100*time.Millisecond
+	}
+	if c.Latency < 0 || c.Latency > time.Minute {
+		return c, invalid("latency must be between 0 and 1m, got %v", c.Latency)
+	}
+	if err := c.checkSentinel(); err != nil {
+		return c, err
+	}
+	return c, c.checkPartition()
+}
+
+// invalid returns an error wrapping ErrInvalidConfig.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// defaults fills the zero fields but Latency (it needs the TTL checked).
+func (c *Config) defaults() error {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -248,7 +272,7 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Jobs = 40
 	}
 	if err := c.defaultWorkload(); err != nil {
-		return c, err
+		return err
 	}
 	if c.kind().etcd() {
 		def(&c.TTL, etcdDefaultTTL)
@@ -266,65 +290,47 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	return nil
+}
+
+// checkRanges checks the counts, the faults and (checkTimes) the durations.
+func (c Config) checkRanges() error {
 	switch {
 	case c.Replicas < 2 || c.Replicas > 64:
-		return bad("replicas must be between 2 and 64, got %d", c.Replicas)
+		return invalid("replicas must be between 2 and 64, got %d", c.Replicas)
 	case c.Jobs < 1 || c.Jobs > 10000:
-		return bad("jobs must be between 1 and 10000, got %d", c.Jobs)
+		return invalid("jobs must be between 1 and 10000, got %d", c.Jobs)
 	case c.Workload == WorkloadJobs && c.Jobs < len(c.Faults)+2:
-		return bad("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run", c.Jobs, len(c.Faults)+2)
-	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
-		return bad("ttl must be between 50ms and 1m, got %v", c.TTL)
-	case c.WorkMin <= 0 || c.WorkMax < c.WorkMin:
-		return bad("work must satisfy 0 < work-min <= work-max, got %v and %v", c.WorkMin, c.WorkMax)
-	case c.WorkMax > 10*c.TTL:
-		return bad("work-max (%v) must be at most 10 × ttl (%v)", c.WorkMax, 10*c.TTL)
-	case c.Outage < 0 || c.Outage > time.Minute:
-		return bad("outage must be between 0 and 1m, got %v", c.Outage)
-	case c.Window <= 0 || c.Window > time.Minute:
-		return bad("window must be between 0 and 1m, got %v", c.Window)
-	case c.DropRate < 0 || c.DropRate > 1:
-		return bad("drop rate must be between 0 and 1, got %v", c.DropRate)
-	case c.TimeLimit <= 0:
-		return bad("time limit must be > 0, got %v", c.TimeLimit)
-	}
-	if err := c.checkStoreURL(); err != nil {
-		return c, err
-	}
-	if c.kind().etcd() && c.TTL < etcdMinTTL {
-		return bad("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
-	}
-	if err := checkRegister(c.Register); err != nil {
-		return c, err
-	}
-	if c.NoFencing && c.Register != "" && c.Register != "memory" {
-		return bad("--fencing off uses the drill's own unfenced register; drop --register %s", storeurl.Describe(c.Register))
-	}
-	if c.Processes {
-		switch {
-		case c.kind().etcd() || c.kind().postgres():
-			return bad("--processes runs on Redis only: its worker processes speak to Redis; drop --processes with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
-		case !c.kind().redis():
-			return bad("--processes needs a store every worker process can reach: use --store %s or --store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
-		case !processesSupported:
-			return bad("--processes needs SIGSTOP and SIGCONT, which this operating system does not have")
-		}
-	}
-	if c.Latency == 0 {
-		c.Latency = c.renewTimeout() + 100*time.Millisecond
-	}
-	if c.Latency < 0 || c.Latency > time.Minute {
-		return bad("latency must be between 0 and 1m, got %v", c.Latency)
+		return invalid("jobs (%d) must be at least the number of faults + 2 (%d) so every fault lands mid-run",
+			c.Jobs, len(c.Faults)+2)
 	}
 	for _, f := range c.Faults {
 		if !slices.Contains(knownFaults, f) {
-			return bad("unknown fault %q", f)
+			return invalid("unknown fault %q", f)
 		}
 	}
-	if err := c.checkSentinel(); err != nil {
-		return c, err
+	return c.checkTimes()
+}
+
+// checkTimes checks the durations and the drop rate.
+func (c Config) checkTimes() error {
+	switch {
+	case c.TTL < 50*time.Millisecond || c.TTL > time.Minute:
+		return invalid("ttl must be between 50ms and 1m, got %v", c.TTL)
+	case c.WorkMin <= 0 || c.WorkMax < c.WorkMin:
+		return invalid("work must satisfy 0 < work-min <= work-max, got %v and %v", c.WorkMin, c.WorkMax)
+	case c.WorkMax > 10*c.TTL:
+		return invalid("work-max (%v) must be at most 10 × ttl (%v)", c.WorkMax, 10*c.TTL)
+	case c.Outage < 0 || c.Outage > time.Minute:
+		return invalid("outage must be between 0 and 1m, got %v", c.Outage)
+	case c.Window <= 0 || c.Window > time.Minute:
+		return invalid("window must be between 0 and 1m, got %v", c.Window)
+	case c.DropRate < 0 || c.DropRate > 1:
+		return invalid("drop rate must be between 0 and 1, got %v", c.DropRate)
+	case c.TimeLimit <= 0:
+		return invalid("time limit must be > 0, got %v", c.TimeLimit)
 	}
-	return c, c.checkPartition()
+	return nil
 }
 
 // checkStoreURL checks Config.Store without connecting; the error wraps
@@ -339,11 +345,44 @@ func (c Config) checkStoreURL() error {
 		return err
 	case storePostgres:
 		if _, _, err := storeurl.PostgresConfig(c.Store, nil); err != nil {
-			return fmt.Errorf("%w: --store: %v", ErrInvalidConfig, err)
+			return invalid("--store: %v", err)
 		}
 	case storeUnknown:
-		return fmt.Errorf("%w: store must be memory, %s, redis://HOST:PORT[/DB], %s, etcd://HOST:PORT[,HOST:PORT], %s or postgres://USER@HOST:PORT/DB, got %q",
-			ErrInvalidConfig, StoreRedisServer, StoreEtcdServer, StorePostgresServer, storeurl.Describe(c.Store))
+		return invalid("store must be memory, %s, redis://HOST:PORT[/DB], %s, etcd://HOST:PORT[,HOST:PORT], %s or "+
+			"postgres://USER@HOST:PORT/DB, got %q", StoreRedisServer, StoreEtcdServer, StorePostgresServer,
+			storeurl.Describe(c.Store))
+	}
+	return nil
+}
+
+// checkStore checks the store and the register.
+func (c Config) checkStore() error {
+	switch err := c.checkStoreURL(); {
+	case err != nil:
+		return err
+	case c.kind().etcd() && c.TTL < etcdMinTTL:
+		return invalid("ttl must be at least %v on etcd (its leases are whole seconds, 1 s at the least), got %v; "+
+			"drop --ttl for the default %v", etcdMinTTL, c.TTL, etcdDefaultTTL)
+	case c.NoFencing && c.Register != "" && c.Register != "memory":
+		return invalid("--fencing off uses the drill's own unfenced register; drop --register %s",
+			storeurl.Describe(c.Register))
+	}
+	return checkRegister(c.Register)
+}
+
+// checkProcesses checks what worker processes need.
+func (c Config) checkProcesses() error {
+	switch {
+	case !c.Processes:
+		return nil
+	case c.kind().etcd() || c.kind().postgres():
+		return invalid("--processes runs on Redis only: its worker processes speak to Redis; drop --processes "+
+			"with --store %s (pause and crash then stop the replica inside the drill)", storeurl.Describe(c.Store))
+	case !c.kind().redis():
+		return invalid("--processes needs a store every worker process can reach: use --store %s or "+
+			"--store redis://HOST:PORT[/DB] (the memory store lives inside one process)", StoreRedisServer)
+	case !processesSupported:
+		return invalid("--processes needs SIGSTOP and SIGCONT, which this operating system does not have")
 	}
 	return nil
 }
@@ -352,10 +391,12 @@ func (c Config) checkStoreURL() error {
 func (c Config) checkSentinel() error {
 	switch {
 	case slices.Contains(c.Faults, FaultFailover) && c.kind() != storeOwnSentinel && c.kind() != storeOwnPostgres:
-		return fmt.Errorf("%w: the failover fault needs replicas to fail over to: use --store %s (the drill starts a master, two replicas and three sentinels) or --store %s (a primary and a streaming standby)",
-			ErrInvalidConfig, StoreRedisSentinel, StorePostgresServer)
+		return invalid("the failover fault needs replicas to fail over to: use --store %s (the drill starts a "+
+			"master, two replicas and three sentinels) or --store %s (a primary and a streaming standby)",
+			StoreRedisSentinel, StorePostgresServer)
 	case c.Processes && c.kind() == storeOwnSentinel:
-		return fmt.Errorf("%w: --processes does not run on --store %s yet: its worker processes reach one Redis address; drop --processes", ErrInvalidConfig, StoreRedisSentinel)
+		return invalid("--processes does not run on --store %s yet: its worker processes reach one Redis "+
+			"address; drop --processes", StoreRedisSentinel)
 	}
 	return nil
 }
@@ -372,11 +413,13 @@ func (c *Config) defaultWorkload() error {
 	case c.Workload == WorkloadJobs:
 		return nil
 	case c.Workload != WorkloadElection && c.Workload != WorkloadSemaphore:
-		return fmt.Errorf("%w: workload must be %s, %s or %s, got %q", ErrInvalidConfig, WorkloadJobs, WorkloadElection, WorkloadSemaphore, c.Workload)
+		return invalid("workload must be %s, %s or %s, got %q", WorkloadJobs, WorkloadElection, WorkloadSemaphore,
+			c.Workload)
 	case c.Workload == WorkloadSemaphore && (c.Permits < 1 || c.Permits >= c.Replicas):
-		return fmt.Errorf("%w: permits must be between 1 and replicas - 1 (%d), so that replicas contend, got %d", ErrInvalidConfig, c.Replicas-1, c.Permits)
+		return invalid("permits must be between 1 and replicas - 1 (%d), so that replicas contend, got %d",
+			c.Replicas-1, c.Permits)
 	case c.Processes:
-		return fmt.Errorf("%w: --processes runs the jobs workload only; drop it with --workload %s", ErrInvalidConfig, c.Workload)
+		return invalid("--processes runs the jobs workload only; drop it with --workload %s", c.Workload)
 	}
 	c.Jobs = 1 // one key: the election's or the semaphore's
 	return nil

@@ -77,20 +77,8 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 			b.close()
 		}
 	}()
-	basePrefix := ""
-	if slices.Contains(cfg.Faults, FaultPartition) {
-		if b.part, b.base.Endpoints, err = startEtcdPartition(ctx); err != nil {
-			return nil, err
-		}
-	} else if cfg.kind() == storeOwnEtcd {
-		if b.server, err = etcdproc.Start(ctx); err != nil {
-			if errors.Is(err, etcdproc.ErrNoBinary) {
-				return nil, fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
-			}
-			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
-		}
-		b.base.Endpoints = []string{b.server.ClientAddr}
-	} else if b.base, basePrefix, err = etcdEndpoints(cfg.Store); err != nil {
+	basePrefix, err := b.startServer(ctx)
+	if err != nil {
 		return nil, err
 	}
 	where := strings.Join(b.base.Endpoints, ",")
@@ -135,6 +123,26 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	return b, nil
+}
+
+// startServer starts the drill's own etcd (a member, or the partition
+// fault's cluster), or parses Config.Store, and sets the endpoints; it
+// returns the key prefix of the store URL.
+func (b *etcdBackend) startServer(ctx context.Context) (prefix string, err error) {
+	switch {
+	case slices.Contains(b.cfg.Faults, FaultPartition):
+		b.part, b.base.Endpoints, err = startEtcdPartition(ctx)
+	case b.cfg.kind() == storeOwnEtcd:
+		if b.server, err = etcdproc.Start(ctx); errors.Is(err, etcdproc.ErrNoBinary) {
+			return "", fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
+		} else if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		b.base.Endpoints = []string{b.server.ClientAddr}
+	default:
+		b.base, prefix, err = etcdEndpoints(b.cfg.Store)
+	}
+	return prefix, err
 }
 
 // replicaConfig is one replica process's client configuration: the proxies,

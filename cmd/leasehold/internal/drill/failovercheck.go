@@ -57,6 +57,16 @@ func checkFailovers(h History) Invariant {
 // during reports whether t lies in failover f or its settling time.
 func during(f Span, t time.Duration) bool { return t >= f.Start && t <= f.End+failoverSettle }
 
+// inFailover reports whether t lies in a failover or its settling time.
+func (h *History) inFailover(t time.Duration) bool {
+	return slices.ContainsFunc(h.Failovers, func(f Span) bool { return during(f, t) })
+}
+
+// restartIn reports whether the store lost its data between from and to.
+func (h *History) restartIn(from, to time.Duration) bool {
+	return slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= from && r <= to })
+}
+
 // failoverOverlaps returns, per key, the longest overlap between two
 // holders' leases, the later one granted during failover f (or its settling
 // time). Paused holders are left out: their overlap is the pause fault's.
@@ -126,10 +136,8 @@ func failoverDuplicate(h History, writes []Op) bool {
 			if b.Start >= a.End {
 				continue
 			}
-			for _, f := range h.Failovers {
-				if during(f, b.Start) {
-					return true
-				}
+			if h.inFailover(b.Start) {
+				return true
 			}
 		}
 	}

@@ -29,7 +29,8 @@ func (d *drill) inject(ctx context.Context) {
 		start := d.rec.since()
 		d.progress("fault %s starts (%s)", f, d.activity())
 		note := d.injectOne(ctx, f)
-		d.rec.window(Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")})
+		w := Window{Fault: f, Start: start, End: d.rec.since(), Note: note, Skipped: strings.HasPrefix(note, "skipped")}
+		d.rec.count(func(h *History) { h.Windows = append(h.Windows, w) })
 		d.progress("fault %s ended after %v: %s (%s)", f, (d.rec.since() - start).Round(time.Millisecond), note, d.activity())
 		if !sleep(ctx, d.cfg.gap()) {
 			return
@@ -49,52 +50,35 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func (d *drill) injectOne(ctx context.Context, f Fault) string {
+	c, proxied := d.cfg, d.cfg.kind().viaProxy()
 	switch f {
 	case FaultOutage:
-		d.be.setDown(true)
-		sleep(ctx, d.cfg.Outage)
-		d.be.setDown(false)
-		if d.cfg.kind().viaProxy() {
-			return fmt.Sprintf("fault proxy down for %v: connections cut and refused", d.cfg.Outage)
+		d.hold(ctx, c.Outage, func() { d.be.setDown(true) }, func() { d.be.setDown(false) })
+		if proxied {
+			return fmt.Sprintf("fault proxy down for %v: connections cut and refused", c.Outage)
 		}
-		return fmt.Sprintf("store down for %v", d.cfg.Outage)
+		return fmt.Sprintf("store down for %v", c.Outage)
 	case FaultLatency:
-		d.be.setLatency(d.cfg.Latency)
-		sleep(ctx, d.cfg.Window)
-		d.be.setLatency(0)
-		if d.cfg.kind().etcd() {
-			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout and etcd request timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
+		d.hold(ctx, c.Window, func() { d.be.setLatency(c.Latency) }, func() { d.be.setLatency(0) })
+		if c.kind().etcd() {
+			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout and etcd request "+
+				"timeout %v)", c.Latency, c.renewTimeout())
 		}
-		if d.cfg.kind().viaProxy() {
-			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout %v, client timeout %v)", d.cfg.Latency, d.cfg.renewTimeout(), d.cfg.clientTimeout())
+		if proxied {
+			return fmt.Sprintf("fault proxy holds every chunk %v each way (renew timeout %v, client timeout %v)",
+				c.Latency, c.renewTimeout(), c.clientTimeout())
 		}
-		return fmt.Sprintf("+%v per store call (renew timeout %v)", d.cfg.Latency, d.cfg.renewTimeout())
+		return fmt.Sprintf("+%v per store call (renew timeout %v)", c.Latency, c.renewTimeout())
 	case FaultLostReply:
-		rate := d.cfg.DropRate
-		d.be.dropReplies(rate)
-		sleep(ctx, d.cfg.Window)
-		d.be.dropReplies(0)
-		if d.cfg.kind().viaProxy() {
-			return fmt.Sprintf("fault proxy forwards requests and drops %.0f%% of replies (a connection that lost one loses the rest until it is cut)", 100*rate)
+		d.hold(ctx, c.Window, func() { d.be.dropReplies(c.DropRate) }, func() { d.be.dropReplies(0) })
+		if proxied {
+			return fmt.Sprintf("fault proxy forwards requests and drops %.0f%% of replies (a connection that "+
+				"lost one loses the rest until it is cut)", 100*c.DropRate)
 		}
-		return fmt.Sprintf("%.0f%% of acquire/renew/release replies dropped after the store applied them", 100*rate)
+		return fmt.Sprintf("%.0f%% of acquire/renew/release replies dropped after the store applied them",
+			100*c.DropRate)
 	case FaultRestart:
-		// While the store restarts nothing expires, and etcd extends every
-		// lease when it is back (recorded when restart returns): the
-		// sampler does not judge a lock it sees meanwhile.
-		d.restarting.Store(true)
-		err := d.be.restart(d.rec.restart)
-		d.restarting.Store(false)
-		if err != nil {
-			if errors.Is(err, errRestartSkipped) {
-				return "skipped: " + strings.TrimPrefix(err.Error(), errRestartSkipped.Error()+": ")
-			}
-			return fmt.Sprintf("restart failed: %v", err)
-		}
-		if n, ok := d.be.(interface{ restartNote() string }); ok {
-			return n.restartNote()
-		}
-		return "store restarted: every lock and fence counter lost"
+		return d.injectRestart()
 	case FaultPause:
 		return d.injectPause(ctx)
 	case FaultCrash:
@@ -105,6 +89,38 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		return d.injectPartition(ctx)
 	}
 	return "unknown fault"
+}
+
+// hold turns a store fault on for d (or until ctx ends), then off.
+func (d *drill) hold(ctx context.Context, dur time.Duration, on, off func()) {
+	on()
+	sleep(ctx, dur)
+	off()
+}
+
+// injectRestart restarts the store. While it restarts nothing expires, and
+// etcd extends every lease when it is back (recorded when restart returns):
+// the sampler does not judge a lock it sees meanwhile.
+func (d *drill) injectRestart() string {
+	d.restarting.Store(true)
+	err := d.be.restart(func() { d.rec.count(func(h *History) { h.Restarts = append(h.Restarts, d.rec.since()) }) })
+	d.restarting.Store(false)
+	if err != nil {
+		return failedNote("restart", err)
+	}
+	if n, ok := d.be.(interface{ restartNote() string }); ok {
+		return n.restartNote()
+	}
+	return "store restarted: every lock and fence counter lost"
+}
+
+// failedNote is the note of a fault that could not be injected: "skipped:
+// why" (errRestartSkipped) or what failed.
+func failedNote(what string, err error) string {
+	if errors.Is(err, errRestartSkipped) {
+		return "skipped: " + strings.TrimPrefix(err.Error(), errRestartSkipped.Error()+": ")
+	}
+	return fmt.Sprintf("%s failed: %v", what, err)
 }
 
 // failoverer is a backend that can fail its master over to a replica.
@@ -129,10 +145,7 @@ func (d *drill) injectFailover(ctx context.Context) string {
 		d.rec.failoverEnd(idx)
 	}
 	if err != nil {
-		if errors.Is(err, errRestartSkipped) {
-			return "skipped: " + strings.TrimPrefix(err.Error(), errRestartSkipped.Error()+": ")
-		}
-		return fmt.Sprintf("failover failed: %v", err)
+		return failedNote("failover", err)
 	}
 	return note
 }
@@ -314,15 +327,7 @@ func (d *drill) activity() string {
 	var acq, ok, stale int
 	d.rec.count(func(h *History) {
 		acq = len(h.Acquisitions)
-		for _, op := range h.Ops {
-			switch {
-			case !op.Write:
-			case op.Accepted:
-				ok++
-			case op.Err == "":
-				stale++
-			}
-		}
+		ok, stale, _ = writeCounts(h.Ops)
 	})
 	return fmt.Sprintf("%d replicas: %d acquisitions, %d writes accepted, %d stale writes rejected so far", len(d.replicas), acq, ok, stale)
 }

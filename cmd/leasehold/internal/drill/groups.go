@@ -103,8 +103,8 @@ func (d *drill) holdPermits(ctx context.Context, r *replica, inc *incarnation) {
 // before such a write (or, on a permit, at the same moment).
 func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, ls *leasehold.Lease, write bool) (alive bool) {
 	sec := Section{Replica: r.id, Incarnation: inc.n, Key: groupKey, Token: ls.Token(), Fence: ls.Fence(),
-		Degraded: ls.Degraded(), Start: d.since()}
-	id := d.openSection(sec)
+		Degraded: ls.Degraded(), Start: d.rec.since()}
+	id := r.h.call(wire{K: "open", Section: &sec, Token: sec.Token}).Sec
 	sec.ID = id
 	r.setWorking(0, !ls.Degraded())
 	defer r.setWorking(-1, false)
@@ -119,16 +119,15 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 	defer deadline.Stop()
 	worked := false
 	end := func(outcome string) bool {
-		at := d.since()
+		at := d.rec.since()
 		switch {
 		case inc.dead(): // the crash also ends ctx: whichever select saw first
-			d.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: groupKey, Token: ls.Token(), At: at})
-			d.endSection(id, at, "crashed", worked)
+			r.crashed(groupKey, ls.Token(), id, worked)
 			return false
 		case trust.Err() != nil: // it may have ended during a pause
 			at, outcome = d.trustEnd(ls), causeName(ls.Err())
 		}
-		d.endSection(id, at, outcome, worked)
+		r.h.call(wire{K: "end", Sec: id, At: at, Text: outcome, OK: worked})
 		return true
 	}
 	for {
@@ -151,14 +150,14 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 			continue
 		}
 		if write {
-			d.checkBelief(ctx, ls, &sec)
+			r.checkBelief(ls, &sec)
 		}
-		d.beforeWrite(ctx, r, inc, 0, ls, id)
+		r.h.call(wire{K: "prewrite", Sec: id, Key: ls.Key(), Token: ls.Token()})
 		if inc.dead() {
 			continue
 		}
 		if write {
-			d.write(r.id, 0, id, ls.Fence(), fmt.Sprintf("r%d/s%d", r.id, id))
+			r.h.call(wire{K: "write", Sec: id, Fence: ls.Fence(), Value: fmt.Sprintf("r%d/s%d", r.id, id)})
 			worked = true
 		}
 	}
@@ -168,9 +167,9 @@ func (d *drill) term(ctx, trust context.Context, r *replica, inc *incarnation, l
 // now, or its ValidUntil when that came first (the holder noticed late).
 func (d *drill) trustEnd(ls *leasehold.Lease) time.Duration {
 	if d.cfg.brokenTrust {
-		return d.since()
+		return d.rec.since()
 	}
-	return min(d.since(), ls.ValidUntil().Sub(d.rec.t0))
+	return min(d.rec.since(), ls.ValidUntil().Sub(d.rec.t0))
 }
 
 // takenOver reports whether a paused holder's place was taken meanwhile:
@@ -299,10 +298,10 @@ func checkTrusted(h History, limit int, name string, fenced bool) Invariant {
 // is counted apart: "restart" (a store restart in between), "failover"
 // (at during a failover and fenced: no stale write accepted), or "".
 func trustedApart(h History, first, at time.Duration, fenced bool) string {
-	if slices.ContainsFunc(h.Restarts, func(r time.Duration) bool { return r >= first && r <= at }) {
+	if h.restartIn(first, at) {
 		return "restart"
 	}
-	if fenced && slices.ContainsFunc(h.Failovers, func(f Span) bool { return during(f, at) }) {
+	if fenced && h.inFailover(at) {
 		return "failover"
 	}
 	return ""

@@ -1,7 +1,7 @@
 package drill
 
 import (
-	"slices"
+	"math"
 	"sync"
 	"time"
 )
@@ -175,12 +175,6 @@ func newRecorder() *recorder {
 // since returns the offset of now from the drill's start (monotonic).
 func (r *recorder) since() time.Duration { return time.Since(r.t0) }
 
-func (r *recorder) op(o Op) {
-	r.mu.Lock()
-	r.h.Ops = append(r.h.Ops, o)
-	r.mu.Unlock()
-}
-
 func (r *recorder) openSection(s Section) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -190,27 +184,11 @@ func (r *recorder) openSection(s Section) int {
 }
 
 func (r *recorder) section(id int, f func(*Section)) {
-	r.mu.Lock()
-	f(&r.h.Sections[id])
-	r.mu.Unlock()
-}
-
-func (r *recorder) window(w Window) {
-	r.mu.Lock()
-	r.h.Windows = append(r.h.Windows, w)
-	r.mu.Unlock()
+	r.count(func(h *History) { f(&h.Sections[id]) })
 }
 
 func (r *recorder) stop(s Stop) {
-	r.mu.Lock()
-	r.h.Stops = append(r.h.Stops, s)
-	r.mu.Unlock()
-}
-
-func (r *recorder) restart() {
-	r.mu.Lock()
-	r.h.Restarts = append(r.h.Restarts, r.since())
-	r.mu.Unlock()
+	r.count(func(h *History) { h.Stops = append(h.Stops, s) })
 }
 
 // failoverSettle is how long after the sentinels agree a client may still
@@ -241,17 +219,12 @@ func (r *recorder) failoverEnd(i int) {
 	r.mu.Unlock()
 }
 
-// inFailover reports whether at lies between a failover's request and
-// failoverSettle after its end.
+// inFailover reports whether a failover is under way or at lies between a
+// failover's request and failoverSettle after its end.
 func (r *recorder) inFailover(at time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.h.Failovers {
-		if at >= f.Start && (r.failing || at <= f.End+failoverSettle) {
-			return true
-		}
-	}
-	return false
+	return r.failing || r.h.inFailover(at)
 }
 
 // revive records that a store restart kept every lock and extended it by
@@ -274,27 +247,13 @@ func (r *recorder) lastRevival() time.Duration {
 	return last
 }
 
-func (r *recorder) event(kind string) {
-	r.mu.Lock()
-	r.h.Events[kind]++
-	r.mu.Unlock()
-}
+func (r *recorder) event(kind string) { r.count(func(h *History) { h.Events[kind]++ }) }
 
-// begin marks a store call for token in flight and returns when it was sent.
-func (r *recorder) begin(token string) time.Duration {
-	r.mu.Lock()
-	r.inflight[token]++
-	r.mu.Unlock()
-	return r.since()
-}
+// begin marks a store call for token in flight.
+func (r *recorder) begin(token string) { r.count(func(*History) { r.inflight[token]++ }) }
 
-// end marks it returned; applied says the store extended token's lock, at
-// the latest late after the return.
-func (r *recorder) end(token string, call time.Duration, applied bool, late time.Duration) {
-	r.endAt(token, call, r.since(), applied, late)
-}
-
-// endAt is end with the return time given (a worker process's call).
+// endAt marks a call of token sent at call returned at now; applied says
+// the store extended token's lock, at the latest late after now.
 func (r *recorder) endAt(token string, call, now time.Duration, applied bool, late time.Duration) {
 	r.mu.Lock()
 	r.inflight[token]--
@@ -308,9 +267,7 @@ func (r *recorder) endAt(token string, call, now time.Duration, applied bool, la
 }
 
 func (r *recorder) acquired(a Acquisition) {
-	r.mu.Lock()
-	r.h.Acquisitions = append(r.h.Acquisitions, a)
-	r.mu.Unlock()
+	r.count(func(h *History) { h.Acquisitions = append(h.Acquisitions, a) })
 }
 
 // lastApplied returns token's last applied call, whether a call is in
@@ -327,29 +284,24 @@ func (r *recorder) lastApplied(token string) (last time.Duration, busy, known bo
 func (r *recorder) restartedSince(t time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, x := range r.h.Restarts {
-		if x >= t {
-			return true
-		}
-	}
-	return false
+	return r.h.restartIn(t, math.MaxInt64)
 }
 
 func (r *recorder) anomaly(list *[]Anomaly, a Anomaly) {
-	r.mu.Lock()
-	*list = append(*list, a)
-	r.mu.Unlock()
+	r.count(func(*History) { *list = append(*list, a) })
 }
 
-func (r *recorder) stuckKnown(key string, at time.Duration) bool {
+// stuck records a lock seen stuck at at, unless the same key was reported
+// less than a second before.
+func (r *recorder) stuck(key string, at time.Duration, detail string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range r.h.Stuck {
 		if a.Key == key && at-a.At < time.Second {
-			return true
+			return
 		}
 	}
-	return false
+	r.h.Stuck = append(r.h.Stuck, Anomaly{At: at, Key: key, Detail: detail})
 }
 
 func (r *recorder) count(f func(h *History)) {
@@ -358,29 +310,10 @@ func (r *recorder) count(f func(h *History)) {
 	r.mu.Unlock()
 }
 
-// snapshot returns a copy of the history.
+// snapshot returns the history; the drill calls it once every goroutine
+// that records has stopped.
 func (r *recorder) snapshot() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := r.h
-	h.Ops = slices.Clone(h.Ops)
-	h.Sections = slices.Clone(h.Sections)
-	h.Windows = slices.Clone(h.Windows)
-	h.Acquisitions = slices.Clone(h.Acquisitions)
-	h.Stops = slices.Clone(h.Stops)
-	h.Restarts = slices.Clone(h.Restarts)
-	h.Failovers = slices.Clone(h.Failovers)
-	h.Stuck = slices.Clone(h.Stuck)
-	h.Workers = slices.Clone(h.Workers)
-	h.Beliefs = slices.Clone(h.Beliefs)
-	h.FailoverBeliefs = slices.Clone(h.FailoverBeliefs)
-	h.Applied = make(map[string][]Call, len(r.h.Applied))
-	for k, v := range r.h.Applied {
-		h.Applied[k] = slices.Clone(v)
-	}
-	h.Events = make(map[string]int, len(r.h.Events))
-	for k, v := range r.h.Events {
-		h.Events[k] = v
-	}
-	return h
+	return r.h
 }

@@ -103,11 +103,7 @@ func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
 		return err
 	}
 	b.opts = replicaOptions(base, p.addr, cfg)
-	b.prefix = "leasehold-drill:" + runID() + ":"
-	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
-		return fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	return nil
+	return b.openObserver(ctx, "redis-server in the namespace")
 }
 
 func cmpOr(s, def string) string {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/leasehold/leasehold"
 )
 
 // workerCommand returns the command line that starts one worker process.
@@ -55,11 +53,11 @@ type child struct {
 	n      int
 	cmd    *exec.Cmd
 	stdout io.ReadCloser
-	stderr *tailWriter
+	stderr io.ReadCloser
 	worker int           // index in History.Workers
 	late   time.Duration // how late a call in flight at a kill may be applied
-	obs    leasehold.Observer
 	exited chan struct{} // closed when its stdout ends
+	s      *session      // what the worker has in flight and open
 
 	wmu    sync.Mutex
 	stdin  io.WriteCloser
@@ -67,18 +65,15 @@ type child struct {
 	closed bool
 
 	mu       sync.Mutex
-	inflight map[string][]time.Duration // token -> call times of store calls in flight
-	open     map[int]openSection        // sections it opened and did not end
-	frozen   chan struct{}              // non-nil while SIGSTOPped
+	frozen   chan struct{} // non-nil while SIGSTOPped
 	stops    int
 	killed   bool
 	killedAt time.Duration
 	badMsg   error
+	tail     []string // the last lines of its stderr
 
 	handlers sync.WaitGroup // requests answered off the read loop
 }
-
-type openSection struct{ key, token string }
 
 func (d *drill) startChild(r *replica, n int) (*child, error) {
 	args, err := d.cfg.workerCommand()
@@ -91,17 +86,14 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = workerSysProcAttr()
-	c := &child{d: d, r: r, n: n, cmd: cmd, late: rb.lateness(), obs: d.observer(), exited: make(chan struct{}),
-		inflight: make(map[string][]time.Duration), open: make(map[int]openSection)}
-	c.stderr = &tailWriter{log: func(line string) {
-		d.cfg.Logger.Warn("drill worker: "+line, "replica", r.id, "incarnation", n)
-	}}
-	cmd.Stderr = c.stderr
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, fmt.Errorf("%w: worker stdin: %v", ErrSetup, err)
+	c := &child{d: d, r: r, n: n, cmd: cmd, late: rb.lateness(), exited: make(chan struct{})}
+	if c.stdin, err = cmd.StdinPipe(); err == nil {
+		if c.stdout, err = cmd.StdoutPipe(); err == nil {
+			c.stderr, err = cmd.StderrPipe()
+		}
 	}
-	if c.stdout, err = cmd.StdoutPipe(); err != nil {
-		return nil, fmt.Errorf("%w: worker stdout: %v", ErrSetup, err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: worker pipes: %v", ErrSetup, err)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: start worker process %s: %v", ErrSetup, args[0], err)
@@ -111,13 +103,10 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 		c.worker = len(h.Workers)
 		h.Workers = append(h.Workers, Worker{Replica: r.id, Incarnation: n, PID: cmd.Process.Pid, Start: d.rec.since()})
 	})
-	c.sendValue(workerHello{
-		Replica: r.id, Incarnation: n, Jobs: d.cfg.Jobs, T0: d.rec.t0.UnixNano(),
-		Store: rb.url, Proxy: rb.proxy.Addr(), Prefix: rb.prefix,
-		TTL: d.cfg.TTL, WorkMin: d.cfg.WorkMin, WorkMax: d.cfg.WorkMax,
-		OnStoreError: d.cfg.OnStoreError, OnRenewFailure: d.cfg.OnRenewFailure,
-		Seed: d.cfg.Seed, Late: c.late,
-	})
+	hello := workerHello{Replica: r.id, Incarnation: n, T0: d.rec.t0.UnixNano(), Proxy: rb.proxy.Addr(),
+		Prefix: rb.prefix, Late: c.late, Config: d.cfg}
+	hello.Config.Store = rb.url
+	c.sendValue(hello)
 	return c, nil
 }
 
@@ -128,14 +117,16 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 func (c *child) serve(ctx context.Context) (crashed bool) {
 	d, r := c.d, c.r
 	inc := &incarnation{n: c.n, proc: c, crash: make(chan struct{})}
+	c.s = d.newSession(ctx, r, inc)
 	r.mu.Lock()
 	r.inc, r.working = inc, -1
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
+	wg.Go(c.logStderr)
 	wg.Go(func() {
 		defer close(c.exited)
-		c.readLoop(ctx, inc)
+		c.readLoop()
 	})
 	wg.Go(func() {
 		for {
@@ -178,9 +169,8 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 	if !killed {
 		at = d.rec.since()
 	}
-	inflight, open := c.inflight, c.open
-	c.inflight, c.open = nil, nil
 	c.mu.Unlock()
+	inflight, open := c.s.leftBehind()
 	for token, calls := range inflight {
 		for _, call := range calls {
 			d.rec.endAt(token, call, at, true, c.late)
@@ -195,7 +185,7 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 			d.endSection(id, at, "stopped", false)
 		}
 	}
-	r.setWorking(-1, false)
+	r.markWorking(-1, false)
 	exit := "stopped"
 	switch {
 	case killed && crashed:
@@ -214,7 +204,7 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 		d.fail(fmt.Errorf("%w: worker process of replica %d: %v", ErrSetup, r.id, badMsg))
 	case !killed && (waitErr != nil || ctx.Err() == nil):
 		d.fail(fmt.Errorf("%w: worker process of replica %d (pid %d) exited on its own (%s); its stderr ends with: %s",
-			ErrSetup, r.id, c.cmd.Process.Pid, exit, c.stderr.tail()))
+			ErrSetup, r.id, c.cmd.Process.Pid, exit, c.stderrTail()))
 	}
 	return crashed
 }
@@ -222,137 +212,56 @@ func (c *child) finish(ctx context.Context, waitErr error) (crashed bool) {
 // readLoop handles the worker's messages in order until its stdout ends.
 // Requests that wait (an ownership check, a pause) are answered off the
 // loop, so the worker's other events keep flowing.
-func (c *child) readLoop(ctx context.Context, inc *incarnation) {
+func (c *child) readLoop() {
 	dec := json.NewDecoder(bufio.NewReader(c.stdout))
 	for {
 		var m wire
 		err := dec.Decode(&m)
 		if err == nil {
-			err = c.handle(ctx, inc, m)
+			err = c.handle(m)
 		}
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, io.EOF) {
-			c.mu.Lock()
-			c.badMsg = err
-			c.mu.Unlock()
-			c.kill()
+			c.badMessage(err)
 			_, _ = io.Copy(io.Discard, c.stdout)
 		}
 		return
 	}
 }
 
-func (c *child) handle(ctx context.Context, inc *incarnation, m wire) error {
-	d, r := c.d, c.r
-	validJob := m.Job >= 0 && m.Job < d.cfg.Jobs
-	reply := func(w wire) { w.K, w.ID = "reply", m.ID; c.send(w) }
-	switch m.K {
-	case "pick":
-		job, finished := d.pickJob()
-		reply(wire{Job: job, OK: finished})
-	case "done":
-		reply(wire{OK: !validJob || d.isDone(m.Job)})
-	case "read":
-		if !validJob || !c.owns(m.Sec) {
-			return fmt.Errorf("read of job %d under section %d it does not hold", m.Job, m.Sec)
+// handle passes one message of the worker to its session and sends the
+// reply to a request. Requests that wait (an ownership check, a pause) are
+// answered off the read loop, so the worker's other messages keep flowing.
+func (c *child) handle(m wire) error {
+	answer := func() error {
+		reply, err := c.s.handle(m)
+		if err == nil && !notices[m.K] {
+			reply.K, reply.ID = "reply", m.ID
+			c.send(reply)
 		}
-		v, found := d.read(r.id, m.Job, m.Sec)
-		reply(wire{Value: v, OK: found})
-	case "write":
-		if !validJob || !c.owns(m.Sec) {
-			return fmt.Errorf("write of job %d under section %d it does not hold", m.Job, m.Sec)
-		}
-		reply(wire{OK: d.write(r.id, m.Job, m.Sec, m.Fence, m.Value)})
-	case "open":
-		if m.Section == nil {
-			return errors.New("open without a section")
-		}
-		s := *m.Section
-		s.Token, s.Replica, s.Incarnation = m.Token, r.id, c.n
-		id := d.rec.openSection(s)
-		c.mu.Lock()
-		c.open[id] = openSection{key: s.Key, token: s.Token}
-		c.mu.Unlock()
-		reply(wire{Sec: id})
-	case "end":
-		c.mu.Lock()
-		_, ok := c.open[m.Sec]
-		delete(c.open, m.Sec)
-		c.mu.Unlock()
-		if ok {
-			d.endSection(m.Sec, m.At, m.Text, m.OK)
-		}
-	case "stop":
-		if m.Stop != nil {
-			s := *m.Stop
-			s.Token, s.Replica = m.Token, r.id
-			d.rec.stop(s)
-		}
-	case "work":
-		r.setWorking(m.Job, m.OK)
-	case "begin":
-		c.mu.Lock()
-		c.inflight[m.Token] = append(c.inflight[m.Token], m.At)
-		c.mu.Unlock()
-		d.rec.begin(m.Token)
-	case "ret":
-		c.mu.Lock()
-		calls := c.inflight[m.Token]
-		for i, call := range calls {
-			if call == m.Call {
-				calls = append(calls[:i], calls[i+1:]...)
-				break
-			}
-		}
-		if len(calls) == 0 {
-			delete(c.inflight, m.Token)
-		} else {
-			c.inflight[m.Token] = calls
-		}
-		c.mu.Unlock()
-		d.rec.endAt(m.Token, m.Call, m.At, m.OK, m.Late)
-	case "acq":
-		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, At: m.At})
-	case "event":
-		if m.Event != nil {
-			c.obs.Observe(m.Event.event())
-		}
-	case "belief":
-		if m.Belief != nil {
-			b := *m.Belief
-			b.Replica = r.id
-			d.recordBelief(b)
-		}
-	case "inspect":
-		c.handlers.Go(func() {
-			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.be.observeTimeout())
-			info, err := d.be.observer().Inspect(ictx, m.Key)
-			cancel()
-			reply(wire{OK: err == nil || errors.Is(err, leasehold.ErrNotHeld), Flag: err == nil, Token: info.Token, Fence: info.Fence})
-		})
-	case "prewrite":
-		if !c.owns(m.Sec) {
-			return fmt.Errorf("prewrite under section %d it does not hold", m.Sec)
-		}
-		c.handlers.Go(func() {
-			if r.takePause() {
-				d.pause(ctx, r, inc, m.Job, m.Key, m.Token, m.Sec)
-			}
-			reply(wire{})
-		})
-	default:
-		return fmt.Errorf("unknown message %q", m.K)
+		return err
 	}
+	if m.K != "inspect" && m.K != "prewrite" {
+		return answer()
+	}
+	c.handlers.Go(func() {
+		if err := answer(); err != nil {
+			c.badMessage(err)
+		}
+	})
 	return nil
 }
 
-func (c *child) owns(sec int) bool {
+// badMessage kills a worker that broke the protocol; the drill fails.
+func (c *child) badMessage(err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.open[sec]
-	return ok
+	if c.badMsg == nil {
+		c.badMsg = err
+	}
+	c.mu.Unlock()
+	c.kill()
 }
 
 func (c *child) sendValue(v any) {
@@ -427,47 +336,24 @@ func (c *child) waitThaw(ctx context.Context) {
 	}
 }
 
-// tailWriter is a worker's stderr: each line goes to the drill's logger, and
-// the last few hundred bytes are kept for the error when a worker fails.
-type tailWriter struct {
-	log func(line string)
-
-	mu   sync.Mutex
-	line []byte
-	last []byte
+// logStderr sends each line of the worker's stderr to the drill's logger
+// and keeps the last few for the error when the worker fails.
+func (c *child) logStderr() {
+	sc := bufio.NewScanner(c.stderr)
+	for sc.Scan() {
+		c.d.cfg.Logger.Warn("drill worker: "+sc.Text(), "replica", c.r.id, "incarnation", c.n)
+		c.mu.Lock()
+		c.tail = append(c.tail[max(0, len(c.tail)-7):], sc.Text())
+		c.mu.Unlock()
+	}
+	_, _ = io.Copy(io.Discard, c.stderr) // a line too long for the scanner
 }
 
-const tailSize = 1024
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.last = append(t.last, p...)
-	if len(t.last) > tailSize {
-		t.last = t.last[len(t.last)-tailSize:]
-	}
-	t.line = append(t.line, p...)
-	for {
-		i := strings.IndexByte(string(t.line), '\n')
-		if i < 0 {
-			break
-		}
-		t.log(string(t.line[:i]))
-		t.line = t.line[i+1:]
-	}
-	if len(t.line) > 4*tailSize { // no newline in sight: log it anyway
-		t.log(string(t.line))
-		t.line = t.line[:0]
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) tail() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := strings.TrimSpace(string(t.last))
-	if s == "" {
+func (c *child) stderrTail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tail) == 0 {
 		return "(nothing)"
 	}
-	return s
+	return strings.Join(c.tail, "\n")
 }

@@ -68,7 +68,10 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		}
 	}()
 	if cfg.kind() == storeOwnSentinel {
-		return b, b.openSentinel(ctx, cfg)
+		if err := b.startSentinel(ctx, cfg); err != nil {
+			return nil, err
+		}
+		return b, b.openObserver(ctx, "the Sentinel group's master")
 	}
 	if slices.Contains(cfg.Faults, FaultPartition) {
 		return b, b.openPartition(ctx, cfg)
@@ -90,21 +93,30 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 	direct.MaxRetries = -1
 	direct.DialTimeout, direct.ReadTimeout, direct.WriteTimeout = time.Second, time.Second, time.Second
 	b.direct = redis.NewClient(&direct)
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := b.direct.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("%w: cannot reach Redis at %s: %v", ErrSetup, opts.Addr, err)
+	if err := b.openObserver(ctx, "Redis at "+opts.Addr); err != nil {
+		return nil, err
 	}
-
 	if b.proxy, err = b.startProxy(opts.Addr); err != nil {
 		return nil, err
 	}
 	b.opts = replicaOptions(opts, b.proxy.Addr(), cfg)
-	b.prefix = "leasehold-drill:" + runID() + ":"
-	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
-	}
 	return b, nil
+}
+
+// openObserver checks that the direct client reaches Redis (where) and
+// opens the observer's store under a prefix of this run.
+func (b *redisBackend) openObserver(ctx context.Context, where string) error {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.direct.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("%w: cannot reach %s: %v", ErrSetup, where, err)
+	}
+	b.prefix = "leasehold-drill:" + runID() + ":"
+	var err error
+	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
+		return fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return nil
 }
 
 // baseOptions parses the store URL and sets what every client of the drill
@@ -147,24 +159,6 @@ func runStoreOptions(prefix string) redisstore.Options {
 // never above the renew timeout.
 func (c Config) clientTimeout() time.Duration {
 	return min(200*time.Millisecond, c.renewTimeout())
-}
-
-// openSentinel starts the drill's Sentinel group and the observer.
-func (b *redisBackend) openSentinel(ctx context.Context, cfg Config) error {
-	if err := b.startSentinel(ctx, cfg); err != nil {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := b.direct.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("%w: cannot reach the Sentinel group's master: %v", ErrSetup, err)
-	}
-	b.prefix = "leasehold-drill:" + runID() + ":"
-	var err error
-	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
-		return fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	return nil
 }
 
 func (b *redisBackend) open() (leasehold.Store, func(), error) {

@@ -13,7 +13,7 @@ import (
 // replica is one worker process. It runs as a series of incarnations: a
 // crash ends one and, after 2 × TTL, the next starts with a fresh Locker,
 // as a restarted pod would. In-process, its worker loop runs here against
-// the drill (h is the *drill); with Config.Processes, the parent keeps one
+// the incarnation's session (h); with Config.Processes, the parent keeps one
 // replica per child as the injector's handle (its working job and pause
 // request) and the child runs the same loop against a workerHost.
 type replica struct {
@@ -103,13 +103,14 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 		}
 		closeStore = sync.OnceFunc(closeStore)
 		closers = append(closers, closeStore)
-		ps, err := newProcStore(st, d.rec, r.id, d.be.maybeApplied, d.be.lateness())
+		inc := &incarnation{n: n, crash: make(chan struct{})}
+		r.h = d.newSession(ctx, r, inc)
+		ps, err := newProcStore(st, r.h, d.be.maybeApplied, d.be.lateness())
 		if err != nil {
 			d.fail(err)
 			return
 		}
-		inc, err := r.newIncarnation(n, ps, d.observer())
-		if err != nil { // options were validated by Config.WithDefaults
+		if err := r.newIncarnation(inc, ps, d.observer()); err != nil { // options were validated by WithDefaults
 			panic(err)
 		}
 		lockers = append(lockers, inc.locker)
@@ -130,18 +131,18 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 	}
 }
 
-// newIncarnation builds incarnation n of r: a Locker named replica-N over
+// newIncarnation starts incarnation inc of r: a Locker named replica-N over
 // ps, reporting to obs.
-func (r *replica) newIncarnation(n int, ps *procStore, obs leasehold.Observer) (*incarnation, error) {
-	l, err := leasehold.New(ps, r.cfg.lockerOptions(fmt.Sprintf("replica-%d", r.id), obs))
+func (r *replica) newIncarnation(inc *incarnation, ps *procStore, obs leasehold.Observer) error {
+	l, err := leasehold.New(ps, r.cfg.lockerOptions(replicaName(r.id), obs))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	inc := &incarnation{n: n, locker: l, proc: ps, crash: make(chan struct{})}
+	inc.locker, inc.proc = l, ps
 	r.mu.Lock()
 	r.inc = inc
 	r.mu.Unlock()
-	return inc, nil
+	return nil
 }
 
 // run runs the incarnation's worker loop and redelivery worker until ctx
@@ -182,47 +183,31 @@ func (inc *incarnation) dead() bool {
 // work is the main worker loop: pick a job that is not done, try its lease.
 func (r *replica) work(ctx context.Context, inc *incarnation) {
 	for ctx.Err() == nil && !inc.dead() {
-		job, finished := r.h.pickJob()
-		var backoff time.Duration
-		if job < 0 {
-			if finished {
-				return
-			}
-			backoff = 10 * time.Millisecond // waiting for the next job to arrive
-		}
+		m := r.h.call(wire{K: "pick"})
+		backoff := 10 * time.Millisecond // waiting for the next job to arrive
 		switch {
-		case job < 0:
-		default:
-			backoff = r.backoff(r.process(ctx, inc, job, false))
-		}
-		if backoff < 0 {
+		case m.Job < 0 && m.OK: // every job is done
 			return
+		case m.Job >= 0:
+			backoff = r.backoff(r.process(ctx, inc, m.Job, false))
 		}
-		if backoff > 0 {
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			case <-inc.crash:
-				t.Stop()
-			}
+		if backoff < 0 || !sleep(ctx, backoff) { // a crash ends ctx too
+			return
 		}
 	}
 }
 
 // backoff returns how long to wait after an attempt, or -1 to stop.
 func (r *replica) backoff(o outcome) time.Duration {
-	var backoff time.Duration
 	switch o {
 	case outContended:
-		backoff = 5*time.Millisecond + r.h.randN(10*time.Millisecond)
+		return 5*time.Millisecond + r.h.randN(10*time.Millisecond)
 	case outStoreError, outFailed:
-		backoff = 25*time.Millisecond + r.h.randN(25*time.Millisecond)
+		return 25*time.Millisecond + r.h.randN(25*time.Millisecond)
 	case outCrashed:
 		return -1
 	}
-	return backoff
+	return 0
 }
 
 // redeliveries takes jobs handed to this replica after their holder stopped
@@ -235,7 +220,7 @@ func (r *replica) redeliveries(ctx context.Context, inc *incarnation) {
 		case <-inc.crash:
 			return
 		case job := <-r.hints:
-			if !r.h.isDone(job) && r.process(ctx, inc, job, true) == outCrashed {
+			if !r.h.call(wire{K: "done", Job: job}).OK && r.process(ctx, inc, job, true) == outCrashed {
 				return
 			}
 		}
@@ -268,12 +253,12 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 	}
 	sec := Section{Replica: r.id, Incarnation: inc.n, Job: job, Key: key, Token: ls.Token(), Fence: ls.Fence(),
 		Degraded: ls.Degraded(), Takeover: wait, Start: h.since()}
-	id := h.openSection(sec)
+	id := h.call(wire{K: "open", Section: &sec, Token: sec.Token}).Sec
 	sec.ID = id
-	finish := func(o string, worked bool) { h.endSection(id, h.since(), o, worked) }
+	finish := func(o string, worked bool) { r.endSection(id, o, worked) }
 	release := func() { _ = ls.Release(context.WithoutCancel(ctx)) }
 
-	if _, found := h.read(r.id, job, id); found {
+	if h.call(wire{K: "read", Job: job, Sec: id}).OK {
 		release()
 		finish("already done", false)
 		return outDone
@@ -291,8 +276,7 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		return outFailed
 	case <-inc.crash:
 		t.Stop()
-		h.stop(Stop{Fault: FaultCrash, Replica: r.id, Key: key, Token: ls.Token(), At: h.since()})
-		finish("crashed", false)
+		r.crashed(key, ls.Token(), id, false)
 		return outCrashed
 	case <-ctx.Done():
 		t.Stop()
@@ -305,14 +289,14 @@ func (r *replica) process(ctx context.Context, inc *incarnation, job int, wait b
 		finish(causeName(err), false)
 		return outFailed
 	}
-	h.checkBelief(ctx, ls, &sec)
-	h.beforeWrite(ctx, r, inc, job, ls, id)
+	r.checkBelief(ls, &sec)
+	h.call(wire{K: "prewrite", Job: job, Sec: id, Key: key, Token: ls.Token()})
 	if inc.dead() {
 		finish("crashed", false)
 		return outCrashed
 	}
 	value := fmt.Sprintf("r%d/s%d", r.id, id)
-	ok := h.write(r.id, job, id, ls.Fence(), value)
+	ok := h.call(wire{K: "write", Job: job, Sec: id, Fence: ls.Fence(), Value: value}).OK
 	release()
 	if ok {
 		finish("written", true)
@@ -338,15 +322,52 @@ func causeName(err error) string {
 	return err.Error()
 }
 
-// setWorking records the job r works on under a store lease (fenced), or
-// -1, and tells the host (a child process tells its parent).
-func (r *replica) setWorking(job int, fenced bool) {
+// setWorking tells the drill the job r works on under a store lease
+// (fenced), or -1.
+func (r *replica) setWorking(job int, fenced bool) { r.h.call(wire{K: "work", Job: job, OK: fenced}) }
+
+// markWorking records it for the injector.
+func (r *replica) markWorking(job int, fenced bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if fenced || job < 0 {
 		r.working = job
 	}
-	r.mu.Unlock()
-	r.h.working(r.id, job, fenced)
+}
+
+// endSection ends section id now with outcome.
+func (r *replica) endSection(id int, outcome string, worked bool) {
+	r.h.call(wire{K: "end", Sec: id, At: r.h.since(), Text: outcome, OK: worked})
+}
+
+// crashed records that the holder of key died holding section id.
+func (r *replica) crashed(key, token string, id int, worked bool) {
+	at := r.h.since()
+	r.h.call(wire{K: "stop", Stop: &Stop{Fault: FaultCrash, Key: key, At: at}, Token: token})
+	r.h.call(wire{K: "end", Sec: id, At: at, Text: "crashed", OK: worked})
+}
+
+// checkBelief asks the store who holds the lease's key, then checks whether
+// the holder still trusts the lease, and reports the outcome.
+func (r *replica) checkBelief(ls *leasehold.Lease, sec *Section) {
+	if ls.Degraded() {
+		return
+	}
+	m := r.h.call(wire{K: "inspect", Key: ls.Key()})
+	var (
+		info leasehold.LockInfo
+		err  error
+	)
+	switch {
+	case !m.OK:
+		err = errUnanswered
+	case !m.Flag:
+		err = leasehold.ErrNotHeld
+	default:
+		info = leasehold.LockInfo{Key: ls.Key(), Token: m.Token, Fence: m.Fence}
+	}
+	b := judgeBelief(ls, sec, info, err, r.h.since())
+	r.h.call(wire{K: "belief", Belief: &b})
 }
 
 // busyJob returns the job the replica is working on under a store lease, or -1.

@@ -83,8 +83,7 @@ type drill struct {
 	reg register
 	rec *recorder
 
-	rngMu sync.Mutex
-	rng   *rand.Rand
+	*lockedRand
 
 	done      []atomic.Bool
 	doneCount atomic.Int64
@@ -142,17 +141,13 @@ func (d *drill) observer() leasehold.Observer {
 }
 
 func newDrill(cfg Config) *drill {
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
 	d := &drill{
-		cfg:     cfg,
-		rec:     newRecorder(),
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		done:    make([]atomic.Bool, cfg.Jobs),
-		allDone: make(chan struct{}),
-		pauses:  make(chan pauseEvent, 1),
+		cfg:        cfg,
+		rec:        newRecorder(),
+		lockedRand: newRand(cfg.Seed),
+		done:       make([]atomic.Bool, cfg.Jobs),
+		allDone:    make(chan struct{}),
+		pauses:     make(chan pauseEvent, 1),
 	}
 	obs := d.observer()
 	if cfg.NoFencing {
@@ -162,30 +157,40 @@ func newDrill(cfg Config) *drill {
 	}
 	d.arrival = cfg.plannedSchedule() / time.Duration(cfg.Jobs)
 	for i := range cfg.Replicas {
-		d.replicas = append(d.replicas, &replica{h: d, cfg: cfg, id: i, working: -1, hints: make(chan int, cfg.Jobs)})
+		d.replicas = append(d.replicas, &replica{cfg: cfg, id: i, working: -1, hints: make(chan int, cfg.Jobs)})
 	}
 	return d
 }
 
-func (d *drill) randN(n time.Duration) time.Duration {
+// lockedRand is a random source safe for concurrent use.
+type lockedRand struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// newRand seeds a source with seed, or with the time when seed is 0.
+func newRand(seed uint64) *lockedRand {
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return &lockedRand{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+func (l *lockedRand) randN(n time.Duration) time.Duration {
 	if n <= 0 {
 		return 0
 	}
-	d.rngMu.Lock()
-	defer d.rngMu.Unlock()
-	return time.Duration(d.rng.Int64N(int64(n)))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(l.rng.Int64N(int64(n)))
 }
 
-func (d *drill) intN(n int) int {
-	d.rngMu.Lock()
-	defer d.rngMu.Unlock()
-	return d.rng.IntN(n)
-}
+func (l *lockedRand) intN(n int) int { return int(l.randN(time.Duration(n))) }
 
-func (d *drill) float() float64 {
-	d.rngMu.Lock()
-	defer d.rngMu.Unlock()
-	return d.rng.Float64()
+func (l *lockedRand) float() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rng.Float64()
 }
 
 // run runs the workload, the injector and the stuck-lock sampler until every
@@ -285,10 +290,13 @@ func (d *drill) pickOpenJob() int {
 	return open[d.intN(len(open))]
 }
 
+func (d *drill) op(o Op) { d.rec.count(func(h *History) { h.Ops = append(h.Ops, o) }) }
+
 func (d *drill) read(client, job, section int) (value string, found bool) {
 	call := d.rec.since()
 	v, f, ok := d.reg.Read(jobKey(job))
-	d.rec.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call, Return: d.rec.since()})
+	d.op(Op{Client: client, Job: job, Section: section, Fence: f, Value: string(v), Found: ok, Call: call,
+		Return: d.rec.since()})
 	if ok {
 		d.markDone(job)
 	}
@@ -302,7 +310,7 @@ func (d *drill) write(client, job, section int, f uint64, value string) bool {
 	if err != nil && !errors.Is(err, fence.ErrStaleFence) {
 		o.Err = err.Error()
 	}
-	d.rec.op(o)
+	d.op(o)
 	if err == nil {
 		d.markDone(job)
 	}
@@ -337,25 +345,10 @@ func (d *drill) sample(ctx context.Context) {
 			if busy || !known || now-last <= d.be.expiryBound()+slack {
 				continue
 			}
-			if !d.rec.stuckKnown(l.Key, now) {
-				d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-					Detail: fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, store expiry within %v)", (now - last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound())})
-			}
+			d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, "+
+				"store expiry within %v)", (now-last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound()))
 		}
 	}
-}
-
-// checkBelief asks the store who holds the lease's key, then checks whether
-// the holder still trusts the lease: trusting a lease the store does not
-// hold for it is a violation (unless the store lost its data since).
-func (d *drill) checkBelief(ctx context.Context, ls *leasehold.Lease, sec *Section) {
-	if ls.Degraded() {
-		return
-	}
-	ictx, cancel := context.WithTimeout(ctx, d.be.observeTimeout())
-	info, err := d.be.observer().Inspect(ictx, ls.Key())
-	cancel()
-	d.recordBelief(judgeBelief(ls, sec, info, err, d.rec.since()))
 }
 
 // beliefCheck is the outcome of one ownership check right before a write.
@@ -432,9 +425,7 @@ func (d *drill) finalProbe(ctx context.Context) {
 	}
 	now := d.rec.since()
 	for _, l := range locks {
-		if !d.rec.stuckKnown(l.Key, now) {
-			d.rec.anomaly(&d.rec.h.Stuck, Anomaly{At: now, Key: l.Key,
-				Detail: fmt.Sprintf("lock still held (fence %d, %v left) more than %v after every replica stopped (TTL %v)", l.Fence, l.Remaining.Round(time.Millisecond), d.be.expiryBound(), d.cfg.TTL)})
-		}
+		d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held (fence %d, %v left) more than %v after every replica "+
+			"stopped (TTL %v)", l.Fence, l.Remaining.Round(time.Millisecond), d.be.expiryBound(), d.cfg.TTL))
 	}
 }

@@ -19,10 +19,12 @@ var errProcessDead = errors.New("drill: replica process is dead")
 // faults: frozen (a pause: calls wait, as if the process were stopped, until
 // it thaws or the call's context ends, and nothing reaches the store
 // meanwhile) and dead (a crash: every call fails without reaching the store).
+// It forwards every optional capability of the store it wraps, so the drill
+// exercises what a Locker does in production (batched renewal, release
+// notifications, semaphores) and what the CLI does (inspect, force release).
 type procStore struct {
-	inner   fullStore
-	rec     callRecorder
-	replica int
+	inner fullStore
+	h     host // where the calls are recorded
 	// applied reports whether a failed call may nevertheless have been
 	// applied by the store (a lost reply).
 	applied func(error) bool
@@ -35,22 +37,11 @@ type procStore struct {
 	dead   bool
 }
 
-// procStore forwards every optional capability of the stores it wraps, so
-// the drill exercises what a Locker does in production (batched renewal,
-// release notifications) and what the CLI does (inspect, force release).
-// Every store in this repository has all four; newProcStore refuses one that
-// lacks any rather than hide or fake it.
-var (
-	_ leasehold.Store          = (*procStore)(nil)
-	_ leasehold.Inspector      = (*procStore)(nil)
-	_ leasehold.Notifier       = (*procStore)(nil)
-	_ leasehold.BatchRenewer   = (*procStore)(nil)
-	_ leasehold.ForceReleaser  = (*procStore)(nil)
-	_ leasehold.Semaphorer     = (*procStore)(nil)
-	_ leasehold.PermitNotifier = (*procStore)(nil)
-)
+var _ fullStore = (*procStore)(nil)
 
-// fullStore is a store with every optional capability.
+// fullStore is a store with every optional capability. Every store in this
+// repository has them all; newProcStore refuses one that lacks any rather
+// than hide or fake it.
 type fullStore interface {
 	leasehold.Store
 	leasehold.Inspector
@@ -63,12 +54,13 @@ type fullStore interface {
 
 // newProcStore wraps st for one replica process; it fails when st lacks an
 // optional capability.
-func newProcStore(st leasehold.Store, rec callRecorder, replica int, applied func(error) bool, late time.Duration) (*procStore, error) {
+func newProcStore(st leasehold.Store, h host, applied func(error) bool, late time.Duration) (*procStore, error) {
 	full, ok := st.(fullStore)
 	if !ok {
-		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, BatchRenewer, ForceReleaser, Semaphorer, PermitNotifier); %T lacks one", ErrSetup, st)
+		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, "+
+			"BatchRenewer, ForceReleaser, Semaphorer, PermitNotifier); %T lacks one", ErrSetup, st)
 	}
-	return &procStore{inner: full, rec: rec, replica: replica, applied: applied, late: late}, nil
+	return &procStore{inner: full, h: h, applied: applied, late: late}, nil
 }
 
 func (p *procStore) freeze() {
@@ -94,153 +86,123 @@ func (p *procStore) kill() {
 	p.mu.Unlock()
 }
 
+func (p *procStore) state() (frozen chan struct{}, dead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen, p.dead
+}
+
 // gate blocks while the process is frozen and fails when it is dead.
 func (p *procStore) gate(ctx context.Context) error {
-	p.mu.Lock()
-	dead, frozen := p.dead, p.frozen
-	p.mu.Unlock()
-	if dead {
-		return errProcessDead
-	}
-	if frozen != nil {
+	frozen, dead := p.state()
+	if frozen != nil && !dead {
 		select {
 		case <-frozen:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		p.mu.Lock()
-		dead = p.dead
-		p.mu.Unlock()
-		if dead {
-			return errProcessDead
-		}
+		_, dead = p.state()
+	}
+	if dead {
+		return errProcessDead
 	}
 	return nil
 }
 
-func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	key, token := req.Key, req.Token
+// gated runs f once the gate lets the call through.
+func gated[T any](ctx context.Context, p *procStore, f func() (T, error)) (T, error) {
 	if err := p.gate(ctx); err != nil {
-		return leasehold.Grant{}, err
+		var zero T
+		return zero, err
 	}
-	call := p.rec.begin(token)
-	g, err := p.inner.Acquire(ctx, req)
-	p.end(token, call, err)
-	if err == nil {
-		p.rec.acquired(Acquisition{Key: key, Token: token, Fence: g.Fence, Replica: p.replica, Call: call, At: p.rec.since()})
+	return f()
+}
+
+// tracked runs a store call for token through the gate and records it:
+// extends says whether it extends the lock's lifetime (acquire, renew) when
+// it is applied; a grant is recorded as an acquisition of key.
+func tracked[T any](ctx context.Context, p *procStore, key, token string, extends bool,
+	f func() (T, error)) (T, error) {
+	return gated(ctx, p, func() (T, error) {
+		call := p.begin(token)
+		v, err := f()
+		p.end(token, call, err, extends)
+		if g, ok := any(v).(leasehold.Grant); ok && err == nil {
+			p.h.call(wire{K: "acq", Key: key, Token: token, Fence: g.Fence, Call: call, At: p.h.since()})
+		}
+		return v, err
+	})
+}
+
+// begin records that a call for token is sent now and returns the time.
+func (p *procStore) begin(token string) time.Duration {
+	call := p.h.since()
+	p.h.call(wire{K: "begin", Token: token, At: call})
+	return call
+}
+
+// end records a call's return: an acquire or renew is applied when it
+// succeeded, maybe applied (up to p.late after its return) when it failed
+// without an answer.
+func (p *procStore) end(token string, call time.Duration, err error, extends bool) {
+	m := wire{K: "ret", Token: token, Call: call}
+	switch {
+	case extends && err == nil:
+		m.OK = true
+	case extends && p.applied(err):
+		m.OK, m.Late = true, p.late
 	}
-	return g, err
+	m.At = p.h.since()
+	p.h.call(m)
+}
+
+// noValue adapts a call that returns only an error.
+func noValue(f func() error) func() (struct{}, error) {
+	return func() (struct{}, error) { return struct{}{}, f() }
+}
+
+func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	return tracked(ctx, p, req.Key, req.Token, true, func() (leasehold.Grant, error) {
+		return p.inner.Acquire(ctx, req)
+	})
+}
+
+func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	f := func() error { return p.inner.Renew(ctx, key, token, ttl) }
+	_, err := tracked(ctx, p, key, token, true, noValue(f))
+	return err
+}
+
+func (p *procStore) Release(ctx context.Context, key, token string) error {
+	f := func() error { return p.inner.Release(ctx, key, token) }
+	_, err := tracked(ctx, p, key, token, false, noValue(f))
+	return err
 }
 
 // AcquirePermit, RenewPermit and ReleasePermit are recorded as Acquire,
 // Renew and Release are (the semaphore workload).
 func (p *procStore) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
-	if err := p.gate(ctx); err != nil {
-		return leasehold.Grant{}, err
-	}
-	call := p.rec.begin(req.Token)
-	g, err := p.inner.AcquirePermit(ctx, req)
-	p.end(req.Token, call, err)
-	if err == nil {
-		p.rec.acquired(Acquisition{Key: req.Key, Token: req.Token, Fence: g.Fence, Replica: p.replica, Call: call, At: p.rec.since()})
-	}
-	return g, err
+	return tracked(ctx, p, req.Key, req.Token, true, func() (leasehold.Grant, error) {
+		return p.inner.AcquirePermit(ctx, req)
+	})
 }
 
 func (p *procStore) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := p.gate(ctx); err != nil {
-		return err
-	}
-	call := p.rec.begin(token)
-	err := p.inner.RenewPermit(ctx, key, token, ttl)
-	p.end(token, call, err)
+	f := func() error { return p.inner.RenewPermit(ctx, key, token, ttl) }
+	_, err := tracked(ctx, p, key, token, true, noValue(f))
 	return err
 }
 
 func (p *procStore) ReleasePermit(ctx context.Context, key, token string) error {
-	if err := p.gate(ctx); err != nil {
-		return err
-	}
-	call := p.rec.begin(token)
-	err := p.inner.ReleasePermit(ctx, key, token)
-	p.rec.end(token, call, false, 0)
+	f := func() error { return p.inner.ReleasePermit(ctx, key, token) }
+	_, err := tracked(ctx, p, key, token, false, noValue(f))
 	return err
-}
-
-func (p *procStore) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
-	if err := p.gate(ctx); err != nil {
-		return leasehold.PermitInfo{}, err
-	}
-	return p.inner.Permits(ctx, key)
-}
-
-// WaitPermit forwards to the shared store's permit notifier.
-func (p *procStore) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	if err := p.gate(ctx); err != nil {
-		return nil, nil, err
-	}
-	return p.inner.WaitPermit(ctx, key, token)
-}
-
-func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := p.gate(ctx); err != nil {
-		return err
-	}
-	call := p.rec.begin(token)
-	err := p.inner.Renew(ctx, key, token, ttl)
-	p.end(token, call, err)
-	return err
-}
-
-// end records an acquire or renew: applied when it succeeded, maybe applied
-// (up to p.late after its return) when it failed without an answer.
-func (p *procStore) end(token string, call time.Duration, err error) {
-	switch {
-	case err == nil:
-		p.rec.end(token, call, true, 0)
-	case p.applied(err):
-		p.rec.end(token, call, true, p.late)
-	default:
-		p.rec.end(token, call, false, 0)
-	}
-}
-
-func (p *procStore) Release(ctx context.Context, key, token string) error {
-	if err := p.gate(ctx); err != nil {
-		return err
-	}
-	call := p.rec.begin(token)
-	err := p.inner.Release(ctx, key, token)
-	p.rec.end(token, call, false, 0)
-	return err
-}
-
-func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	if err := p.gate(ctx); err != nil {
-		return leasehold.LockInfo{}, err
-	}
-	return p.inner.Inspect(ctx, key)
-}
-
-func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	if err := p.gate(ctx); err != nil {
-		return nil, err
-	}
-	return p.inner.List(ctx, prefix)
-}
-
-// WaitRelease forwards to the shared store's notifier.
-func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	if err := p.gate(ctx); err != nil {
-		return nil, nil, err
-	}
-	return p.inner.WaitRelease(ctx, key, token)
 }
 
 // RenewBatch renews in one round trip, recording each renewal as Renew does.
 func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
-	errs := make([]error, len(reqs))
 	if err := p.gate(ctx); err != nil {
+		errs := make([]error, len(reqs))
 		for i := range errs {
 			errs[i] = err
 		}
@@ -248,28 +210,50 @@ func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewReques
 	}
 	calls := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
-		calls[i] = p.rec.begin(r.Token)
+		calls[i] = p.begin(r.Token)
 	}
-	errs = p.inner.RenewBatch(ctx, reqs)
+	errs := p.inner.RenewBatch(ctx, reqs)
 	for i, r := range reqs {
-		p.end(r.Token, calls[i], errs[i])
+		p.end(r.Token, calls[i], errs[i], true)
 	}
 	return errs
 }
 
-// ForceRelease forwards the break-glass release.
-func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+// The calls that do not change a lock only pass the gate.
+
+func (p *procStore) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+	return gated(ctx, p, func() (leasehold.PermitInfo, error) { return p.inner.Permits(ctx, key) })
+}
+
+func (p *procStore) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := p.gate(ctx); err != nil {
-		return leasehold.LockInfo{}, err
+		return nil, nil, err
 	}
-	return p.inner.ForceRelease(ctx, key)
+	return p.inner.WaitPermit(ctx, key, token)
+}
+
+func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.Inspect(ctx, key) })
+}
+
+func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+	return gated(ctx, p, func() ([]leasehold.LockInfo, error) { return p.inner.List(ctx, prefix) })
+}
+
+func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := p.gate(ctx); err != nil {
+		return nil, nil, err
+	}
+	return p.inner.WaitRelease(ctx, key, token)
+}
+
+func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.ForceRelease(ctx, key) })
 }
 
 // waitThaw waits until the process is thawed or ctx ends (then it thaws).
 func (p *procStore) waitThaw(ctx context.Context) {
-	p.mu.Lock()
-	frozen := p.frozen
-	p.mu.Unlock()
+	frozen, _ := p.state()
 	if frozen == nil {
 		return
 	}

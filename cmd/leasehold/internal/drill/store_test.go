@@ -28,7 +28,7 @@ func (b *batchCounter) RenewBatch(ctx context.Context, reqs []leasehold.RenewReq
 // batched renewal).
 func TestProcStoreForwardsBatchRenewal(t *testing.T) {
 	inner := &batchCounter{Store: memstore.New()}
-	ps, err := newProcStore(inner, newRecorder(), 0, func(error) bool { return false }, 0)
+	ps, err := newProcStore(inner, testSession(t), func(error) bool { return false }, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +67,21 @@ func TestProcStoreForwardsBatchRenewal(t *testing.T) {
 
 func is[T any](v any) bool { _, ok := v.(T); return ok }
 
+// testSession is the session of replica 0 of a drill with the defaults.
+func testSession(t *testing.T) *session {
+	cfg, err := Config{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDrill(cfg)
+	return d.newSession(t.Context(), d.replicas[0], &incarnation{})
+}
+
 // A store without every optional capability is refused, not silently
 // narrowed.
 func TestProcStoreRefusesPartialStore(t *testing.T) {
 	type plain struct{ leasehold.Store }
-	_, err := newProcStore(plain{memstore.New()}, newRecorder(), 0, func(error) bool { return false }, 0)
+	_, err := newProcStore(plain{memstore.New()}, testSession(t), func(error) bool { return false }, 0)
 	if !errors.Is(err, ErrSetup) {
 		t.Fatalf("expected ErrSetup for a store without optional capabilities, got %v", err)
 	}

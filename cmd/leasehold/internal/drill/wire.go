@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -50,39 +51,27 @@ type wire struct {
 	Belief  *beliefCheck  `json:"belief,omitempty"`
 }
 
-// wireEvent is a leasehold.Event on the wire.
+// wireEvent is a leasehold.Event on the wire: its error as text.
 type wireEvent struct {
-	Kind     leasehold.EventKind `json:"kind"`
-	Locker   string              `json:"locker,omitempty"`
-	Key      string              `json:"key,omitempty"`
-	Result   string              `json:"result,omitempty"`
-	Op       string              `json:"op,omitempty"`
-	Fence    uint64              `json:"fence,omitempty"`
-	Attempt  int                 `json:"attempt,omitempty"`
-	Duration time.Duration       `json:"duration,omitempty"`
-	Err      string              `json:"err,omitempty"`
+	leasehold.Event
+	Err string `json:"Err,omitempty"` // shadows Event.Err
 }
 
 func toWireEvent(e leasehold.Event) *wireEvent {
-	w := &wireEvent{Kind: e.Kind, Locker: e.Locker, Key: e.Key, Result: e.Result, Op: e.Op, Fence: e.Fence, Attempt: e.Attempt, Duration: e.Duration}
+	w := &wireEvent{Event: e}
 	if e.Err != nil {
-		w.Err = e.Err.Error()
+		w.Event.Err, w.Err = nil, e.Err.Error()
 	}
 	return w
 }
 
 func (w *wireEvent) event() leasehold.Event {
-	e := leasehold.Event{Kind: w.Kind, Locker: w.Locker, Key: w.Key, Result: w.Result, Op: w.Op, Fence: w.Fence, Attempt: w.Attempt, Duration: w.Duration}
+	e := w.Event
 	if w.Err != "" {
-		e.Err = wireError(w.Err)
+		e.Err = errors.New(w.Err)
 	}
 	return e
 }
-
-// wireError is an error that crossed the pipe: only its text is left.
-type wireError string
-
-func (e wireError) Error() string { return string(e) }
 
 // workerHello is the first line on a worker's stdin: who it is and what it
 // connects to. It carries the Redis password, so it goes through the pipe,
@@ -90,19 +79,14 @@ func (e wireError) Error() string { return string(e) }
 type workerHello struct {
 	Replica     int `json:"replica"`
 	Incarnation int `json:"incarnation"`
-	Jobs        int `json:"jobs"`
 	// T0 is the drill's start on the wall clock (Unix ns): the worker
 	// records every time as an offset from it. Parent and workers share
 	// one machine clock.
-	T0             int64                   `json:"t0"`
-	Store          string                  `json:"store"` // redis:// URL, the password included
-	Proxy          string                  `json:"proxy"` // the fault proxy's address: the worker's only path to Redis
-	Prefix         string                  `json:"prefix"`
-	TTL            time.Duration           `json:"ttl"`
-	WorkMin        time.Duration           `json:"work_min"`
-	WorkMax        time.Duration           `json:"work_max"`
-	OnStoreError   leasehold.StorePolicy   `json:"on_store_error"`
-	OnRenewFailure leasehold.RenewalPolicy `json:"on_renew_failure"`
-	Seed           uint64                  `json:"seed"`
-	Late           time.Duration           `json:"late"` // redisBackend.lateness
+	T0     int64         `json:"t0"`
+	Proxy  string        `json:"proxy"` // the fault proxy's address: the worker's only path to Redis
+	Prefix string        `json:"prefix"`
+	Late   time.Duration `json:"late"` // redisBackend.lateness
+	// Config is the drill's, its Store the redis:// URL of the store (the
+	// password included).
+	Config Config `json:"config"`
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -41,9 +40,9 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 			return a
 		}}))
 	redis.SetLogger(redisLogger{logger})
-	cfg := Config{Jobs: hello.Jobs, TTL: hello.TTL, WorkMin: hello.WorkMin, WorkMax: hello.WorkMax,
-		OnStoreError: hello.OnStoreError, OnRenewFailure: hello.OnRenewFailure, Logger: logger}
-	base, err := baseOptions(hello.Store)
+	cfg := hello.Config
+	cfg.Logger = logger
+	base, err := baseOptions(cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -58,13 +57,13 @@ func runWorker(ctx context.Context, in io.Reader, out, errOut io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wh := newWorkerHost(ctx, hello, out)
-	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(hello.Jobs, 1))}
-	ps, err := newProcStore(st, wh, r.id, new(proxied).maybeApplied, hello.Late)
+	r := &replica{h: wh, cfg: cfg, id: hello.Replica, working: -1, hints: make(chan int, max(cfg.Jobs, 1))}
+	ps, err := newProcStore(st, wh, new(proxied).maybeApplied, hello.Late)
 	if err != nil {
 		return err
 	}
-	inc, err := r.newIncarnation(hello.Incarnation, ps, wh.observer())
-	if err != nil {
+	inc := &incarnation{n: hello.Incarnation, crash: make(chan struct{})}
+	if err := r.newIncarnation(inc, ps, wh.observer()); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -85,8 +84,7 @@ type workerHost struct {
 	ctx context.Context
 	t0  time.Time // the drill's start, read once from the wall clock
 
-	rngMu sync.Mutex
-	rng   *rand.Rand
+	*lockedRand
 
 	wmu  sync.Mutex
 	enc  *json.Encoder
@@ -97,24 +95,19 @@ type workerHost struct {
 	pending map[uint64]chan wire
 }
 
-var (
-	_ host         = (*workerHost)(nil)
-	_ callRecorder = (*workerHost)(nil)
-)
+var _ host = (*workerHost)(nil)
 
 func newWorkerHost(ctx context.Context, hello workerHello, out io.Writer) *workerHost {
 	// One wall-clock read maps the drill's start onto this process's
 	// monotonic clock; every later offset is monotonic.
 	now := time.Now()
 	t0 := now.Add(-time.Duration(now.UnixNano() - hello.T0))
-	seed := hello.Seed ^ uint64(hello.Replica)<<32 ^ uint64(hello.Incarnation)<<48
-	if hello.Seed == 0 {
-		seed = uint64(now.UnixNano())
+	seed := hello.Config.Seed
+	if seed != 0 {
+		seed ^= uint64(hello.Replica)<<32 ^ uint64(hello.Incarnation)<<48
 	}
-	return &workerHost{
-		ctx: ctx, t0: t0, enc: json.NewEncoder(out), pending: make(map[uint64]chan wire),
-		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-	}
+	return &workerHost{ctx: ctx, t0: t0, enc: json.NewEncoder(out), pending: make(map[uint64]chan wire),
+		lockedRand: newRand(seed)}
 }
 
 func (w *workerHost) writeErr() error {
@@ -135,11 +128,19 @@ func (w *workerHost) send(m wire) {
 	}
 }
 
-// call sends a request and waits for its reply; false when the worker
-// stops first.
-func (w *workerHost) call(m wire) (wire, bool) {
+// stopping is the reply to every request once the worker stops: no job
+// left, the job done, the write accepted; the loop then ends.
+var stopping = wire{Job: -1, OK: true}
+
+// call sends m and, unless it is a notice, waits for its reply (stopping
+// when the worker stops first).
+func (w *workerHost) call(m wire) wire {
+	if notices[m.K] {
+		w.send(m)
+		return wire{}
+	}
 	if w.ctx.Err() != nil { // stopping: the drill may have stopped reading
-		return wire{}, false
+		return stopping
 	}
 	ch := make(chan wire, 1)
 	w.mu.Lock()
@@ -150,12 +151,12 @@ func (w *workerHost) call(m wire) (wire, bool) {
 	w.send(m)
 	select {
 	case r := <-ch:
-		return r, true
+		return r
 	case <-w.ctx.Done():
 		w.mu.Lock()
 		delete(w.pending, m.ID)
 		w.mu.Unlock()
-		return wire{}, false
+		return stopping
 	}
 }
 
@@ -190,95 +191,3 @@ func (w *workerHost) observer() leasehold.Observer {
 }
 
 func (w *workerHost) since() time.Duration { return time.Since(w.t0) }
-
-func (w *workerHost) randN(n time.Duration) time.Duration {
-	if n <= 0 {
-		return 0
-	}
-	w.rngMu.Lock()
-	defer w.rngMu.Unlock()
-	return time.Duration(w.rng.Int64N(int64(n)))
-}
-
-func (w *workerHost) pickJob() (int, bool) {
-	r, ok := w.call(wire{K: "pick"})
-	if !ok {
-		return -1, true
-	}
-	return r.Job, r.OK
-}
-
-func (w *workerHost) isDone(job int) bool {
-	r, ok := w.call(wire{K: "done", Job: job})
-	return !ok || r.OK
-}
-
-func (w *workerHost) read(_, job, section int) (string, bool) {
-	r, _ := w.call(wire{K: "read", Job: job, Sec: section})
-	return r.Value, r.OK
-}
-
-func (w *workerHost) write(_, job, section int, fence uint64, value string) bool {
-	r, _ := w.call(wire{K: "write", Job: job, Sec: section, Fence: fence, Value: value})
-	return r.OK
-}
-
-func (w *workerHost) openSection(s Section) int {
-	r, ok := w.call(wire{K: "open", Section: &s, Token: s.Token})
-	if !ok {
-		return -1
-	}
-	return r.Sec
-}
-
-func (w *workerHost) endSection(id int, end time.Duration, outcome string, worked bool) {
-	w.send(wire{K: "end", Sec: id, At: end, Text: outcome, OK: worked})
-}
-
-func (w *workerHost) stop(s Stop) { w.send(wire{K: "stop", Stop: &s, Token: s.Token}) }
-
-func (w *workerHost) checkBelief(_ context.Context, ls *leasehold.Lease, sec *Section) {
-	if ls.Degraded() {
-		return
-	}
-	r, ok := w.call(wire{K: "inspect", Key: ls.Key()})
-	if !ok {
-		return
-	}
-	var (
-		info leasehold.LockInfo
-		err  error
-	)
-	switch {
-	case !r.OK:
-		err = errUnanswered
-	case !r.Flag:
-		err = leasehold.ErrNotHeld
-	default:
-		info = leasehold.LockInfo{Key: ls.Key(), Token: r.Token, Fence: r.Fence}
-	}
-	b := judgeBelief(ls, sec, info, err, w.since())
-	w.send(wire{K: "belief", Belief: &b})
-}
-
-func (w *workerHost) working(_, job int, fenced bool) { w.send(wire{K: "work", Job: job, OK: fenced}) }
-
-// beforeWrite asks the drill whether it may write; the drill answers at
-// once, or SIGSTOPs this process first and answers after its SIGCONT.
-func (w *workerHost) beforeWrite(_ context.Context, _ *replica, _ *incarnation, job int, ls *leasehold.Lease, section int) {
-	w.call(wire{K: "prewrite", Job: job, Sec: section, Key: ls.Key(), Token: ls.Token()})
-}
-
-func (w *workerHost) begin(token string) time.Duration {
-	at := w.since()
-	w.send(wire{K: "begin", Token: token, At: at})
-	return at
-}
-
-func (w *workerHost) end(token string, call time.Duration, applied bool, late time.Duration) {
-	w.send(wire{K: "ret", Token: token, Call: call, At: w.since(), OK: applied, Late: late})
-}
-
-func (w *workerHost) acquired(a Acquisition) {
-	w.send(wire{K: "acq", Key: a.Key, Token: a.Token, Fence: a.Fence, At: a.At})
-}

@@ -1,0 +1,112 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testpg"
+	"github.com/leasehold/leasehold/pgstore"
+)
+
+// A rolling upgrade: a replica of the previous version (3b0bdef, whose
+// migration testdata/migration-3b0bdef.sql is, verbatim) starts after this
+// version migrated, re-creating its own function bodies, and both work on
+// the same keys through their own statements. Fences keep increasing
+// whoever grants them, every call succeeds, and an old waiter the new fast
+// release did not wake takes the key on its next acquire.
+func TestRollingUpgrade(t *testing.T) {
+	old, err := os.ReadFile("testdata/migration-3b0bdef.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testpg.Start(t)
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{}) // this version migrates first
+	db := testpg.Connect(t, dsn)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := db.Exec(ctx, string(old)); err != nil { // then an old replica starts
+		t.Fatalf("the old migration over this version's objects: %v", err)
+	}
+	oldAcquire := func(tok string, queue time.Duration) (bool, uint64) {
+		t.Helper()
+		var won bool
+		var fence int64
+		var rem int64
+		var holder string
+		var ahead int32
+		if err := db.QueryRow(ctx, `SELECT * FROM leasehold_locks_acquire2($1, $2, 60000000, 'old', $3, false, 'public.leasehold_locks', '')`,
+			"k", tok, queue.Microseconds()).Scan(&won, &fence, &rem, &holder, &ahead); err != nil {
+			t.Fatalf("old acquire: %v", err)
+		}
+		return won, uint64(fence)
+	}
+	oldRelease := func(tok string) int32 {
+		t.Helper()
+		var res int32
+		if err := db.QueryRow(ctx, `SELECT leasehold_locks_release('k', $1, 'public.leasehold_locks', false)`, tok).Scan(&res); err != nil {
+			t.Fatalf("old release: %v", err)
+		}
+		return res
+	}
+	var last uint64
+	check := func(who string, fence uint64) {
+		t.Helper()
+		if fence <= last {
+			t.Fatalf("%s: fence %d not above the last grant's %d", who, fence, last)
+		}
+		last = fence
+	}
+	for i := range 3 {
+		// New, twice (the second cycle runs the fast statements on the kept
+		// row), then old on the row the new release kept free.
+		for j := range 2 {
+			tok := fmt.Sprintf("new%d-%d", i, j)
+			g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
+			if err != nil {
+				t.Fatalf("new acquire %s: %v", tok, err)
+			}
+			check("new "+tok, g.Fence)
+			if err := s.Release(ctx, "k", tok); err != nil {
+				t.Fatalf("new release %s: %v", tok, err)
+			}
+		}
+		won, fence := oldAcquire(fmt.Sprint("old", i), 0)
+		if !won {
+			t.Fatal("old acquire of a free row: not won")
+		}
+		check("old", fence)
+		if res := oldRelease(fmt.Sprint("old", i)); res != 0 {
+			t.Fatalf("old release: %d", res)
+		}
+	}
+	// An old waiter queues behind a new holder whose row the new release
+	// keeps: the old acquire does not mark the row, so the release frees the
+	// key without granting it; the waiter's next acquire takes it.
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if won, _ := oldAcquire("w", time.Minute); won {
+		t.Fatal("old waiting acquire of a held key: won")
+	}
+	if err := s.Release(ctx, "k", "h"); err != nil {
+		t.Fatal(err)
+	}
+	won, fence := oldAcquire("w", time.Minute)
+	if !won {
+		t.Fatal("old waiter after the release: not won")
+	}
+	check("old waiter", fence)
+	if res := oldRelease("w"); res != 0 {
+		t.Fatalf("old release: %d", res)
+	}
+	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "end", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("new after the old waiter", g.Fence)
+}
