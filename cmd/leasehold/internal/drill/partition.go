@@ -138,10 +138,7 @@ func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
 		_ = c.Close()
 		return nil, nil, err
 	}
-	return s, func() {
-		_ = s.Close()
-		_ = c.Close()
-	}, nil
+	return s, processEnd(s, c), nil
 }
 
 // cut and mend partition replica id's node from the server; cut says what

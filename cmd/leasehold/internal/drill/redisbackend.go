@@ -173,10 +173,19 @@ func (b *redisBackend) open() (leasehold.Store, func(), error) {
 		_ = c.Close()
 		return nil, nil, err
 	}
-	return s, func() {
-		_ = s.Close()
+	return s, processEnd(s, c), nil
+}
+
+// processEnd is the end of a replica process on Redis: its connections
+// close first, as a dead process's do, so the store's Close (which
+// releases what the Store still holds) cannot release what a crashed
+// holder left behind: that must stay locked until its TTL. A graceful end
+// released every lock through the Locker before this runs.
+func processEnd(s *redisstore.Store, c redis.UniversalClient) func() {
+	return func() {
 		_ = c.Close()
-	}, nil
+		_ = s.Close()
+	}
 }
 
 func (b *redisBackend) observer() inspectStore        { return b.obs }
