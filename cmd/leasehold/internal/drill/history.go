@@ -160,15 +160,19 @@ type recorder struct {
 	mu       sync.Mutex
 	h        History
 	inflight map[string]int
-	revivals []time.Duration // store restarts that kept every lock (etcd)
-	failing  bool            // a failover is under way
+	// lastRelease is, per key, the latest moment an applied release of it
+	// returned (plus its lateness when its reply was lost).
+	lastRelease map[string]time.Duration
+	revivals    []time.Duration // store restarts that kept every lock (etcd)
+	failing     bool            // a failover is under way
 }
 
 func newRecorder() *recorder {
 	return &recorder{
-		t0:       time.Now(),
-		inflight: make(map[string]int),
-		h:        History{Applied: make(map[string][]Call), Events: make(map[string]int)},
+		t0:          time.Now(),
+		inflight:    make(map[string]int),
+		lastRelease: make(map[string]time.Duration),
+		h:           History{Applied: make(map[string][]Call), Events: make(map[string]int)},
 	}
 }
 
@@ -268,6 +272,22 @@ func (r *recorder) endAt(token string, call, now time.Duration, applied bool, la
 
 func (r *recorder) acquired(a Acquisition) {
 	r.count(func(h *History) { h.Acquisitions = append(h.Acquisitions, a) })
+}
+
+// released records that a release of key was applied, at the latest at
+// latest: it may have granted key to the head of its queue.
+func (r *recorder) released(key string, latest time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastRelease[key] = max(r.lastRelease[key], latest)
+}
+
+// lastGrant returns the latest moment a release may have granted key to a
+// waiter (0 when no release of key was recorded).
+func (r *recorder) lastGrant(key string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastRelease[key]
 }
 
 // lastApplied returns token's last applied call, whether a call is in

@@ -117,6 +117,9 @@ func (s *session) notice(m wire) bool {
 	case m.K == "ret":
 		s.inFlight(m.Token, m.Call, false)
 		d.rec.endAt(m.Token, m.Call, m.At, m.OK, m.Late)
+		if m.Flag && m.Key != "" {
+			d.rec.released(m.Key, m.At+m.Late)
+		}
 	case m.K == "acq":
 		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, Call: m.Call, At: m.At})
 	case m.K == "event" && m.Event != nil:

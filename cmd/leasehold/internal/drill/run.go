@@ -319,7 +319,8 @@ func (d *drill) write(client, job, section int, f uint64, value string) bool {
 
 // sample lists the store's locks every few milliseconds and reports a lock
 // still present more than TTL after its holder's last applied acquire or
-// renew: a lock stuck beyond its TTL.
+// renew, or after the key's last release (which may have granted it to its
+// holder): a lock stuck beyond its TTL.
 func (d *drill) sample(ctx context.Context) {
 	slack := 15 * time.Millisecond
 	t := time.NewTicker(20 * time.Millisecond)
@@ -341,7 +342,10 @@ func (d *drill) sample(ctx context.Context) {
 		}
 		for _, l := range locks {
 			last, busy, known := d.rec.lastApplied(l.Token)
-			last = max(last, d.rec.lastRevival())
+			// A release of the key may have granted it to this token's
+			// waiter (grant on release), with a fresh TTL and no call of
+			// this token.
+			last = max(last, d.rec.lastRevival(), d.rec.lastGrant(l.Key))
 			if busy || !known || now-last <= d.be.expiryBound()+slack {
 				continue
 			}

@@ -126,7 +126,7 @@ func tracked[T any](ctx context.Context, p *procStore, key, token string, extend
 	return gated(ctx, p, func() (T, error) {
 		call := p.begin(token)
 		v, err := f()
-		p.end(token, call, err, extends)
+		p.end(key, token, call, err, extends)
 		if g, ok := any(v).(leasehold.Grant); ok && err == nil {
 			p.h.call(wire{K: "acq", Key: key, Token: token, Fence: g.Fence, Call: call, At: p.h.since()})
 		}
@@ -143,14 +143,21 @@ func (p *procStore) begin(token string) time.Duration {
 
 // end records a call's return: an acquire or renew is applied when it
 // succeeded, maybe applied (up to p.late after its return) when it failed
-// without an answer.
-func (p *procStore) end(token string, call time.Duration, err error, extends bool) {
+// without an answer. A release that reached the store, or may have, is
+// flagged with its key: a store that hands the key to the head of its
+// queue on release (leasehold.Granter) starts the head's lock then, with
+// no call of the head's token.
+func (p *procStore) end(key, token string, call time.Duration, err error, extends bool) {
 	m := wire{K: "ret", Token: token, Call: call}
 	switch {
 	case extends && err == nil:
 		m.OK = true
 	case extends && p.applied(err):
 		m.OK, m.Late = true, p.late
+	case !extends && (err == nil || errors.Is(err, leasehold.ErrNotOwned) || errors.Is(err, leasehold.ErrNotHeld)):
+		m.Key, m.Flag = key, true
+	case !extends && p.applied(err):
+		m.Key, m.Flag, m.Late = key, true, p.late
 	}
 	m.At = p.h.since()
 	p.h.call(m)
@@ -214,7 +221,7 @@ func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewReques
 	}
 	errs := p.inner.RenewBatch(ctx, reqs)
 	for i, r := range reqs {
-		p.end(r.Token, calls[i], errs[i], true)
+		p.end(r.Key, r.Token, calls[i], errs[i], true)
 	}
 	return errs
 }
