@@ -410,7 +410,7 @@ func checkStuck(cfg Config, h History) Invariant {
 	}
 	iv.Verdict = passUnless(len(h.Stuck) > 0)
 	lostAcq := h.Events["store_error"]
-	iv.Summary = fmt.Sprintf("%d locks seen more than TTL (%v) after their holder's last applied acquire/renew; %d store errors (incl. lost replies) during the run",
+	iv.Summary = fmt.Sprintf("%d locks seen more than TTL (%v) after their holder's last applied acquire/renew or the key's last release (a grant); %d store errors (incl. lost replies) during the run",
 		len(h.Stuck), cfg.TTL, lostAcq)
 	return iv
 }

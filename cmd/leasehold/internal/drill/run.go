@@ -349,7 +349,7 @@ func (d *drill) sample(ctx context.Context) {
 			if busy || !known || now-last <= d.be.expiryBound()+slack {
 				continue
 			}
-			d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held %v after its last applied acquire/renew (TTL %v, "+
+			d.rec.stuck(l.Key, now, fmt.Sprintf("lock still held %v after its last applied acquire/renew or the key's last release (TTL %v, "+
 				"store expiry within %v)", (now-last).Round(time.Millisecond), d.cfg.TTL, d.be.expiryBound()))
 		}
 	}
