@@ -14,3 +14,7 @@ func AcquireFastSQL(s *Store) string { return s.acquireFastSQL }
 
 // ReleaseFastSQL: see AcquireFastSQL.
 func ReleaseFastSQL(s *Store) string { return s.releaseFastSQL }
+
+// LockClass is the class of the store's per-key advisory transaction locks
+// (the object is hashtext(key)).
+func LockClass(s *Store) int32 { return s.n.lockClass }

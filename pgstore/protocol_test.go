@@ -35,6 +35,93 @@ func TestProtocol(t *testing.T) {
 	t.Run("ReleaseSeesQueueJoinedUnderRowLock", func(t *testing.T) { testReleaseSeesLateQueue(t, srv) })
 	t.Run("FreeRowKeptAndSwept", func(t *testing.T) { testFreeRowKept(t, srv) })
 	t.Run("FastPathCommitDurability", func(t *testing.T) { testFastPathDurability(t, srv) })
+	t.Run("LosingAcquireDoesNotHoldUpRelease", func(t *testing.T) { testLosingAcquireLockOrder(t, srv) })
+}
+
+// An acquire whose fast UPDATE waited for the key's row and found it taken
+// keeps the row locked (READ COMMITTED re-checks the newest version and the
+// lock stays); the acquire function in the same statement then takes the
+// key's advisory lock. Taken in that order, row then advisory lock, it
+// deadlocked with an acquire function holding the advisory lock and
+// reading the row, and the holder's release waited behind both: under
+// contention, past its TTL (TestConformance/Torture/Clock found the key
+// taken, ErrNotOwned). Step by step: session X grants the free row to h
+// and keeps its transaction open; acquire A (another store: the full
+// statement) waits for the row; session Y takes the key's advisory lock,
+// as an acquire function would before it reads the row; X commits. h's
+// release must not wait for Y.
+func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
+	dsn := srv.CreateDatabase(t)
+	s := open(t, dsn, pgstore.Options{})
+	other := open(t, dsn, pgstore.Options{}) // knows no free key: sends the full acquire statement
+	admin := testpg.Connect(t, srv.DSN())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// A free row (a released key's fence state).
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "k", "a"); err != nil {
+		t.Fatal(err)
+	}
+	x, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close(context.Background())
+	xtx, err := x.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xtx.Rollback(context.Background())
+	var fence uint64
+	if err := xtx.QueryRow(ctx, pgstore.AcquireFastSQL(s), "k", "h", int64(time.Minute/time.Microsecond), "holder-h", false).Scan(&fence); err != nil {
+		t.Fatalf("X: the fast acquire of the free row: %v", err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := other.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
+		acquired <- err
+	}()
+	backendWaiting(t, admin, dbName(t, dsn))
+	y, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close(context.Background())
+	ytx, err := y.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ytx.Rollback(context.Background())
+	var yLocked bool
+	if err := ytx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass(s), "k").Scan(&yLocked); err != nil {
+		t.Fatal(err)
+	}
+	if err := xtx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	start := time.Now()
+	go func() { released <- s.Release(ctx, "k", "h") }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Errorf("h's release: expected success, got %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("h's release still waits after %v for acquire A, which lost the key (Y holds the key's advisory lock: %v)", time.Since(start), yLocked)
+		if err := ytx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-released; err != nil {
+			t.Errorf("h's release: expected success, got %v", err)
+		}
+	}
+	_ = ytx.Rollback(ctx)
+	if err := <-acquired; !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Errorf("A's acquire while h held the key: expected ErrNotAcquired, got %v", err)
+	}
 }
 
 // The plain-statement fast paths of acquire and release commit as the

@@ -78,20 +78,33 @@ func (s *Store) buildSQL() {
 	// that. The row lock orders it after every other grant of the key
 	// (each one updates this row), and a concurrent update re-evaluates it
 	// on the new row, clock included.
-	fast := `UPDATE ` + n.locks + ` l SET token = $2, holder = $4,
+	fast := func(durable, keyLock string) string {
+		return `UPDATE ` + n.locks + ` l SET token = $2, holder = $4,
 		fence = GREATEST(l.fence + 1, ` + nowUS + `, (SELECT k.v FROM ` + n.counter + ` k) + 1),
 		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', acquired_at = clock_timestamp()
-	WHERE l.key = $1 AND NOT l.waited AND l.expires_at <= clock_timestamp() AND l.token <> $2
+	WHERE ` + keyLock + `l.key = $1 AND NOT l.waited AND l.expires_at <= clock_timestamp() AND l.token <> $2
 		AND isfinite(l.expires_at) AND isfinite(l.acquired_at) AND l.fence > 0
 		AND GREATEST(l.fence, (SELECT k.v FROM ` + n.counter + ` k)) < ` + nowUS + `
-		AND ($5::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
+		AND (` + durable + ` OR set_config('synchronous_commit', 'off', true) IS NOT NULL)
 	RETURNING l.fence`
-	s.acquireFastSQL = fast
+	}
+	s.acquireFastSQL = fast("$5::boolean", "")
 	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
 	// durable, $7 channel, $8 wake channel) in one statement: the fast
 	// acquire, or the acquire function when it did not apply (a new key, a
 	// held key, a queue, a bad row, a fence ahead of the clock).
-	s.acquireSQL = `WITH u AS (` + strings.ReplaceAll(fast, "$5::boolean", "$6::boolean") + `)
+	//
+	// Here the fast UPDATE takes the key's advisory lock before it reads the
+	// row (a one-time filter, evaluated before the scan), as the function
+	// does: an UPDATE that waited for the row and found it no longer free
+	// (READ COMMITTED re-checks the newest version) keeps the row locked,
+	// and the function then waits for the advisory lock. Row then advisory
+	// lock, against the function's advisory lock then row, deadlocked:
+	// every statement on the row, the holder's release included, waited
+	// for the deadlock check (deadlock_timeout), again for each new cycle,
+	// and a release held up past the TTL found the key taken.
+	keyLock := fmt.Sprintf(`(SELECT true FROM pg_advisory_xact_lock(%d, hashtext($1))) AND `, n.lockClass)
+	s.acquireSQL = `WITH u AS (` + fast("$6::boolean", keyLock) + `)
 SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u
 UNION ALL
 SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire3 + `($1, $2, $3, $4, $5, $6, $7, $8) a
