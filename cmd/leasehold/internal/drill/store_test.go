@@ -86,3 +86,42 @@ func TestProcStoreRefusesPartialStore(t *testing.T) {
 		t.Fatalf("expected ErrSetup for a store without optional capabilities, got %v", err)
 	}
 }
+
+// A release through the wrapper is recorded as a possible grant of its key:
+// a store that grants on release (leasehold.Granter) starts the queue head's
+// lock then, with no call of the head's token, so the stuck-lock sampler
+// must count from it (CI saw "lock still held 425ms after its last applied
+// acquire/renew" on such a grant). A release that never reached the store
+// (the process is dead) is not.
+func TestReleaseIsAPossibleGrant(t *testing.T) {
+	s := testSession(t)
+	rec := s.d.rec
+	ps, err := newProcStore(memstore.New(), s, func(error) bool { return false }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := ps.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.lastGrant("k"); got != 0 {
+		t.Fatalf("expected no possible grant before a release, got one at %v", got)
+	}
+	before := rec.since()
+	if err := ps.Release(ctx, "k", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.lastGrant("k"); got < before {
+		t.Fatalf("expected the release (sent at %v or later) to count as a possible grant of k, got %v", before, got)
+	}
+	if got := rec.lastGrant("other"); got != 0 {
+		t.Fatalf("expected no possible grant of a key nobody released, got %v", got)
+	}
+	ps.kill()
+	if err := ps.Release(ctx, "dead", "b"); !errors.Is(err, errProcessDead) {
+		t.Fatalf("expected errProcessDead from a dead process's release, got %v", err)
+	}
+	if got := rec.lastGrant("dead"); got != 0 {
+		t.Fatalf("expected a release that never reached the store not to count, got %v", got)
+	}
+}
