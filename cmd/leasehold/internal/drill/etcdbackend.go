@@ -182,17 +182,22 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
 	}
+	return b.storeOn(cli)
+}
+
+// storeOn makes a replica's store over cli, and its process end: the
+// connections close first, as a dead process's do, so the store's Close
+// cannot revoke its shared leases (a revoke deletes every lock on them at
+// once: a crash would look like a release). What a holder left behind ends
+// as it would after a real crash: etcd expires the lease (see
+// expiryBound). A graceful end released every lock through the Locker
+// before this runs.
+func (b *etcdBackend) storeOn(cli *clientv3.Client) (leasehold.Store, func(), error) {
 	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.cfg.renewTimeout()})
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	// The process's end: its connections close first, as a dead process's
-	// do, so the store's Close cannot revoke its shared leases (a revoke
-	// deletes every lock on them at once: a crash would look like a
-	// release). What a holder left behind ends as it would after a real
-	// crash: etcd expires the lease (see expiryBound). A graceful end
-	// released every lock through the Locker before this runs.
 	return s, func() {
 		_ = cli.Close()
 		_ = s.Close()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
-	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/internal/netns"
 )
 
@@ -109,15 +108,7 @@ func (b *etcdBackend) openFor(id int) (leasehold.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
 	}
-	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.cfg.renewTimeout()})
-	if err != nil {
-		_ = cli.Close()
-		return nil, nil, err
-	}
-	return s, func() {
-		_ = cli.Close()
-		_ = s.Close()
-	}, nil
+	return b.storeOn(cli)
 }
 
 func (b *etcdBackend) partitioned() bool { return b.part != nil }
