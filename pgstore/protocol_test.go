@@ -64,16 +64,7 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 	if err := s.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}
-	x, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close(context.Background())
-	xtx, err := x.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer xtx.Rollback(context.Background())
+	xtx := sessionTx(t, ctx, dsn)
 	var fence uint64
 	if err := xtx.QueryRow(ctx, pgstore.AcquireFastSQL(s), "k", "h", int64(time.Minute/time.Microsecond), "holder-h", false).Scan(&fence); err != nil {
 		t.Fatalf("X: the fast acquire of the free row: %v", err)
@@ -84,16 +75,7 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 		acquired <- err
 	}()
 	backendWaiting(t, admin, dbName(t, dsn))
-	y, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer y.Close(context.Background())
-	ytx, err := y.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ytx.Rollback(context.Background())
+	ytx := sessionTx(t, ctx, dsn)
 	var yLocked bool
 	if err := ytx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass(s), "k").Scan(&yLocked); err != nil {
 		t.Fatal(err)
@@ -122,6 +104,23 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 	if err := <-acquired; !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Errorf("A's acquire while h held the key: expected ErrNotAcquired, got %v", err)
 	}
+}
+
+// sessionTx opens a session of its own on dsn and begins a transaction
+// there; both end with the test.
+func sessionTx(t *testing.T, ctx context.Context, dsn string) pgx.Tx {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }
 
 // The plain-statement fast paths of acquire and release commit as the
