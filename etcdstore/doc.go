@@ -75,6 +75,12 @@
 //     deleted; else the lock and queue are read and, for a waiting acquire
 //     (QueueTTL > 0), our entry is created if absent. A TryAcquire that
 //     loses reads the holder's lease's time to live (one more request).
+//     The first acquire of a token this store never sent leaves out the
+//     retry check (such a token cannot hold the lock) and puts its entry
+//     without the absence check: a request without nested transactions,
+//     which etcd decodes, logs and applies faster. If its answer shows the
+//     lock holding the token after all (a retry through another Store), the
+//     store asks again with the retry check.
 //   - The fence is the lock key's create revision, or the fence in its
 //     value for a lock written over another one (a grant or a takeover): the
 //     overwritten lock's mod revision plus one. Every fence of a key was

@@ -60,8 +60,9 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			return g, err
 		}
 	}
+	known := s.sess.mayOwn(r)
 	for attempt := 0; ; attempt++ {
-		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r))
+		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r), known)
 		seen := time.Now()
 		if err != nil {
 			// It may have applied (lost reply): the session deletes the
@@ -81,18 +82,37 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			// All puts of a transaction carry its revision, the header's.
 			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
 		}
-		inner := resp.Responses[0].GetResponseTxn()
-		if inner.GetSucceeded() { // our own lock: a retry
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.putQueue(r, ql)
-			prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-			if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
-				return leasehold.Grant{}, err
+		rs := resp.Responses
+		if known {
+			inner := rs[0].GetResponseTxn()
+			if inner.GetSucceeded() { // our own lock: a retry
+				s.sess.track(s.sess.held, r, l, req.TTL)
+				s.putQueue(r, ql)
+				prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+				if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+					return leasehold.Grant{}, err
+				}
+				return leasehold.Grant{Fence: fenceOf(prev)}, nil
 			}
-			return leasehold.Grant{Fence: fenceOf(prev)}, nil
+			rs = inner.GetResponses()
 		}
-		rng := inner.GetResponses()[len(inner.GetResponses())-1].GetResponseRange()
+		rng := rs[len(rs)-1].GetResponseRange()
 		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
+		if !known && v.lock != nil && ownedBy(v.lock, req.Token) {
+			// The lock holds a token this store did not know it sent (a
+			// grant or acquire it forgot, or another Store with the same
+			// token): ask again with the retry check. Release deletes the
+			// queue entry this answer put.
+			known = true
+			if ql != nil {
+				s.sess.track(s.sess.waiting, r, ql, req.QueueTTL) // takes ql's reference
+				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
+					s.sess.put(l)
+					return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+				}
+			}
+			continue
+		}
 		left := time.Duration(-1) // unknown
 		if ql != nil {
 			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
@@ -207,7 +227,12 @@ func (s *Store) putQueue(_ ref, ql *lease) {
 	}
 }
 
-func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, myRev int64) (*clientv3.TxnResponse, error) {
+// acquireTxn sends req's acquire transaction (see Acquire in the package
+// doc); myRev is the create revision of the token's queue entry if known.
+// Unless known, the transaction has no retry check (a token this store
+// never sent cannot hold the lock): a smaller request, which etcd decodes,
+// logs and applies at a cost that shows in the uncontended cycle.
+func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, myRev int64, known bool) (*clientv3.TxnResponse, error) {
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
@@ -222,10 +247,16 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 		free = append(free, clientv3.Compare(clientv3.CreateRevision(e), "=", myRev))
 	}
 	var lost []clientv3.Op
-	if ql != nil {
+	entry := func() clientv3.Op {
+		return clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql.id))
+	}
+	switch {
+	case ql != nil && !known: // no entry of ours can exist: put it
+		lost = append(lost, entry())
+	case ql != nil: // keep the entry's create revision: its place
 		lost = append(lost, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql.id))}, nil))
+			[]clientv3.Op{entry()}, nil))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
@@ -235,11 +266,13 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	if myRev > 0 { // others may wait behind us: the next head, for Release
 		take = append(take, headRead(qs, qe))
 	}
+	txn := s.cli.Txn(ctx).If(free...).Then(take...)
+	if !known {
+		return txn.Else(lost...).Commit()
+	}
 	// The common case first: a free key is taken at the first level, the
 	// retry of our own lock and the lost case in the nested transaction.
-	return s.cli.Txn(ctx).
-		If(free...).
-		Then(take...).
+	return txn.
 		Else(clientv3.OpTxn(mine(k, req.Token),
 			// The value stays: it may carry the fence (see retried).
 			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id), clientv3.WithPrevKV())},

@@ -262,3 +262,9 @@ func checkNames(key, token, holder string) error {
 	}
 	return nil
 }
+
+// ownedBy reports whether lock kv holds token.
+func ownedBy(kv *mvccpb.KeyValue, token string) bool {
+	tok, _, _, _, _ := lockFields(kv.Value)
+	return tok == token
+}

@@ -247,6 +247,37 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	}
 }
 
+// An acquire retried through another Store (its process dialled etcd anew
+// after the reply was lost) finds its own token: same fence, no queue entry
+// left behind. A Store sends its first acquire of a token without the retry
+// check, so this is the case that must fall back to it.
+func TestRetryThroughAnotherStore(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t, 20*time.Second)
+	for _, queue := range []time.Duration{0, 10 * time.Second} {
+		t.Run(fmt.Sprintf("QueueTTL=%v", queue), func(t *testing.T) {
+			a, b := newStore(t, c), newStore(t, c)
+			key := uniqueKey(t, "k")
+			g1, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g2, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, QueueTTL: queue})
+			if err != nil || g2.Fence != g1.Fence {
+				t.Fatalf("retry through another store: expected fence %d, got %+v, %v", g1.Fence, g2, err)
+			}
+			if err := b.Release(ctx, key, "tok"); err != nil {
+				t.Fatalf("Release through the other store: %v", err)
+			}
+			r, err := cli.Get(ctx, "lh-test/"+key, clientv3.WithPrefix())
+			if err != nil || len(r.Kvs) != 0 {
+				t.Fatalf("after Release: expected no lock and no queue entry, got %v, %v", r.Kvs, err)
+			}
+		})
+	}
+}
+
 // Expiry deletes the key, so a watcher wakes on expiry too (unlike Redis
 // pub/sub), and a new acquisition (a put) wakes nobody.
 func TestWaitReleaseWakesOnExpiry(t *testing.T) {
