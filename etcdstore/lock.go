@@ -604,7 +604,14 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine...)
 	default: // the common case, nobody waits, at the first level; else
 		// read, without nesting: the token is checked on the answer
-		txn = txn.If(append(mine(k, token), empty)...).Then(free...).
+		ours := mine(k, token)
+		if mod > 0 {
+			// The lock as our acquire wrote it (any later write of ours
+			// forgets mod): one comparison instead of two. If it moved,
+			// the reads show whose it is.
+			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
+		}
+		txn = txn.If(append(ours, empty)...).Then(free...).
 			Else(append(reads, own...)...)
 	}
 	resp, err := txn.Commit()

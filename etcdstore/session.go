@@ -608,9 +608,6 @@ func (ss *session) renewed(m map[ref]*tracked, r ref, t *tracked, l *lease, ttl 
 	return true
 }
 
-// mayQueue reports whether r may have a queue entry that this store wrote:
-// tracked as waiting, or its failed sweep is to be retried. An acquire or
-// release of an r that never queued here needs no delete of the entry.
 // mayOwn reports whether r's token may hold its lock, as far as this store
 // knows: it holds or may hold it (an acquire whose answer was lost, a sweep
 // in flight or to be tried again), or it waits in the queue, where a
@@ -622,6 +619,9 @@ func (ss *session) mayOwn(r ref) bool {
 		ss.waiting[r] != nil || ss.retryEntries[r] != nil
 }
 
+// mayQueue reports whether r may have a queue entry that this store wrote:
+// tracked as waiting, or its failed sweep is to be retried. An acquire or
+// release of an r that never queued here needs no delete of the entry.
 func (ss *session) mayQueue(r ref) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
