@@ -276,6 +276,12 @@ func (a *attempt) nextTry(g Grant, sent time.Time) time.Time {
 	o := &a.l.opts
 	next := earliest(sent.Add(o.WaiterTTL/3), time.Now().Add(o.WaitCap))
 	switch {
+	case g.Ahead == 0 && g.Remaining > 0 && g.Remaining < o.WaiterTTL/2:
+		// Next in line, with the holder's expiry before the place needs
+		// a refresh: that retry is the refresh. Refreshing first, a
+		// little before the expiry (TTL = WaiterTTL/3, the defaults),
+		// would cost a request that is refused.
+		next = earliest(time.Now().Add(o.WaitCap), sent.Add(g.Remaining))
 	case g.Ahead == 0 && g.Remaining > 0:
 		next = earliest(next, sent.Add(g.Remaining)) // next in line: the holder's exact expiry
 	case g.Ahead == 0:

@@ -21,3 +21,20 @@ func TestNextTryRetriesTheLastMillisecondAtOnce(t *testing.T) {
 		t.Fatalf("expected the next try at the holder's exact remaining 40ms, got %v", d)
 	}
 }
+
+// A head waiter whose holder expires before its queue place needs a refresh
+// retries at the expiry, not at the refresh due just before it (with the
+// defaults, a 1 s TTL expires when the refresh every WaiterTTL/3 is due).
+func TestNextTrySkipsTheRefreshBeforeTheExpiry(t *testing.T) {
+	l := &Locker{opts: Options{WaiterTTL: DefaultWaiterTTL, WaitCap: 5 * time.Second}}
+	a := &attempt{l: l, backoff: firstBackoff}
+	sent := time.Now()
+	remaining := DefaultWaiterTTL/3 + 5*time.Millisecond
+	if d := a.nextTry(Grant{Ahead: 0, Remaining: remaining}, sent).Sub(sent); d != remaining {
+		t.Fatalf("expected the next try at the holder's expiry %v, got %v", remaining, d)
+	}
+	// A holder that outlives the place's refresh: the refresh comes first.
+	if d := a.nextTry(Grant{Ahead: 0, Remaining: DefaultWaiterTTL}, sent).Sub(sent); d != DefaultWaiterTTL/3 {
+		t.Fatalf("expected the refresh at %v, got %v", DefaultWaiterTTL/3, d)
+	}
+}

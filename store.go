@@ -82,7 +82,10 @@ type Grant struct {
 	Fence uint64
 	// Remaining is the holder's remaining TTL as the store reports it, when
 	// Acquire returned ErrNotAcquired; 0 when the key is free (others wait
-	// ahead) or the store cannot tell.
+	// ahead) or the store cannot tell. It counts from when the request was
+	// sent, or from a later moment (Redis and PostgreSQL: when the server ran
+	// it): a waiter next in line retries at its send time + Remaining, never
+	// after the lock may be taken.
 	Remaining time.Duration
 	// Holder is the current holder's identity on ErrNotAcquired, if known.
 	Holder string

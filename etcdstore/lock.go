@@ -56,12 +56,14 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
+		s.awaitTakeover(ctx, r)
 		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
 			return g, err
 		}
 	}
 	known := s.sess.mayOwn(r)
 	for attempt := 0; ; attempt++ {
+		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r), known)
 		seen := time.Now()
 		if err != nil {
@@ -116,7 +118,7 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		left := time.Duration(-1) // unknown
 		if ql != nil {
 			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			left = s.sess.setQueue(t, v, seen, req.TTL)
+			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
 			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
 				// We head the queue of a free key: take it now.
 				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
@@ -128,6 +130,27 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		}
 		s.sess.put(l)
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
+	}
+}
+
+// takeoverSlack is how early a waiter's retry may come before its takeover
+// is allowed and still wait for it in Acquire, instead of sending an acquire
+// that etcd writes and refuses. The Grant's Remaining counts from the
+// store's send time, and the Locker retries at its own, a little earlier.
+const takeoverSlack = 2 * time.Millisecond
+
+// awaitTakeover waits (bounded by ctx) until r may take its lock over, when
+// that is at most takeoverSlack away.
+func (s *Store) awaitTakeover(ctx context.Context, r ref) {
+	d := s.sess.untilTakeover(r, time.Now())
+	if d <= 0 || d > takeoverSlack {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

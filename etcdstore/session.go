@@ -639,11 +639,14 @@ func (ss *session) queueRev(r ref) int64 {
 	return 0
 }
 
-// setQueue records what a waiter's acquire saw (answered at seen), for its
-// WaitRelease and for the takeover of an expired lock. It returns how long
-// the lock has left by the waiter's clock (see expiredLock), -1 when the
-// lock is free or that is unknown.
-func (ss *session) setQueue(t *tracked, v keyView, seen time.Time, reqTTL time.Duration) time.Duration {
+// setQueue records what a waiter's acquire (sent at sent, answered at seen)
+// saw, for its WaitRelease and for the takeover of an expired lock. It
+// returns how long the lock has left by the waiter's clock (see
+// expiredLock), counted from sent as Grant.Remaining is, -1 when the lock
+// is free or that is unknown. Counted from seen, a Locker that retries at
+// its own send time + Remaining would come back one request latency before
+// the takeover is allowed, and spend a raft write on learning so.
+func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL time.Duration) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	t.reqTTL = reqTTL
@@ -665,7 +668,7 @@ func (ss *session) setQueue(t *tracked, v keyView, seen time.Time, reqTTL time.D
 	if mod == 0 {
 		return -1
 	}
-	return max(time.Until(t.lockSeen.Add(t.lockTTL)), 0)
+	return max(t.lockSeen.Add(t.lockTTL).Sub(sent), 0)
 }
 
 // sighting is a lock write a waiter's key watch saw: the lock at mod
@@ -712,6 +715,18 @@ func (ss *session) expiredLock(r ref, now time.Time) (mod, entry int64, ok bool)
 		return 0, 0, false
 	}
 	return t.lockMod, t.rev, true
+}
+
+// untilTakeover returns how long until waiter r may take its lock over
+// (see expiredLock), 0 when it may now or the lock is not known.
+func (ss *session) untilTakeover(r ref, now time.Time) time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t := ss.waiting[r]
+	if t == nil || t.lockMod == 0 || t.rev == 0 {
+		return 0
+	}
+	return max(t.lockSeen.Add(t.lockTTL).Sub(now), 0)
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.

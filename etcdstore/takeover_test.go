@@ -97,6 +97,48 @@ func TestCrashedHolderTakenOverAtItsTTL(t *testing.T) {
 	}
 }
 
+// The head's retry at its send time + Remaining is the takeover itself: its
+// Locker sends one queued acquire and then one takeover transaction, no
+// acquire in between that etcd writes and refuses because it came a request
+// latency before the takeover was allowed.
+func TestHeadTakesOverOnItsFirstRetry(t *testing.T) {
+	c := testetcd.Start(t)
+	const ttl = time.Second
+	for i := range 3 {
+		holder, crash := crashable(t, c)
+		cli, n := countingClient(t, c)
+		waiter, err := etcdstore.New(cli, testOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = waiter.Close() })
+		lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		key := uniqueKey(t, "k")
+		ctx := ctxFor(t, 10*time.Second)
+		warm(t, holder, key+"-warm")
+		warm(t, waiter, key+"-warm")
+		if _, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		crash()
+		n.take()
+		lease, err := lk.Acquire(ctx, key)
+		if err != nil {
+			t.Fatalf("run %d: the waiter: %v", i, err)
+		}
+		if txns := n.take()["/etcdserverpb.KV/Txn"]; txns != 2 {
+			t.Fatalf("run %d: expected 2 transactions (the queued acquire and the takeover), got %d", i, txns)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A holder that keeps renewing keeps its lock however long the head waiter
 // waits: its renewals, read-only while nobody waits, write the lock while
 // someone does (Renew and RenewBatch alike), which restarts the waiter's
