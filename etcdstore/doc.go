@@ -58,7 +58,9 @@
 // renewal of the holder started more than a TTL ago, and the holder's own
 // expiry guard (TTL minus its drift margin, from before it sent the request)
 // has stopped trusting the lock. The Grant's Remaining tells the head when
-// that is; its next Acquire then deletes the lock in a transaction guarded by
+// that is (counted from when its acquire was sent; an Acquire that comes up
+// to 2 ms early waits for it rather than send a transaction etcd would
+// refuse); its next Acquire then deletes the lock in a transaction guarded by
 // that mod revision, its own entry and its place at the head, and
 // overwrites it with its own lock (fence: that mod revision plus one, in the
 // value): one transaction, about the holder's TTL after its last renewal. Clock assumption: the holder's and the waiters' clocks run at
