@@ -61,8 +61,9 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			return g, err
 		}
 	}
-	known := s.sess.mayOwn(r)
+	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
+		known := forced || s.sess.mayOwn(r) // a queued token may have been granted
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r), known)
 		seen := time.Now()
@@ -105,7 +106,7 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 			// grant or acquire it forgot, or another Store with the same
 			// token): ask again with the retry check. Release deletes the
 			// queue entry this answer put.
-			known = true
+			forced = true
 			if ql != nil {
 				s.sess.track(s.sess.waiting, r, ql, req.QueueTTL) // takes ql's reference
 				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
