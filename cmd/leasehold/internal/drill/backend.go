@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -27,9 +28,9 @@ type inspectStore interface {
 // backend is the lock store a drill runs against and the faults it can
 // inject into the path between the replicas and the store.
 type backend interface {
-	// open returns one replica process's connection to the store and a
-	// function that closes it.
-	open() (leasehold.Store, func(), error)
+	// open returns the connection of replica id's process to the store and
+	// a function that closes it.
+	open(id int) (leasehold.Store, func(), error)
 	// observer is a view of the store that no fault reaches: the checker's
 	// source of truth for who holds a key.
 	observer() inspectStore
@@ -123,6 +124,19 @@ func (p *proxied) startProxy(addr string) (*faultproxy.Proxy, error) {
 	return x, nil
 }
 
+// processEnd is the end of a replica process: its connections close first
+// (closeConn), as a dead process's do, so the store's Close (which releases
+// what the Store still holds; on etcd, revokes the shared leases, which
+// deletes every lock on them at once) cannot release what a crashed holder
+// left behind: that must stay locked until it expires. A graceful end
+// released every lock through the Locker before this runs.
+func processEnd(closeConn func(), s io.Closer) func() {
+	return func() {
+		closeConn()
+		_ = s.Close()
+	}
+}
+
 // runID returns a random name for one run's keys.
 func runID() string {
 	var b [6]byte
@@ -141,15 +155,15 @@ func newMemBackend(float func() float64, ttl time.Duration) *memBackend {
 	return &memBackend{mem: memstore.New(), float: float, ttl: ttl}
 }
 
-func (m *memBackend) open() (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
-func (m *memBackend) observer() inspectStore                 { return m.mem }
-func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
-func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
-func (m *memBackend) lateness() time.Duration                { return 0 }
-func (m *memBackend) expiryBound() time.Duration             { return m.ttl }
-func (m *memBackend) setDown(down bool)                      { m.mem.SetDown(down) }
-func (m *memBackend) setLatency(d time.Duration)             { m.mem.SetLatency(d) }
-func (m *memBackend) close()                                 {}
+func (m *memBackend) open(int) (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
+func (m *memBackend) observer() inspectStore                    { return m.mem }
+func (m *memBackend) observeTimeout() time.Duration             { return 20 * time.Millisecond }
+func (m *memBackend) maybeApplied(err error) bool               { return errors.Is(err, memstore.ErrReplyLost) }
+func (m *memBackend) lateness() time.Duration                   { return 0 }
+func (m *memBackend) expiryBound() time.Duration                { return m.ttl }
+func (m *memBackend) setDown(down bool)                         { m.mem.SetDown(down) }
+func (m *memBackend) setLatency(d time.Duration)                { m.mem.SetLatency(d) }
+func (m *memBackend) close()                                    {}
 
 func (m *memBackend) dropReplies(rate float64) {
 	if rate == 0 {

@@ -166,8 +166,13 @@ func (b *etcdBackend) replicaConfig() clientv3.Config {
 	return c
 }
 
-func (b *etcdBackend) open() (leasehold.Store, func(), error) {
+// open connects replica id's process: through the fault proxies, or on the
+// partition network to member id % 3 alone.
+func (b *etcdBackend) open(id int) (leasehold.Store, func(), error) {
 	cfg := b.replicaConfig()
+	if b.part != nil {
+		cfg.Endpoints = []string{b.base.Endpoints[id%etcdMembers]}
+	}
 	var cli *clientv3.Client
 	var err error
 	// Without credentials New does not wait for the network. With them it
@@ -182,26 +187,14 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
 	}
-	return b.storeOn(cli)
-}
-
-// storeOn makes a replica's store over cli, and its process end: the
-// connections close first, as a dead process's do, so the store's Close
-// cannot revoke its shared leases (a revoke deletes every lock on them at
-// once: a crash would look like a release). What a holder left behind ends
-// as it would after a real crash: etcd expires the lease (see
-// expiryBound). A graceful end released every lock through the Locker
-// before this runs.
-func (b *etcdBackend) storeOn(cli *clientv3.Client) (leasehold.Store, func(), error) {
 	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.cfg.renewTimeout()})
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	return s, func() {
-		_ = cli.Close()
-		_ = s.Close()
-	}, nil
+	// What a holder left behind ends as after a real crash: etcd expires
+	// the lease (see expiryBound).
+	return s, processEnd(func() { _ = cli.Close() }, s), nil
 }
 
 func (b *etcdBackend) observer() inspectStore        { return b.obs }

@@ -17,7 +17,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/netns"
 	"github.com/leasehold/leasehold/internal/redisproc"
-	"github.com/leasehold/leasehold/redisstore"
 )
 
 // partitionNet is the drill's network for FaultPartition
@@ -111,34 +110,6 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// openStore opens replica id's connection to the store: from the replica's
-// own node on the partition network.
-func (d *drill) openStore(id int) (leasehold.Store, func(), error) {
-	if o, ok := d.be.(interface {
-		openFor(int) (leasehold.Store, func(), error)
-	}); ok {
-		return o.openFor(id)
-	}
-	return d.be.open()
-}
-
-// openFor is open for replica id: on the partition network its client
-// dials from the replica's own node.
-func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
-	if b.part == nil {
-		return b.open()
-	}
-	o := *b.opts
-	o.Dialer = b.part.net.Nodes[id+1].Dialer(b.cfg.clientTimeout())
-	c := redis.NewClient(&o)
-	s, err := redisstore.New(c, b.storeOptions())
-	if err != nil {
-		_ = c.Close()
-		return nil, nil, err
-	}
-	return s, processEnd(s, c), nil
 }
 
 // cut and mend partition replica id's node from the server; cut says what

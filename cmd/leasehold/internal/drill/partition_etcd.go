@@ -10,10 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
 	"github.com/leasehold/leasehold/internal/netns"
 )
@@ -93,22 +89,6 @@ func (b *etcdBackend) leader(ctx context.Context) int {
 		}
 	}
 	return -1
-}
-
-// openFor is open for replica id: on the partition network its client
-// talks to member id % 3 alone.
-func (b *etcdBackend) openFor(id int) (leasehold.Store, func(), error) {
-	if b.part == nil {
-		return b.open()
-	}
-	cfg := b.replicaConfig()
-	cfg.Endpoints = []string{b.base.Endpoints[id%etcdMembers]}
-	cfg.Logger = zap.NewNop()
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
-	}
-	return b.storeOn(cli)
 }
 
 func (b *etcdBackend) partitioned() bool { return b.part != nil }

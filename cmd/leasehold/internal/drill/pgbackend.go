@@ -173,7 +173,7 @@ func pgHosts(cc *pgx.ConnConfig) string {
 	return strings.Join(hosts, ",")
 }
 
-func (b *pgBackend) open() (leasehold.Store, func(), error) {
+func (b *pgBackend) open(int) (leasehold.Store, func(), error) {
 	pool, err := pgxpool.NewWithConfig(b.ctx, b.replica.Copy())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -183,13 +183,7 @@ func (b *pgBackend) open() (leasehold.Store, func(), error) {
 		pool.Close()
 		return nil, nil, err
 	}
-	// The process's end: its connections close first, as a dead process's
-	// do, so the store's Close cannot release what a crashed holder left
-	// behind. A graceful end released every lock through the Locker.
-	return s, func() {
-		pool.Close()
-		_ = s.Close()
-	}, nil
+	return s, processEnd(pool.Close, s), nil
 }
 
 func (b *pgBackend) observer() inspectStore        { return b.obs }

@@ -161,11 +161,18 @@ func (c Config) clientTimeout() time.Duration {
 	return min(200*time.Millisecond, c.renewTimeout())
 }
 
-func (b *redisBackend) open() (leasehold.Store, func(), error) {
-	var c *redis.Client
-	if b.failoverOpts != nil {
+// open connects replica id's process: through the fault proxy, or on the
+// partition network from the replica's own node.
+func (b *redisBackend) open(id int) (leasehold.Store, func(), error) {
+	var c redis.UniversalClient
+	switch {
+	case b.failoverOpts != nil:
 		c = redis.NewFailoverClient(b.failoverOpts)
-	} else {
+	case b.part != nil:
+		o := *b.opts
+		o.Dialer = b.part.net.Nodes[id+1].Dialer(b.cfg.clientTimeout())
+		c = redis.NewClient(&o)
+	default:
 		c = redis.NewClient(b.opts)
 	}
 	s, err := redisstore.New(c, b.storeOptions())
@@ -173,19 +180,7 @@ func (b *redisBackend) open() (leasehold.Store, func(), error) {
 		_ = c.Close()
 		return nil, nil, err
 	}
-	return s, processEnd(s, c), nil
-}
-
-// processEnd is the end of a replica process on Redis: its connections
-// close first, as a dead process's do, so the store's Close (which
-// releases what the Store still holds) cannot release what a crashed
-// holder left behind: that must stay locked until its TTL. A graceful end
-// released every lock through the Locker before this runs.
-func processEnd(s *redisstore.Store, c redis.UniversalClient) func() {
-	return func() {
-		_ = c.Close()
-		_ = s.Close()
-	}
+	return s, processEnd(func() { _ = c.Close() }, s), nil
 }
 
 func (b *redisBackend) observer() inspectStore        { return b.obs }

@@ -96,7 +96,7 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 	r.working = -1
 	r.mu.Unlock()
 	for n := 0; ctx.Err() == nil; n++ {
-		st, closeStore, err := d.openStore(r.id)
+		st, closeStore, err := d.be.open(r.id)
 		if err != nil { // a client cannot be built (etcd with credentials: cannot log in)
 			d.fail(err)
 			return
