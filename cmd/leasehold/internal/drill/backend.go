@@ -59,12 +59,14 @@ type backend interface {
 	close()
 }
 
-// proxied is what the Redis and etcd backends share: the fault proxies
-// between the replicas and the store (one per endpoint) and the rules for
-// calls that went through them.
+// proxied is what the Redis, etcd and PostgreSQL backends share: the fault
+// proxies between the replicas and the store (one per endpoint), or the
+// partition fault's network, and the rules for calls that went through
+// them.
 type proxied struct {
 	cfg     Config
 	proxies []*faultproxy.Proxy
+	part    *nsCluster // the partition fault's servers, else nil
 }
 
 // maybeApplied: a failed call that is not an answer from the store (a
@@ -108,10 +110,26 @@ func (p *proxied) dropReplies(rate float64) {
 	p.each(func(x *faultproxy.Proxy) error { return x.DropReplies(rate) })
 }
 
+// heal turns every fault off, the partition too.
 func (p *proxied) heal() {
 	p.setDown(false)
 	p.setLatency(0)
 	p.dropReplies(0)
+	if p.part != nil {
+		for i := range p.part.net.Nodes {
+			_ = p.part.net.Heal(i)
+		}
+	}
+}
+
+func (p *proxied) partitioned() bool { return p.part != nil }
+
+// closeNet closes the proxies and the partition fault's servers.
+func (p *proxied) closeNet() {
+	p.each((*faultproxy.Proxy).Close)
+	if p.part != nil {
+		p.part.close()
+	}
 }
 
 // startProxy starts a fault proxy in front of addr.

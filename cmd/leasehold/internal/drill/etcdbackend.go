@@ -16,7 +16,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/etcdstore"
 )
@@ -55,8 +54,6 @@ type etcdBackend struct {
 
 	mu       sync.Mutex
 	onRevive func() // called when a restart kept every lease (and extended it)
-
-	part *etcdPartition // the partition fault's cluster, else nil
 }
 
 // etcdEndpoints parses an etcd:// store URL; the error never contains the
@@ -255,11 +252,8 @@ func (b *etcdBackend) close() {
 	if b.direct != nil {
 		_ = b.direct.Close()
 	}
-	b.each((*faultproxy.Proxy).Close)
+	b.closeNet()
 	if b.server != nil {
 		b.server.Close()
-	}
-	if b.part != nil {
-		b.part.close()
 	}
 }

@@ -43,8 +43,6 @@ type redisBackend struct {
 	// client options before it points them at the proxy; it carries the
 	// password and is never printed.
 	url string
-	// part is the network namespaces of the partition fault, else nil.
-	part *partitionNet
 }
 
 // redisOptions parses a redis:// or rediss:// URL, or returns the options of
@@ -224,15 +222,12 @@ func (b *redisBackend) close() {
 	if b.direct != nil {
 		_ = b.direct.Close()
 	}
-	b.each((*faultproxy.Proxy).Close)
+	b.closeNet()
 	if b.server != nil {
 		b.server.Close()
 	}
 	if b.group != nil {
 		b.group.Close()
-	}
-	if b.part != nil {
-		b.part.close()
 	}
 }
 
