@@ -131,6 +131,18 @@ func writeCounts(ops []Op) (accepted, rejected, refused int) {
 	return accepted, rejected, refused
 }
 
+// staleBetween counts the writes sent in [from, to] that the register
+// rejected as stale.
+func staleBetween(h *History, from, to time.Duration) int {
+	n := 0
+	for _, o := range h.Ops {
+		if o.Write && !o.Accepted && o.Err == "" && o.Call >= from && o.Call <= to {
+			n++
+		}
+	}
+	return n
+}
+
 // checkStale: every accepted write's fence is >= the fence of every accepted
 // write to the same job that returned before it was called
 // (fencetest.StaleWrites; fencetest.Check would run porcupine a second time,

@@ -336,16 +336,10 @@ func checkPermitFences(h History) Invariant {
 
 // terms summarizes the terms (INFO).
 func terms(h History) Invariant {
-	outcomes := map[string]int{}
 	replicas := map[int]bool{}
 	for _, s := range h.Sections {
-		outcomes[s.Outcome]++
 		replicas[s.Replica] = true
 	}
-	var parts []string
-	for _, o := range slices.Sorted(maps.Keys(outcomes)) {
-		parts = append(parts, fmt.Sprintf("%d %s", outcomes[o], o))
-	}
 	return Invariant{Name: "terms", Verdict: Info,
-		Summary: fmt.Sprintf("%d terms held by %d replicas: %s", len(h.Sections), len(replicas), strings.Join(parts, ", "))}
+		Summary: fmt.Sprintf("%d terms held by %d replicas: %s", len(h.Sections), len(replicas), outcomes(h.Sections))}
 }

@@ -357,15 +357,3 @@ func nextHolder(h *History, f cutFacts, key string, ttl time.Duration) string {
 	}
 	return fmt.Sprintf("another replica was granted it %v after the cut (%v after the cut holder stopped)", fmtDur(next-f.cut), fmtDur(next-f.leaseEnd))
 }
-
-// staleBetween counts the writes sent in [from, to] that the register
-// rejected as stale.
-func staleBetween(h *History, from, to time.Duration) int {
-	n := 0
-	for _, o := range h.Ops {
-		if o.Write && !o.Accepted && o.Err == "" && o.Call >= from && o.Call <= to {
-			n++
-		}
-	}
-	return n
-}
