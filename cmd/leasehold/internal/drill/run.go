@@ -42,28 +42,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	switch k := cfg.kind(); {
 	case k.etcd():
-		eb, err := newEtcdBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
+		var eb *etcdBackend
+		if eb, err = newEtcdBackend(ctx, cfg); err == nil {
+			// A restart keeps etcd's leases and extends them by the election
+			// timeout: from then on, each lock may live that long plus its TTL.
+			eb.setOnRevive(func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
 		}
-		// A restart keeps etcd's leases and extends them by the election
-		// timeout: from then on, each lock may live that long plus its TTL.
-		eb.setOnRevive(func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
 		d.be = eb
 	case k.redis():
-		rb, err := newRedisBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		d.be = rb
+		d.be, err = newRedisBackend(ctx, cfg)
 	case k.postgres():
-		pb, err := newPgBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		d.be = pb
+		d.be, err = newPgBackend(ctx, cfg)
 	default:
 		d.be = newMemBackend(d.float, cfg.TTL)
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer d.be.close()
 	d.run(ctx)
