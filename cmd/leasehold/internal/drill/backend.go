@@ -67,6 +67,7 @@ type proxied struct {
 	cfg     Config
 	proxies []*faultproxy.Proxy
 	part    *nsCluster // the partition fault's servers, else nil
+	closers []func()   // what close undoes, in the order it was opened
 }
 
 // maybeApplied: a failed call that is not an answer from the store (a
@@ -124,11 +125,15 @@ func (p *proxied) heal() {
 
 func (p *proxied) partitioned() bool { return p.part != nil }
 
-// closeNet closes the proxies and the partition fault's servers.
-func (p *proxied) closeNet() {
-	p.each((*faultproxy.Proxy).Close)
-	if p.part != nil {
-		p.part.close()
+// atClose has close call f before what was opened earlier.
+func (p *proxied) atClose(f func()) { p.closers = append(p.closers, f) }
+
+// close undoes what the backend opened, the latest first: it deletes the
+// run's data from a store the drill did not start (best effort), then closes
+// the clients, the proxies and the drill's own servers.
+func (p *proxied) close() {
+	for _, f := range slices.Backward(p.closers) {
+		f()
 	}
 }
 
@@ -139,6 +144,7 @@ func (p *proxied) startProxy(addr string) (*faultproxy.Proxy, error) {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	p.proxies = append(p.proxies, x)
+	p.atClose(func() { _ = x.Close() })
 	return x, nil
 }
 

@@ -86,6 +86,7 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if b.direct, err = clientv3.New(direct); err != nil {
 		return nil, fmt.Errorf("%w: cannot reach etcd at %s: %v", ErrSetup, where, err)
 	}
+	b.atClose(func() { _ = b.direct.Close() })
 	if b.part != nil {
 		if err := b.waitLeader(ctx); err != nil {
 			return nil, err
@@ -119,6 +120,12 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if b.obs, err = etcdstore.New(b.direct, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.observeTimeout()}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(func() { _ = b.obs.Close() })
+	b.atClose(func() { // the run's keys, best effort
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = b.direct.Delete(ctx, b.prefix, clientv3.WithPrefix())
+	})
 	return b, nil
 }
 
@@ -128,13 +135,16 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 func (b *etcdBackend) startServer(ctx context.Context) (prefix string, err error) {
 	switch {
 	case slices.Contains(b.cfg.Faults, FaultPartition):
-		b.part, b.base.Endpoints, err = startEtcdPartition(ctx)
+		if b.part, b.base.Endpoints, err = startEtcdPartition(ctx); err == nil {
+			b.atClose(b.part.close)
+		}
 	case b.cfg.kind() == storeOwnEtcd:
 		if b.server, err = etcdproc.Start(ctx); errors.Is(err, etcdproc.ErrNoBinary) {
 			return "", fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
 		} else if err != nil {
 			return "", fmt.Errorf("%w: %v", ErrSetup, err)
 		}
+		b.atClose(b.server.Close)
 		b.base.Endpoints = []string{b.server.ClientAddr}
 	default:
 		b.base, prefix, err = etcdEndpoints(b.cfg.Store)
@@ -236,24 +246,4 @@ func (b *etcdBackend) setOnRevive(f func()) {
 	b.mu.Lock()
 	b.onRevive = f
 	b.mu.Unlock()
-}
-
-// close deletes the run's keys (best effort), then closes the clients, the
-// proxies and the drill's own member.
-func (b *etcdBackend) close() {
-	if b.direct != nil && b.prefix != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = b.direct.Delete(ctx, b.prefix, clientv3.WithPrefix())
-		cancel()
-	}
-	if b.obs != nil {
-		_ = b.obs.Close()
-	}
-	if b.direct != nil {
-		_ = b.direct.Close()
-	}
-	b.closeNet()
-	if b.server != nil {
-		b.server.Close()
-	}
 }

@@ -119,6 +119,7 @@ func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
 	if b.part, err = newNSCluster(cfg.Replicas+1, "lhpart-"); err != nil {
 		return err
 	}
+	b.atClose(b.part.close)
 	ip, dir := b.part.net.Nodes[0].IP, b.part.dir
 	sock := filepath.Join(dir, "redis.sock")
 	if err := b.part.start(0, bin, "--port", "6379", "--bind", ip, "--unixsocket", sock,
@@ -126,8 +127,8 @@ func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
 		"--dir", dir, "--loglevel", "warning"); err != nil {
 		return fmt.Errorf("%w: start redis-server in a namespace: %v", ErrSetup, err)
 	}
-	b.direct = redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
-		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	b.setDirect(redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
+		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}))
 	if !waitUntil(10*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()

@@ -79,6 +79,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
 			return nil, err
 		}
+		b.atClose(b.server.Close)
 		b.url = "redis://" + b.server.Addr
 	} else {
 		b.url = cfg.Store
@@ -90,7 +91,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 	direct := *opts
 	direct.MaxRetries = -1
 	direct.DialTimeout, direct.ReadTimeout, direct.WriteTimeout = time.Second, time.Second, time.Second
-	b.direct = redis.NewClient(&direct)
+	b.setDirect(redis.NewClient(&direct))
 	if err := b.openObserver(ctx, "Redis at "+opts.Addr); err != nil {
 		return nil, err
 	}
@@ -114,7 +115,28 @@ func (b *redisBackend) openObserver(ctx context.Context, where string) error {
 	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(func() { _ = b.obs.Close() })
+	if b.cfg.kind() == storeRedis { // not the drill's own: delete the run's keys
+		b.atClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
+			var keys []string
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			if len(keys) > 0 {
+				_ = b.direct.Del(ctx, keys...).Err()
+			}
+		})
+	}
 	return nil
+}
+
+// setDirect sets the direct client, closed by close.
+func (b *redisBackend) setDirect(c *redis.Client) {
+	b.direct = c
+	b.atClose(func() { _ = c.Close() })
 }
 
 // baseOptions parses the store URL and sets what every client of the drill
@@ -199,36 +221,6 @@ func (b *redisBackend) restart(mark func()) error {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	return nil
-}
-
-// close deletes the run's keys (best effort), then closes the clients, the
-// proxy and the drill's own server.
-func (b *redisBackend) close() {
-	if b.direct != nil && b.prefix != "" && b.server == nil && b.group == nil && b.part == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = b.direct.Del(ctx, keys...).Err()
-		}
-		cancel()
-	}
-	if b.obs != nil {
-		_ = b.obs.Close()
-	}
-	if b.direct != nil {
-		_ = b.direct.Close()
-	}
-	b.closeNet()
-	if b.server != nil {
-		b.server.Close()
-	}
-	if b.group != nil {
-		b.group.Close()
-	}
 }
 
 // startRedisServer starts the drill's own redis-server (bin, default on
