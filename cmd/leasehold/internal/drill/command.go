@@ -197,15 +197,13 @@ func (f *cmdFlags) config(cmd *cobra.Command) (Config, error) {
 			cfg.Logger = f.opts.Logger(slog.LevelWarn)
 		}
 	}
-	if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+	if cfg.Processes {
 		// The worker is this command's hidden subcommand, wherever the
 		// command is mounted ("leasehold drill worker").
-		exe, err := os.Executable()
-		if err != nil {
-			return cfg, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+		sub := append(strings.Fields(cmd.CommandPath())[1:], f.worker.Name())
+		if cfg.WorkerCommand, err = cfg.workerCommand(sub...); err != nil {
+			return cfg, err
 		}
-		path := strings.Fields(cmd.CommandPath())[1:]
-		cfg.WorkerCommand = append(append([]string{exe}, path...), f.worker.Name())
 	}
 	return cfg.WithDefaults()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -51,9 +50,9 @@ type etcdBackend struct {
 	prefix    string
 	serverTTL time.Duration // the TTL etcd grants the store's shared lease for cfg.TTL
 	ctx       context.Context
-
-	mu       sync.Mutex
-	onRevive func() // called when a restart kept every lease (and extended it)
+	// onRevive is called when a restart or a new leader kept every lease
+	// (and extended it).
+	onRevive func()
 }
 
 // etcdEndpoints parses an etcd:// store URL; the error never contains the
@@ -67,8 +66,8 @@ func etcdEndpoints(store string) (clientv3.Config, string, error) {
 	return cfg, prefix, nil
 }
 
-func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error) {
-	b := &etcdBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx)}
+func newEtcdBackend(ctx context.Context, cfg Config, onRevive func()) (_ *etcdBackend, err error) {
+	b := &etcdBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx), onRevive: onRevive}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -229,21 +228,10 @@ func (b *etcdBackend) restart(func()) error {
 	if err := b.server.Restart(b.ctx); err != nil {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	b.mu.Lock()
-	revive := b.onRevive
-	b.mu.Unlock()
-	if revive != nil {
-		revive()
-	}
+	b.onRevive()
 	return nil
 }
 
 func (b *etcdBackend) restartNote() string {
 	return "etcd member stopped and started again on its data directory: a restart, not a data loss (every lock, lease and revision kept; leases extended by the election timeout)"
-}
-
-func (b *etcdBackend) setOnRevive(f func()) {
-	b.mu.Lock()
-	b.onRevive = f
-	b.mu.Unlock()
 }

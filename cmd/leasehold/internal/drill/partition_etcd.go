@@ -81,12 +81,7 @@ func (b *etcdBackend) cut(id int) (string, error) {
 		return what, err
 	}
 	if wasLeader {
-		b.mu.Lock()
-		revive := b.onRevive
-		b.mu.Unlock()
-		if revive != nil {
-			revive()
-		}
+		b.onRevive()
 	}
 	return what, nil
 }

@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// workerCommand returns the command line that starts one worker process.
-func (c Config) workerCommand() ([]string, error) {
+// workerCommand returns the command line that starts one worker process:
+// Config.WorkerCommand, or this program with the arguments sub.
+func (c Config) workerCommand(sub ...string) ([]string, error) {
 	if len(c.WorkerCommand) > 0 {
 		return c.WorkerCommand, nil
 	}
@@ -23,7 +24,7 @@ func (c Config) workerCommand() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
 	}
-	return []string{exe, "drill", "worker"}, nil
+	return append([]string{exe}, sub...), nil
 }
 
 // superviseProcesses runs r as a series of worker processes until ctx
@@ -76,7 +77,7 @@ type child struct {
 }
 
 func (d *drill) startChild(r *replica, n int) (*child, error) {
-	args, err := d.cfg.workerCommand()
+	args, err := d.cfg.workerCommand("drill", "worker")
 	if err != nil {
 		return nil, err
 	}

@@ -117,20 +117,23 @@ func (b *redisBackend) openObserver(ctx context.Context, where string) error {
 	}
 	b.atClose(func() { _ = b.obs.Close() })
 	if b.cfg.kind() == storeRedis { // not the drill's own: delete the run's keys
-		b.atClose(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
-			var keys []string
-			for iter.Next(ctx) {
-				keys = append(keys, iter.Val())
-			}
-			if len(keys) > 0 {
-				_ = b.direct.Del(ctx, keys...).Err()
-			}
-		})
+		b.atClose(func() { deleteKeys(b.direct, b.prefix, 2*time.Second) })
 	}
 	return nil
+}
+
+// deleteKeys deletes the keys under prefix, best effort within timeout.
+func deleteKeys(c *redis.Client, prefix string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		_ = c.Del(ctx, keys...).Err()
+	}
 }
 
 // setDirect sets the direct client, closed by close.

@@ -42,13 +42,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	switch k := cfg.kind(); {
 	case k.etcd():
-		var eb *etcdBackend
-		if eb, err = newEtcdBackend(ctx, cfg); err == nil {
-			// A restart keeps etcd's leases and extends them by the election
-			// timeout: from then on, each lock may live that long plus its TTL.
-			eb.setOnRevive(func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
-		}
-		d.be = eb
+		// A restart keeps etcd's leases and extends them by the election
+		// timeout: from then on, each lock may live that long plus its TTL.
+		d.be, err = newEtcdBackend(ctx, cfg, func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
 	case k.redis():
 		d.be, err = newRedisBackend(ctx, cfg)
 	case k.postgres():
