@@ -320,21 +320,11 @@ func (c *child) thaw() {
 	}
 }
 
-// waitThaw waits until the worker is thawed, exits, or ctx ends (then it
-// thaws it).
-func (c *child) waitThaw(ctx context.Context) {
+// paused: the worker is gone when it exits.
+func (c *child) paused() (frozen, gone <-chan struct{}) {
 	c.mu.Lock()
-	frozen := c.frozen
-	c.mu.Unlock()
-	if frozen == nil {
-		return
-	}
-	select {
-	case <-frozen:
-	case <-c.exited:
-	case <-ctx.Done():
-		c.thaw()
-	}
+	defer c.mu.Unlock()
+	return c.frozen, c.exited
 }
 
 // logStderr sends each line of the worker's stderr to the drill's logger

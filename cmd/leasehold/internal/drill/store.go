@@ -251,15 +251,7 @@ func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.Loc
 	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.ForceRelease(ctx, key) })
 }
 
-// waitThaw waits until the process is thawed or ctx ends (then it thaws).
-func (p *procStore) waitThaw(ctx context.Context) {
-	frozen, _ := p.state()
-	if frozen == nil {
-		return
-	}
-	select {
-	case <-frozen:
-	case <-ctx.Done():
-		p.thaw()
-	}
+func (p *procStore) paused() (frozen, gone <-chan struct{}) {
+	f, _ := p.state()
+	return f, nil
 }
