@@ -65,12 +65,7 @@ func Check(cfg Config, h History) *Report {
 	if len(h.Workers) > 0 {
 		rep.Invariants = append(rep.Invariants, workerProcesses(h))
 	}
-	rep.Passed = true
-	for _, iv := range rep.Invariants {
-		if iv.Verdict == Fail {
-			rep.Passed = false
-		}
-	}
+	rep.Passed = len(rep.Failed()) == 0
 	return rep
 }
 

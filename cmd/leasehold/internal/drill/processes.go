@@ -107,7 +107,7 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 	hello := workerHello{Replica: r.id, Incarnation: n, T0: d.rec.t0.UnixNano(), Proxy: rb.proxy.Addr(),
 		Prefix: rb.prefix, Late: c.late, Config: d.cfg}
 	hello.Config.Store = rb.url
-	c.sendValue(hello)
+	c.send(hello)
 	return c, nil
 }
 
@@ -265,15 +265,14 @@ func (c *child) badMessage(err error) {
 	c.kill()
 }
 
-func (c *child) sendValue(v any) {
+// send writes one line (a wire message, or the hello) to the worker's stdin.
+func (c *child) send(v any) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.closed {
 		_ = c.enc.Encode(v) // a dead worker's pipe: nothing to tell it any more
 	}
 }
-
-func (c *child) send(m wire) { c.sendValue(m) }
 
 func (c *child) closeStdin() {
 	c.wmu.Lock()
