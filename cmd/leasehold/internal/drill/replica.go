@@ -93,9 +93,7 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 			c()
 		}
 	}()
-	r.mu.Lock()
-	r.working = -1
-	r.mu.Unlock()
+	r.markWorking(-1, false)
 	for n := 0; ctx.Err() == nil; n++ {
 		st, closeStore, err := d.be.open(r.id)
 		if err != nil { // a client cannot be built (etcd with credentials: cannot log in)
@@ -386,20 +384,15 @@ func (r *replica) busyJob() int {
 	return r.working
 }
 
+// requestPause sets or clears the injector's request that r freeze before
+// its next write, and reports whether one was pending: requestPause(false)
+// also takes a request.
 func (r *replica) requestPause(on bool) (wasPending bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wasPending = r.pauseReq
 	r.pauseReq = on
 	return wasPending
-}
-
-func (r *replica) takePause() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.pauseReq
-	r.pauseReq = false
-	return p
 }
 
 // pause freezes the whole process right before its write: every store call

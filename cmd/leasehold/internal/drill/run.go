@@ -265,9 +265,12 @@ func (d *drill) available() int {
 	return min(d.cfg.Jobs, 1+int(d.rec.since()/d.arrival))
 }
 
-// pickOpenJob returns a random job that has arrived and is not known to be
-// done, or -1.
-func (d *drill) pickOpenJob() int {
+// pickJob returns a random job that has arrived and is not known to be
+// done, or -1; finished when every job is done.
+func (d *drill) pickJob() (job int, finished bool) {
+	if int(d.doneCount.Load()) == d.cfg.Jobs {
+		return -1, true
+	}
 	var open []int
 	for i := range d.available() {
 		if !d.done[i].Load() {
@@ -275,9 +278,9 @@ func (d *drill) pickOpenJob() int {
 		}
 	}
 	if len(open) == 0 {
-		return -1
+		return -1, false
 	}
-	return open[d.intN(len(open))]
+	return open[d.intN(len(open))], false
 }
 
 func (d *drill) op(o Op) { d.rec.count(func(h *History) { h.Ops = append(h.Ops, o) }) }
