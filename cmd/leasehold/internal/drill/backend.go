@@ -129,8 +129,9 @@ func (p *proxied) partitioned() bool { return p.part != nil }
 func (p *proxied) atClose(f func()) { p.closers = append(p.closers, f) }
 
 // close undoes what the backend opened, the latest first: it deletes the
-// run's data from a store the drill did not start (best effort), then closes
-// the clients, the proxies and the drill's own servers.
+// run's data (best effort; on Redis and PostgreSQL only from a store the
+// drill did not start), then closes the clients, the proxies and the
+// drill's own servers.
 func (p *proxied) close() {
 	for _, f := range slices.Backward(p.closers) {
 		f()

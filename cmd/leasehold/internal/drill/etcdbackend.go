@@ -138,10 +138,8 @@ func (b *etcdBackend) startServer(ctx context.Context) (prefix string, err error
 			b.atClose(b.part.close)
 		}
 	case b.cfg.kind() == storeOwnEtcd:
-		if b.server, err = etcdproc.Start(ctx); errors.Is(err, etcdproc.ErrNoBinary) {
-			return "", fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
-		} else if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrSetup, err)
+		if b.server, err = etcdproc.Start(ctx); err != nil {
+			return "", startError(err, etcdproc.ErrNoBinary, StoreEtcdServer)
 		}
 		b.atClose(b.server.Close)
 		b.base.Endpoints = []string{b.server.ClientAddr}

@@ -98,13 +98,13 @@ func (b *pgBackend) baseConfig(ctx context.Context) (*pgxpool.Config, error) {
 	}
 	var err error
 	if b.primary, err = pgproc.Start(ctx, pgproc.Options{}); err != nil {
-		return nil, pgSetupError(err)
+		return nil, startError(err, pgproc.ErrNotInstalled, StorePostgresServer)
 	}
 	b.atClose(b.primary.Close)
 	hosts := []string{b.primary.Addr}
 	if slices.Contains(b.cfg.Faults, FaultFailover) {
 		if b.standby, err = b.primary.StartStandby(ctx); err != nil {
-			return nil, pgSetupError(err)
+			return nil, startError(err, pgproc.ErrNotInstalled, StorePostgresServer)
 		}
 		b.atClose(b.standby.Close)
 		hosts = append(hosts, b.standby.Addr)
@@ -119,11 +119,12 @@ func (b *pgBackend) baseConfig(ctx context.Context) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// pgSetupError classifies an error from pgproc: PostgreSQL missing is a
+// startError classifies an error from starting the drill's own store
+// (Config.Store value store): its program missing (missing) is a
 // configuration error, anything else a setup failure.
-func pgSetupError(err error) error {
-	if errors.Is(err, pgproc.ErrNotInstalled) {
-		return fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StorePostgresServer, err)
+func startError(err, missing error, store string) error {
+	if errors.Is(err, missing) {
+		return fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, store, err)
 	}
 	return fmt.Errorf("%w: %v", ErrSetup, err)
 }
