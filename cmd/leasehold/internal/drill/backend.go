@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -27,9 +28,9 @@ type inspectStore interface {
 // backend is the lock store a drill runs against and the faults it can
 // inject into the path between the replicas and the store.
 type backend interface {
-	// open returns one replica process's connection to the store and a
-	// function that closes it.
-	open() (leasehold.Store, func(), error)
+	// open returns the connection of replica id's process to the store and
+	// a function that closes it.
+	open(id int) (leasehold.Store, func(), error)
 	// observer is a view of the store that no fault reaches: the checker's
 	// source of truth for who holds a key.
 	observer() inspectStore
@@ -58,12 +59,15 @@ type backend interface {
 	close()
 }
 
-// proxied is what the Redis and etcd backends share: the fault proxies
-// between the replicas and the store (one per endpoint) and the rules for
-// calls that went through them.
+// proxied is what the Redis, etcd and PostgreSQL backends share: the fault
+// proxies between the replicas and the store (one per endpoint), or the
+// partition fault's network, and the rules for calls that went through
+// them.
 type proxied struct {
 	cfg     Config
 	proxies []*faultproxy.Proxy
+	part    *nsCluster // the partition fault's servers, else nil
+	closers []func()   // what close undoes, in the order it was opened
 }
 
 // maybeApplied: a failed call that is not an answer from the store (a
@@ -107,10 +111,31 @@ func (p *proxied) dropReplies(rate float64) {
 	p.each(func(x *faultproxy.Proxy) error { return x.DropReplies(rate) })
 }
 
+// heal turns every fault off, the partition too.
 func (p *proxied) heal() {
 	p.setDown(false)
 	p.setLatency(0)
 	p.dropReplies(0)
+	if p.part != nil {
+		for i := range p.part.net.Nodes {
+			_ = p.part.net.Heal(i)
+		}
+	}
+}
+
+func (p *proxied) partitioned() bool { return p.part != nil }
+
+// atClose has close call f before what was opened earlier.
+func (p *proxied) atClose(f func()) { p.closers = append(p.closers, f) }
+
+// close undoes what the backend opened, the latest first: it deletes the
+// run's data (best effort; on Redis and PostgreSQL only from a store the
+// drill did not start), then closes the clients, the proxies and the
+// drill's own servers.
+func (p *proxied) close() {
+	for _, f := range slices.Backward(p.closers) {
+		f()
+	}
 }
 
 // startProxy starts a fault proxy in front of addr.
@@ -120,7 +145,21 @@ func (p *proxied) startProxy(addr string) (*faultproxy.Proxy, error) {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	p.proxies = append(p.proxies, x)
+	p.atClose(func() { _ = x.Close() })
 	return x, nil
+}
+
+// processEnd is the end of a replica process: its connections close first
+// (closeConn), as a dead process's do, so the store's Close (which releases
+// what the Store still holds; on etcd, revokes the shared leases, which
+// deletes every lock on them at once) cannot release what a crashed holder
+// left behind: that must stay locked until it expires. A graceful end
+// released every lock through the Locker before this runs.
+func processEnd(closeConn func(), s io.Closer) func() {
+	return func() {
+		closeConn()
+		_ = s.Close()
+	}
 }
 
 // runID returns a random name for one run's keys.
@@ -141,15 +180,15 @@ func newMemBackend(float func() float64, ttl time.Duration) *memBackend {
 	return &memBackend{mem: memstore.New(), float: float, ttl: ttl}
 }
 
-func (m *memBackend) open() (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
-func (m *memBackend) observer() inspectStore                 { return m.mem }
-func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
-func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
-func (m *memBackend) lateness() time.Duration                { return 0 }
-func (m *memBackend) expiryBound() time.Duration             { return m.ttl }
-func (m *memBackend) setDown(down bool)                      { m.mem.SetDown(down) }
-func (m *memBackend) setLatency(d time.Duration)             { m.mem.SetLatency(d) }
-func (m *memBackend) close()                                 {}
+func (m *memBackend) open(int) (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
+func (m *memBackend) observer() inspectStore                    { return m.mem }
+func (m *memBackend) observeTimeout() time.Duration             { return 20 * time.Millisecond }
+func (m *memBackend) maybeApplied(err error) bool               { return errors.Is(err, memstore.ErrReplyLost) }
+func (m *memBackend) lateness() time.Duration                   { return 0 }
+func (m *memBackend) expiryBound() time.Duration                { return m.ttl }
+func (m *memBackend) setDown(down bool)                         { m.mem.SetDown(down) }
+func (m *memBackend) setLatency(d time.Duration)                { m.mem.SetLatency(d) }
+func (m *memBackend) close()                                    {}
 
 func (m *memBackend) dropReplies(rate float64) {
 	if rate == 0 {

@@ -65,12 +65,7 @@ func Check(cfg Config, h History) *Report {
 	if len(h.Workers) > 0 {
 		rep.Invariants = append(rep.Invariants, workerProcesses(h))
 	}
-	rep.Passed = true
-	for _, iv := range rep.Invariants {
-		if iv.Verdict == Fail {
-			rep.Passed = false
-		}
-	}
+	rep.Passed = len(rep.Failed()) == 0
 	return rep
 }
 
@@ -129,6 +124,18 @@ func writeCounts(ops []Op) (accepted, rejected, refused int) {
 		}
 	}
 	return accepted, rejected, refused
+}
+
+// staleBetween counts the writes sent in [from, to] that the register
+// rejected as stale.
+func staleBetween(h *History, from, to time.Duration) int {
+	n := 0
+	for _, o := range h.Ops {
+		if o.Write && !o.Accepted && o.Err == "" && o.Call >= from && o.Call <= to {
+			n++
+		}
+	}
+	return n
 }
 
 // checkStale: every accepted write's fence is >= the fence of every accepted

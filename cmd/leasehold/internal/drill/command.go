@@ -37,15 +37,7 @@ func Command() *cobra.Command { return NewCommand(CommandOptions{}) }
 
 // NewCommand is Command with options.
 func NewCommand(opts CommandOptions) *cobra.Command {
-	var (
-		cfg                              Config
-		storeURL, faults                 string
-		onStoreErr, onRenewFail          string
-		fencing, timeline                string
-		asJSON, verbose, logLocks, quiet bool
-		metricsOpts                      MetricsOptions
-	)
-	workerCmd := newWorkerCommand()
+	c := &cmdFlags{opts: opts, worker: newWorkerCommand()}
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Run a game day: inject faults into working replicas and check the recorded history",
@@ -91,46 +83,41 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --workload election --store redis-server   # leader election through every fault
   leasehold drill --workload semaphore --permits 2 --replicas 4`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := &cmdFlags{opts: opts, worker: workerCmd, cfg: cfg, metrics: metricsOpts, store: storeURL,
-				faults: faults, timeline: timeline, onStoreErr: onStoreErr, onRenewFail: onRenewFail, fencing: fencing,
-				asJSON: asJSON, verbose: verbose, logLocks: logLocks, quiet: quiet}
-			return f.run(cmd)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.run(cmd) },
 	}
-	cmd.AddCommand(workerCmd)
+	cmd.AddCommand(c.worker)
 	f := cmd.Flags()
-	f.BoolVar(&cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
-	f.StringVar(&storeURL, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault), postgres://USER@HOST:PORT/DB (an existing PostgreSQL, through a fault proxy; not restarted), or "+StorePostgresServer+" (the drill starts its own PostgreSQL, restarts it, and for the failover fault promotes its standby)")
-	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
-	f.BoolVar(&cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
-	f.StringVar(&cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
-	f.IntVar(&cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
-	f.IntVar(&cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")
-	f.StringVar((*string)(&cfg.Workload), "workload", string(WorkloadJobs), "what the replicas do: jobs (per-job leases, fenced writes), election (leasehold.Election on one key, the leader writes fenced) or semaphore (permits of one key, --permits)")
-	f.IntVar(&cfg.Permits, "permits", 2, "the semaphore workload's limit: at most this many holders (less than --replicas)")
-	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
-	f.DurationVar(&cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
-	f.DurationVar(&cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
-	f.StringVar(&onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
-	f.StringVar(&onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
-	f.StringVar(&fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
-	f.StringVar(&faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultNames()+", or all (every fault but failover and partition), or none")
-	f.DurationVar(&cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
-	f.DurationVar(&cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
-	f.DurationVar(&cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
-	f.Float64Var(&cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
-	f.DurationVar(&cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
-	f.Uint64Var(&cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
-	f.BoolVar(&asJSON, "json", false, "print the report, history included, as JSON")
-	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
-	f.BoolVarP(&verbose, "verbose", "v", false, "print the details of every invariant")
-	f.BoolVar(&logLocks, "log", false, "print the lockers' warnings and errors to stderr")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr (replicas starting, each fault starting and ending)")
+	f.BoolVar(&c.cfg.Processes, "processes", false, "run each replica as a child process of this program: pause is SIGSTOP/SIGCONT, crash is SIGKILL (needs --store "+StoreRedisServer+" or redis://)")
+	f.StringVar(&c.store, "store", "memory", "lock store: memory (embedded), redis://[USER:PASSWORD@]HOST:PORT[/DB] (an existing Redis, through a fault proxy; not restarted), or "+StoreRedisServer+" (the drill starts its own redis-server without persistence and restarts it), etcd://HOST:PORT[,HOST:PORT] (an existing etcd, through a fault proxy; not restarted), or "+StoreEtcdServer+" (the drill starts its own etcd from PATH and restarts it), or "+StoreRedisSentinel+" (the drill starts a master, two replicas and three sentinels, for the failover fault), postgres://USER@HOST:PORT/DB (an existing PostgreSQL, through a fault proxy; not restarted), or "+StorePostgresServer+" (the drill starts its own PostgreSQL, restarts it, and for the failover fault promotes its standby)")
+	f.StringVar(&c.cfg.RedisServer, "redis-server", "redis-server", "redis-server binary for --store "+StoreRedisServer)
+	f.BoolVar(&c.cfg.FailoverKill, "failover-kill", false, "the failover fault kills the master (SIGKILL) instead of sending SENTINEL FAILOVER; the killed server stays down")
+	f.StringVar(&c.cfg.Register, "register", "memory", "fenced register the jobs write to: memory, redis://HOST:PORT[/DB] or postgres://… (a server the drill does not fault or restart)")
+	f.IntVar(&c.cfg.Replicas, "replicas", 3, "worker replicas, each with its own Locker")
+	f.IntVar(&c.cfg.Jobs, "jobs", 40, "jobs to process (the jobs workload)")
+	f.StringVar((*string)(&c.cfg.Workload), "workload", string(WorkloadJobs), "what the replicas do: jobs (per-job leases, fenced writes), election (leasehold.Election on one key, the leader writes fenced) or semaphore (permits of one key, --permits)")
+	f.IntVar(&c.cfg.Permits, "permits", 2, "the semaphore workload's limit: at most this many holders (less than --replicas)")
+	f.DurationVar(&c.cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL (on etcd: default 2s, at least 1s)")
+	f.DurationVar(&c.cfg.WorkMin, "work-min", 0, "shortest simulated work per job (default TTL/2)")
+	f.DurationVar(&c.cfg.WorkMax, "work-max", 0, "longest simulated work per job (default 1.25 × TTL)")
+	f.StringVar(&c.onStoreErr, "on-store-error", "fail-closed", "store-failure policy on acquire: fail-closed or fail-open")
+	f.StringVar(&c.onRenewFail, "on-renew-failure", "fence", "renewal-failure policy: fence or continue")
+	f.StringVar(&c.fencing, "fencing", "on", "fenced register: on (reject lower fences) or off (accept every write)")
+	f.StringVar(&c.faults, "faults", "all", "faults to inject, in order: comma-separated from "+faultList(knownFaults)+", or all (every fault but failover and partition), or none")
+	f.DurationVar(&c.cfg.Outage, "outage", time.Second, "length of the store outage (on etcd: default 2.5 × TTL)")
+	f.DurationVar(&c.cfg.Latency, "latency", 0, "latency added by the latency fault (default renew timeout + 100ms)")
+	f.DurationVar(&c.cfg.Window, "window", 0, "length of the latency and lost-reply faults (default 3 × TTL)")
+	f.Float64Var(&c.cfg.DropRate, "drop-rate", 0.3, "share of replies the lost-reply fault drops")
+	f.DurationVar(&c.cfg.TimeLimit, "time-limit", time.Minute, "stop the workload after this long; unfinished jobs fail the run")
+	f.Uint64Var(&c.cfg.Seed, "seed", 0, "random seed for job lengths and victims (0: time-based)")
+	f.BoolVar(&c.asJSON, "json", false, "print the report, history included, as JSON")
+	f.StringVar(&c.timeline, "timeline", "", "write an SVG timeline of holders, writes and faults to `FILE`")
+	f.BoolVarP(&c.verbose, "verbose", "v", false, "print the details of every invariant")
+	f.BoolVar(&c.logLocks, "log", false, "print the lockers' warnings and errors to stderr")
+	f.BoolVarP(&c.quiet, "quiet", "q", false, "no progress lines on stderr (replicas starting, each fault starting and ending)")
 	if opts.Metrics != nil {
-		f.StringVar(&metricsOpts.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
-		f.StringVar(&metricsOpts.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")
-		f.DurationVar(&metricsOpts.RecordInterval, "record-interval", time.Second, "time between two scrapes of --record-metrics")
+		f.StringVar(&c.metrics.Addr, "metrics-addr", "", "serve Prometheus /metrics on this address while the drill runs")
+		f.StringVar(&c.metrics.RecordFile, "record-metrics", "", "write timestamped text-format scrapes of the metrics to `FILE` while the drill runs (to replay through alert rules)")
+		f.DurationVar(&c.metrics.RecordInterval, "record-interval", time.Second, "time between two scrapes of --record-metrics")
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -197,15 +184,13 @@ func (f *cmdFlags) config(cmd *cobra.Command) (Config, error) {
 			cfg.Logger = f.opts.Logger(slog.LevelWarn)
 		}
 	}
-	if cfg.Processes && len(cfg.WorkerCommand) == 0 {
+	if cfg.Processes {
 		// The worker is this command's hidden subcommand, wherever the
 		// command is mounted ("leasehold drill worker").
-		exe, err := os.Executable()
-		if err != nil {
-			return cfg, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
+		sub := append(strings.Fields(cmd.CommandPath())[1:], f.worker.Name())
+		if cfg.WorkerCommand, err = cfg.workerCommand(sub...); err != nil {
+			return cfg, err
 		}
-		path := strings.Fields(cmd.CommandPath())[1:]
-		cfg.WorkerCommand = append(append([]string{exe}, path...), f.worker.Name())
 	}
 	return cfg.WithDefaults()
 }

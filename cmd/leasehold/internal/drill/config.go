@@ -82,7 +82,7 @@ func ParseFaults(s string) ([]Fault, error) {
 	for _, part := range strings.Split(s, ",") {
 		f := Fault(strings.TrimSpace(part))
 		if !slices.Contains(knownFaults, f) {
-			return nil, invalid("unknown fault %q in --faults (choose from %s, all, none)", f, faultNames())
+			return nil, invalid("unknown fault %q in --faults (choose from %s, all, none)", f, faultList(knownFaults))
 		}
 		want[f] = true
 	}
@@ -93,14 +93,6 @@ func ParseFaults(s string) ([]Fault, error) {
 		}
 	}
 	return out, nil
-}
-
-func faultNames() string {
-	names := make([]string, len(knownFaults))
-	for i, f := range knownFaults {
-		names[i] = string(f)
-	}
-	return strings.Join(names, ",")
 }
 
 // Workload is what the replicas do under their leases.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/etcdstore"
 )
@@ -52,11 +50,9 @@ type etcdBackend struct {
 	prefix    string
 	serverTTL time.Duration // the TTL etcd grants the store's shared lease for cfg.TTL
 	ctx       context.Context
-
-	mu       sync.Mutex
-	onRevive func() // called when a restart kept every lease (and extended it)
-
-	part *etcdPartition // the partition fault's cluster, else nil
+	// onRevive is called when a restart or a new leader kept every lease
+	// (and extended it).
+	onRevive func()
 }
 
 // etcdEndpoints parses an etcd:// store URL; the error never contains the
@@ -70,8 +66,8 @@ func etcdEndpoints(store string) (clientv3.Config, string, error) {
 	return cfg, prefix, nil
 }
 
-func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error) {
-	b := &etcdBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx)}
+func newEtcdBackend(ctx context.Context, cfg Config, onRevive func()) (_ *etcdBackend, err error) {
+	b := &etcdBackend{proxied: proxied{cfg: cfg}, ctx: context.WithoutCancel(ctx), onRevive: onRevive}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -89,6 +85,7 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if b.direct, err = clientv3.New(direct); err != nil {
 		return nil, fmt.Errorf("%w: cannot reach etcd at %s: %v", ErrSetup, where, err)
 	}
+	b.atClose(func() { _ = b.direct.Close() })
 	if b.part != nil {
 		if err := b.waitLeader(ctx); err != nil {
 			return nil, err
@@ -122,6 +119,12 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 	if b.obs, err = etcdstore.New(b.direct, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.observeTimeout()}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(func() { _ = b.obs.Close() })
+	b.atClose(func() { // the run's keys, best effort
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = b.direct.Delete(ctx, b.prefix, clientv3.WithPrefix())
+	})
 	return b, nil
 }
 
@@ -131,13 +134,14 @@ func newEtcdBackend(ctx context.Context, cfg Config) (_ *etcdBackend, err error)
 func (b *etcdBackend) startServer(ctx context.Context) (prefix string, err error) {
 	switch {
 	case slices.Contains(b.cfg.Faults, FaultPartition):
-		b.part, b.base.Endpoints, err = startEtcdPartition(ctx)
-	case b.cfg.kind() == storeOwnEtcd:
-		if b.server, err = etcdproc.Start(ctx); errors.Is(err, etcdproc.ErrNoBinary) {
-			return "", fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, err)
-		} else if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrSetup, err)
+		if b.part, b.base.Endpoints, err = startEtcdPartition(ctx); err == nil {
+			b.atClose(b.part.close)
 		}
+	case b.cfg.kind() == storeOwnEtcd:
+		if b.server, err = etcdproc.Start(ctx); err != nil {
+			return "", startError(err, etcdproc.ErrNoBinary, StoreEtcdServer)
+		}
+		b.atClose(b.server.Close)
 		b.base.Endpoints = []string{b.server.ClientAddr}
 	default:
 		b.base, prefix, err = etcdEndpoints(b.cfg.Store)
@@ -166,8 +170,13 @@ func (b *etcdBackend) replicaConfig() clientv3.Config {
 	return c
 }
 
-func (b *etcdBackend) open() (leasehold.Store, func(), error) {
+// open connects replica id's process: through the fault proxies, or on the
+// partition network to member id % 3 alone.
+func (b *etcdBackend) open(id int) (leasehold.Store, func(), error) {
 	cfg := b.replicaConfig()
+	if b.part != nil {
+		cfg.Endpoints = []string{b.base.Endpoints[id%etcdMembers]}
+	}
 	var cli *clientv3.Client
 	var err error
 	// Without credentials New does not wait for the network. With them it
@@ -182,26 +191,14 @@ func (b *etcdBackend) open() (leasehold.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
 	}
-	return b.storeOn(cli)
-}
-
-// storeOn makes a replica's store over cli, and its process end: the
-// connections close first, as a dead process's do, so the store's Close
-// cannot revoke its shared leases (a revoke deletes every lock on them at
-// once: a crash would look like a release). What a holder left behind ends
-// as it would after a real crash: etcd expires the lease (see
-// expiryBound). A graceful end released every lock through the Locker
-// before this runs.
-func (b *etcdBackend) storeOn(cli *clientv3.Client) (leasehold.Store, func(), error) {
 	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: b.prefix, RequestTimeout: b.cfg.renewTimeout()})
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	return s, func() {
-		_ = cli.Close()
-		_ = s.Close()
-	}, nil
+	// What a holder left behind ends as after a real crash: etcd expires
+	// the lease (see expiryBound).
+	return s, processEnd(func() { _ = cli.Close() }, s), nil
 }
 
 func (b *etcdBackend) observer() inspectStore        { return b.obs }
@@ -229,44 +226,10 @@ func (b *etcdBackend) restart(func()) error {
 	if err := b.server.Restart(b.ctx); err != nil {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	b.mu.Lock()
-	revive := b.onRevive
-	b.mu.Unlock()
-	if revive != nil {
-		revive()
-	}
+	b.onRevive()
 	return nil
 }
 
 func (b *etcdBackend) restartNote() string {
 	return "etcd member stopped and started again on its data directory: a restart, not a data loss (every lock, lease and revision kept; leases extended by the election timeout)"
-}
-
-func (b *etcdBackend) setOnRevive(f func()) {
-	b.mu.Lock()
-	b.onRevive = f
-	b.mu.Unlock()
-}
-
-// close deletes the run's keys (best effort), then closes the clients, the
-// proxies and the drill's own member.
-func (b *etcdBackend) close() {
-	if b.direct != nil && b.prefix != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = b.direct.Delete(ctx, b.prefix, clientv3.WithPrefix())
-		cancel()
-	}
-	if b.obs != nil {
-		_ = b.obs.Close()
-	}
-	if b.direct != nil {
-		_ = b.direct.Close()
-	}
-	b.each((*faultproxy.Proxy).Close)
-	if b.server != nil {
-		b.server.Close()
-	}
-	if b.part != nil {
-		b.part.close()
-	}
 }

@@ -94,12 +94,7 @@ func openRegister(ctx context.Context, url string, obs leasehold.Observer) (*ext
 		}
 		prefix := "leasehold-drill-register:" + run + ":"
 		return &externalRegister{res: prefixed{res, prefix}, close: func() {
-			cctx, ccancel := context.WithTimeout(context.Background(), externalTimeout)
-			defer ccancel()
-			iter := c.Scan(cctx, 0, prefix+"*", 100).Iterator()
-			for iter.Next(cctx) {
-				c.Del(cctx, iter.Val())
-			}
+			deleteKeys(c, prefix, externalTimeout)
 			_ = c.Close()
 		}}, nil
 	}

@@ -35,7 +35,7 @@ func checkFailovers(h History) Invariant {
 			longest = max(longest, p.Window)
 			keys = append(keys, fmt.Sprintf("%s %v", p.Key, fmtDur(p.Window)))
 		}
-		rejected := staleRejected(h, f)
+		rejected := staleBetween(&h, f.Start, f.End+failoverSettle)
 		n, last := failoverBeliefs(h, f)
 		ends, unclear := inFlight(h, f)
 		for _, s := range unclear {
@@ -94,18 +94,6 @@ func failoverOverlaps(h History, f Span) []twoHolders {
 	return out
 }
 
-// staleRejected counts the writes sent during failover f (or its settling
-// time) that the register rejected as stale.
-func staleRejected(h History, f Span) int {
-	n := 0
-	for _, o := range h.Ops {
-		if o.Write && !o.Accepted && o.Err == "" && during(f, o.Call) {
-			n++
-		}
-	}
-	return n
-}
-
 // failoverBeliefs counts the ownership checks during failover f that found
 // a holder trusting a lease the new master did not hold, and returns how
 // long after the sentinels agreed the last one was.
@@ -152,23 +140,31 @@ var clearEnds = []string{"released", "lost", "abandoned", "expired", "closed", "
 // inFlight counts how the leases held as failover f began ended, and
 // returns those that ended with anything else (an unexpected error).
 func inFlight(h History, f Span) (string, []Section) {
-	counts := map[string]int{}
-	var unclear []Section
+	var held, unclear []Section
 	for _, s := range h.Sections {
 		if s.Start > f.Start || s.End < f.Start {
 			continue
 		}
-		counts[s.Outcome]++
+		held = append(held, s)
 		if !slices.Contains(clearEnds, s.Outcome) {
 			unclear = append(unclear, s)
 		}
 	}
-	if len(counts) == 0 {
+	if len(held) == 0 {
 		return "none", nil
+	}
+	return outcomes(held), unclear
+}
+
+// outcomes counts how the sections ended, by outcome: "2 lost, 5 written".
+func outcomes(secs []Section) string {
+	counts := map[string]int{}
+	for _, s := range secs {
+		counts[s.Outcome]++
 	}
 	var parts []string
 	for _, o := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[o], o))
 	}
-	return strings.Join(parts, ", "), unclear
+	return strings.Join(parts, ", ")
 }

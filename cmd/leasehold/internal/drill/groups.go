@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -28,22 +27,13 @@ const trustSlack = clockSlack
 // runGroup runs one incarnation of r in the election or semaphore workload
 // until ctx ends or the incarnation crashes.
 func (d *drill) runGroup(ctx context.Context, r *replica, inc *incarnation) {
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	inc.runAll(ctx, func(ctx context.Context) {
 		if d.cfg.Workload == WorkloadElection {
-			d.campaign(ictx, r, inc)
+			d.campaign(ctx, r, inc)
 		} else {
-			d.holdPermits(ictx, r, inc)
+			d.holdPermits(ctx, r, inc)
 		}
 	})
-	select {
-	case <-ctx.Done():
-	case <-inc.crash:
-	}
-	cancel()
-	wg.Wait()
 }
 
 // campaign takes part in the election on groupKey (Election.Run) until ctx
@@ -336,16 +326,10 @@ func checkPermitFences(h History) Invariant {
 
 // terms summarizes the terms (INFO).
 func terms(h History) Invariant {
-	outcomes := map[string]int{}
 	replicas := map[int]bool{}
 	for _, s := range h.Sections {
-		outcomes[s.Outcome]++
 		replicas[s.Replica] = true
 	}
-	var parts []string
-	for _, o := range slices.Sorted(maps.Keys(outcomes)) {
-		parts = append(parts, fmt.Sprintf("%d %s", outcomes[o], o))
-	}
 	return Invariant{Name: "terms", Verdict: Info,
-		Summary: fmt.Sprintf("%d terms held by %d replicas: %s", len(h.Sections), len(replicas), strings.Join(parts, ", "))}
+		Summary: fmt.Sprintf("%d terms held by %d replicas: %s", len(h.Sections), len(replicas), outcomes(h.Sections))}
 }

@@ -88,7 +88,7 @@ func (s *session) handle(m wire) (wire, error) {
 	case m.K == "inspect":
 		return s.inspect(m.Key), nil
 	case m.K == "prewrite" && held:
-		if r.takePause() {
+		if r.requestPause(false) { // take the injector's request
 			d.pause(s.ctx, r, s.inc, m.Job, m.Key, m.Token, m.Sec)
 		}
 		d.cutOff.wait(s.ctx, r.id)
@@ -199,13 +199,6 @@ func (s *session) leftBehind() (map[string][]time.Duration, map[int]openSection)
 	inflight, open := s.inflight, s.open
 	s.inflight, s.open = map[string][]time.Duration{}, map[int]openSection{}
 	return inflight, open
-}
-
-func (d *drill) pickJob() (int, bool) {
-	if int(d.doneCount.Load()) == d.cfg.Jobs {
-		return -1, true
-	}
-	return d.pickOpenJob(), false
 }
 
 func (d *drill) isDone(job int) bool { return job >= 0 && job < len(d.done) && d.done[job].Load() }

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -17,18 +18,65 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/netns"
 	"github.com/leasehold/leasehold/internal/redisproc"
-	"github.com/leasehold/leasehold/redisstore"
 )
 
-// partitionNet is the drill's network for FaultPartition
-// (netns.Net): node 0 runs the drill's redis-server, node i+1 is replica
-// i's machine, whose client dials from that namespace. The observer reaches
-// the server over a unix socket, which no cut reaches.
-type partitionNet struct {
-	net  *netns.Net
-	srv  *exec.Cmd
-	dir  string
-	addr string // the server's host:port inside the network
+// nsCluster is the partition fault's servers (netns.Net): processes on
+// the nodes of a network of namespaces, with their files (unix sockets,
+// data) in a directory of their own. The observer reaches them over unix
+// sockets, which no cut reaches.
+type nsCluster struct {
+	net   *netns.Net
+	dir   string
+	procs []*exec.Cmd
+}
+
+// newNSCluster builds a network of n nodes and the directory (prefix).
+func newNSCluster(n int, prefix string) (*nsCluster, error) {
+	nt, err := netns.New(n)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	p := &nsCluster{net: nt}
+	// A short directory: unix socket paths are limited to 107 bytes.
+	if p.dir, err = os.MkdirTemp("/tmp", prefix); err != nil {
+		p.close()
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	return p, nil
+}
+
+// start starts bin with args on node i, in the cluster's directory.
+func (p *nsCluster) start(i int, bin string, args ...string) error {
+	cmd := p.net.Nodes[i].Command(bin, args...)
+	cmd.Dir = p.dir
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.procs = append(p.procs, cmd)
+	return nil
+}
+
+// close kills the servers and removes the network and the directory.
+func (p *nsCluster) close() {
+	for _, c := range p.procs {
+		_ = c.Process.Signal(syscall.SIGKILL)
+		_ = c.Wait()
+	}
+	p.net.Close()
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+}
+
+// waitUntil calls ok every 50 ms until it returns true (then true) or
+// within has passed (then false).
+func waitUntil(within time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // partitionCut is how long the partition fault cuts a holder off: longer
@@ -59,86 +107,43 @@ func (c Config) checkPartition() error {
 	return nil
 }
 
-// openPartition builds the network, starts redis-server on node 0 and the
-// observer's client on its unix socket.
+// openPartition builds the network, starts redis-server on node 0 (node
+// i+1 is replica i's machine, whose client dials from that namespace) and
+// the observer's client on its unix socket.
 func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
-	name := cmpOr(cfg.RedisServer, "redis-server")
+	name := cmp.Or(cfg.RedisServer, "redis-server")
 	bin, err := exec.LookPath(name)
 	if err != nil {
 		return setupError(fmt.Errorf("%w: %q: %v", redisproc.ErrNoBinary, name, err))
 	}
-	nt, err := netns.New(cfg.Replicas + 1)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrSetup, err)
+	if b.part, err = newNSCluster(cfg.Replicas+1, "lhpart-"); err != nil {
+		return err
 	}
-	p := &partitionNet{net: nt, addr: nt.Nodes[0].IP + ":6379"}
-	b.part = p
-	// A short directory: unix socket paths are limited to 107 bytes.
-	if p.dir, err = os.MkdirTemp("/tmp", "lhpart-"); err != nil {
-		return fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	sock := filepath.Join(p.dir, "redis.sock")
-	p.srv = nt.Nodes[0].Command(bin, "--port", "6379", "--bind", nt.Nodes[0].IP, "--unixsocket", sock,
+	b.atClose(b.part.close)
+	ip, dir := b.part.net.Nodes[0].IP, b.part.dir
+	sock := filepath.Join(dir, "redis.sock")
+	if err := b.part.start(0, bin, "--port", "6379", "--bind", ip, "--unixsocket", sock,
 		"--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--protected-mode", "no",
-		"--dir", p.dir, "--loglevel", "warning")
-	if err := p.srv.Start(); err != nil {
+		"--dir", dir, "--loglevel", "warning"); err != nil {
 		return fmt.Errorf("%w: start redis-server in a namespace: %v", ErrSetup, err)
 	}
-	b.direct = redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
-		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	b.setDirect(redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
+		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}))
+	if !waitUntil(10*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		err = b.direct.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: redis-server in the namespace did not answer: %v", ErrSetup, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		return fmt.Errorf("%w: redis-server in the namespace did not answer: %v", ErrSetup, err)
 	}
-	base, err := baseOptions("redis://" + p.addr)
+	addr := ip + ":6379" // the server's host:port inside the network
+	base, err := baseOptions("redis://" + addr)
 	if err != nil {
 		return err
 	}
-	b.opts = replicaOptions(base, p.addr, cfg)
+	b.opts = replicaOptions(base, addr, cfg)
 	return b.openObserver(ctx, "redis-server in the namespace")
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// openStore opens replica id's connection to the store: from the replica's
-// own node on the partition network.
-func (d *drill) openStore(id int) (leasehold.Store, func(), error) {
-	if o, ok := d.be.(interface {
-		openFor(int) (leasehold.Store, func(), error)
-	}); ok {
-		return o.openFor(id)
-	}
-	return d.be.open()
-}
-
-// openFor is open for replica id: on the partition network its client
-// dials from the replica's own node.
-func (b *redisBackend) openFor(id int) (leasehold.Store, func(), error) {
-	if b.part == nil {
-		return b.open()
-	}
-	o := *b.opts
-	o.Dialer = b.part.net.Nodes[id+1].Dialer(b.cfg.clientTimeout())
-	c := redis.NewClient(&o)
-	s, err := redisstore.New(c, b.storeOptions())
-	if err != nil {
-		_ = c.Close()
-		return nil, nil, err
-	}
-	return s, processEnd(s, c), nil
 }
 
 // cut and mend partition replica id's node from the server; cut says what
@@ -148,35 +153,6 @@ func (b *redisBackend) cut(id int) (string, error) {
 }
 
 func (b *redisBackend) mend(id int) error { return b.part.net.Heal(id + 1) }
-
-func (b *redisBackend) partitioned() bool { return b.part != nil }
-
-// close stops the server and removes the network and the directory.
-func (p *partitionNet) close() {
-	if p.srv != nil && p.srv.Process != nil {
-		_ = p.srv.Process.Signal(syscall.SIGKILL)
-		_ = p.srv.Wait()
-	}
-	p.net.Close()
-	if p.dir != "" {
-		_ = os.RemoveAll(p.dir)
-	}
-}
-
-// healAll reconnects every node.
-func (p *partitionNet) healAll() {
-	for i := 1; i < len(p.net.Nodes); i++ {
-		_ = p.net.Heal(i)
-	}
-}
-
-// heal turns every fault off, the partition too.
-func (b *redisBackend) heal() {
-	b.proxied.heal()
-	if b.part != nil {
-		b.part.healAll()
-	}
-}
 
 // redeliverUntil hands ev's job to another replica again every TTL while
 // nobody has taken it over (a waiter gives up on a store error, as during an
@@ -341,7 +317,7 @@ func partitionNote(h *History, f cutFacts, ttl time.Duration) string {
 	}
 	trust := "it still trusted its lease after the heal"
 	if f.leaseEnd != 0 {
-		trust = fmt.Sprintf("it stopped trusting its lease %v after the cut (%s)", fmtDur(f.leaseEnd-f.cut), cmpOr(f.how, "released"))
+		trust = fmt.Sprintf("it stopped trusting its lease %v after the cut (%s)", fmtDur(f.leaseEnd-f.cut), cmp.Or(f.how, "released"))
 	}
 	return strings.Join([]string{
 		head + fmt.Sprintf(", replica %d holding %s", f.id, held.Key),
@@ -381,16 +357,4 @@ func nextHolder(h *History, f cutFacts, key string, ttl time.Duration) string {
 		return fmt.Sprintf("another replica was granted it %v after the cut, while the cut holder still trusted its lease", fmtDur(next-f.cut))
 	}
 	return fmt.Sprintf("another replica was granted it %v after the cut (%v after the cut holder stopped)", fmtDur(next-f.cut), fmtDur(next-f.leaseEnd))
-}
-
-// staleBetween counts the writes sent in [from, to] that the register
-// rejected as stale.
-func staleBetween(h *History, from, to time.Duration) int {
-	n := 0
-	for _, o := range h.Ops {
-		if o.Write && !o.Accepted && o.Err == "" && o.Call >= from && o.Call <= to {
-			n++
-		}
-	}
-	return n
 }

@@ -3,83 +3,50 @@ package drill
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
-	"github.com/leasehold/leasehold/internal/netns"
 )
 
 // etcdMembers is the size of the partition fault's etcd cluster.
 const etcdMembers = 3
 
-// etcdPartition is the partition fault's etcd cluster: one member per
-// network namespace, talking to its peers over the namespaces' network and
-// listening for clients on a unix socket. Replica i's client talks to
-// member i % 3 alone, so it shares that member's side of a cut, as a
-// process on the member's machine would; the observer talks to all three.
-type etcdPartition struct {
-	net   *netns.Net
-	dir   string
-	procs []*exec.Cmd
-}
-
-// startEtcdPartition starts the cluster and returns its client endpoints.
-func startEtcdPartition(ctx context.Context) (*etcdPartition, []string, error) {
+// startEtcdPartition starts the partition fault's etcd cluster and returns
+// its client endpoints: one member per network namespace, talking to its
+// peers over the namespaces' network and listening for clients on a unix
+// socket. Replica i's client talks to member i % 3 alone, so it shares
+// that member's side of a cut, as a process on the member's machine would;
+// the observer talks to all three.
+func startEtcdPartition(_ context.Context) (*nsCluster, []string, error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StoreEtcdServer, etcdproc.ErrNoBinary)
 	}
-	nt, err := netns.New(etcdMembers)
+	p, err := newNSCluster(etcdMembers, "lhpe-")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrSetup, err)
-	}
-	p := &etcdPartition{net: nt}
-	// A short directory: unix socket paths are limited to 107 bytes.
-	if p.dir, err = os.MkdirTemp("/tmp", "lhpe-"); err != nil {
-		p.close()
-		return nil, nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		return nil, nil, err
 	}
 	var initial, endpoints []string
-	for i, nd := range nt.Nodes {
+	for i, nd := range p.net.Nodes {
 		initial = append(initial, fmt.Sprintf("m%d=http://%s:2380", i, nd.IP))
 	}
-	for i, nd := range nt.Nodes {
+	for i, nd := range p.net.Nodes {
 		peer := "http://" + nd.IP + ":2380"
 		client := fmt.Sprintf("unix://m%d:2379", i) // a socket file in the directory
-		cmd := nd.Command(bin, "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(p.dir, fmt.Sprintf("m%d.data", i)),
+		if err := p.start(i, bin, "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(p.dir, fmt.Sprintf("m%d.data", i)),
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", "leasehold-drill", "--log-level", "error")
-		cmd.Dir = p.dir
-		if err := cmd.Start(); err != nil {
+			"--initial-cluster-token", "leasehold-drill", "--log-level", "error"); err != nil {
 			p.close()
 			return nil, nil, fmt.Errorf("%w: start etcd member %d: %v", ErrSetup, i, err)
 		}
-		p.procs = append(p.procs, cmd)
 		endpoints = append(endpoints, "unix://"+filepath.Join(p.dir, fmt.Sprintf("m%d:2379", i)))
 	}
 	return p, endpoints, nil
-}
-
-func (p *etcdPartition) close() {
-	for _, c := range p.procs {
-		_ = c.Process.Signal(syscall.SIGKILL)
-		_ = c.Wait()
-	}
-	p.net.Close()
-	if p.dir != "" {
-		_ = os.RemoveAll(p.dir)
-	}
 }
 
 // leader returns the member that reports itself leader, or -1.
@@ -94,24 +61,6 @@ func (b *etcdBackend) leader(ctx context.Context) int {
 	}
 	return -1
 }
-
-// openFor is open for replica id: on the partition network its client
-// talks to member id % 3 alone.
-func (b *etcdBackend) openFor(id int) (leasehold.Store, func(), error) {
-	if b.part == nil {
-		return b.open()
-	}
-	cfg := b.replicaConfig()
-	cfg.Endpoints = []string{b.base.Endpoints[id%etcdMembers]}
-	cfg.Logger = zap.NewNop()
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: etcd client: %v", ErrSetup, err)
-	}
-	return b.storeOn(cli)
-}
-
-func (b *etcdBackend) partitioned() bool { return b.part != nil }
 
 // cut partitions the member of replica id (and every replica on it) from
 // the other members. A cut leader makes the majority elect a new one, which
@@ -132,35 +81,17 @@ func (b *etcdBackend) cut(id int) (string, error) {
 		return what, err
 	}
 	if wasLeader {
-		b.mu.Lock()
-		revive := b.onRevive
-		b.mu.Unlock()
-		if revive != nil {
-			revive()
-		}
+		b.onRevive()
 	}
 	return what, nil
 }
 
 // waitLeader waits until a member reports itself leader.
 func (b *etcdBackend) waitLeader(ctx context.Context) error {
-	for deadline := time.Now().Add(20 * time.Second); b.leader(ctx) < 0; {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: the etcd cluster in the namespaces elected no leader in 20 s", ErrSetup)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitUntil(20*time.Second, func() bool { return b.leader(ctx) >= 0 }) {
+		return fmt.Errorf("%w: the etcd cluster in the namespaces elected no leader in 20 s", ErrSetup)
 	}
 	return nil
 }
 
 func (b *etcdBackend) mend(id int) error { return b.part.net.Heal(id % etcdMembers) }
-
-// heal turns every fault off, the partition too.
-func (b *etcdBackend) heal() {
-	b.proxied.heal()
-	if b.part != nil {
-		for i := range etcdMembers {
-			_ = b.part.net.Heal(i)
-		}
-	}
-}

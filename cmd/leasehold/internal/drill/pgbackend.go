@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/pgproc"
 	"github.com/leasehold/leasehold/pgstore"
@@ -61,16 +60,26 @@ func newPgBackend(ctx context.Context, cfg Config) (_ *pgBackend, err error) {
 	if b.direct, err = pgxpool.NewWithConfig(ctx, direct); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(b.direct.Close)
 	b.opts.Schema = "leasehold_drill_" + runID()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := b.direct.Exec(pctx, "CREATE SCHEMA "+pgx.Identifier{b.opts.Schema}.Sanitize()); err != nil {
+	schema := pgx.Identifier{b.opts.Schema}.Sanitize()
+	if _, err := b.direct.Exec(pctx, "CREATE SCHEMA "+schema); err != nil {
 		return nil, fmt.Errorf("%w: PostgreSQL at %s: create the run's schema: %v", ErrSetup, pgHosts(base.ConnConfig), err)
+	}
+	if b.primary == nil { // not the drill's own: drop the schema (best effort)
+		b.atClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _ = b.direct.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		})
 	}
 	b.opts.Migrate = pgstore.MigrateCreate
 	if b.obs, err = pgstore.New(pctx, b.direct, b.opts); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(func() { _ = b.obs.Close() })
 	b.opts.Migrate = pgstore.MigrateNever
 	b.opts.ReconnectDelay = cfg.TTL // a replica's LISTEN connection is back soon after a fault
 	return b, b.proxyConfig(base)
@@ -89,13 +98,15 @@ func (b *pgBackend) baseConfig(ctx context.Context) (*pgxpool.Config, error) {
 	}
 	var err error
 	if b.primary, err = pgproc.Start(ctx, pgproc.Options{}); err != nil {
-		return nil, pgSetupError(err)
+		return nil, startError(err, pgproc.ErrNotInstalled, StorePostgresServer)
 	}
+	b.atClose(b.primary.Close)
 	hosts := []string{b.primary.Addr}
 	if slices.Contains(b.cfg.Faults, FaultFailover) {
 		if b.standby, err = b.primary.StartStandby(ctx); err != nil {
-			return nil, pgSetupError(err)
+			return nil, startError(err, pgproc.ErrNotInstalled, StorePostgresServer)
 		}
+		b.atClose(b.standby.Close)
 		hosts = append(hosts, b.standby.Addr)
 	}
 	dsn := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&target_session_attrs=read-write",
@@ -108,11 +119,12 @@ func (b *pgBackend) baseConfig(ctx context.Context) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// pgSetupError classifies an error from pgproc: PostgreSQL missing is a
+// startError classifies an error from starting the drill's own store
+// (Config.Store value store): its program missing (missing) is a
 // configuration error, anything else a setup failure.
-func pgSetupError(err error) error {
-	if errors.Is(err, pgproc.ErrNotInstalled) {
-		return fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, StorePostgresServer, err)
+func startError(err, missing error, store string) error {
+	if errors.Is(err, missing) {
+		return fmt.Errorf("%w: --store %s: %v", ErrInvalidConfig, store, err)
 	}
 	return fmt.Errorf("%w: %v", ErrSetup, err)
 }
@@ -173,7 +185,7 @@ func pgHosts(cc *pgx.ConnConfig) string {
 	return strings.Join(hosts, ",")
 }
 
-func (b *pgBackend) open() (leasehold.Store, func(), error) {
+func (b *pgBackend) open(int) (leasehold.Store, func(), error) {
 	pool, err := pgxpool.NewWithConfig(b.ctx, b.replica.Copy())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -183,13 +195,7 @@ func (b *pgBackend) open() (leasehold.Store, func(), error) {
 		pool.Close()
 		return nil, nil, err
 	}
-	// The process's end: its connections close first, as a dead process's
-	// do, so the store's Close cannot release what a crashed holder left
-	// behind. A graceful end released every lock through the Locker.
-	return s, func() {
-		pool.Close()
-		_ = s.Close()
-	}, nil
+	return s, processEnd(pool.Close, s), nil
 }
 
 func (b *pgBackend) observer() inspectStore        { return b.obs }
@@ -240,26 +246,4 @@ func (b *pgBackend) failover(ctx context.Context, mark func()) (string, error) {
 	old.Close()
 	return fmt.Sprintf("primary %s crashed (pg_ctl stop -m immediate, stays down) in %v; standby %s promoted (pg_ctl promote) and taking writes %v after the crash began",
 		old.Addr, crashed.Round(time.Millisecond), nw.Addr, time.Since(start).Round(time.Millisecond)), nil
-}
-
-// close drops the run's schema on a server the drill did not start (best
-// effort), then closes the pools, the proxies and the drill's servers.
-func (b *pgBackend) close() {
-	if b.obs != nil {
-		_ = b.obs.Close()
-	}
-	if b.direct != nil && b.primary == nil && b.opts.Schema != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = b.direct.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.opts.Schema}.Sanitize()+" CASCADE")
-		cancel()
-	}
-	if b.direct != nil {
-		b.direct.Close()
-	}
-	b.each((*faultproxy.Proxy).Close)
-	for _, s := range []*pgproc.Server{b.primary, b.standby} {
-		if s != nil {
-			s.Close()
-		}
-	}
 }

@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// workerCommand returns the command line that starts one worker process.
-func (c Config) workerCommand() ([]string, error) {
+// workerCommand returns the command line that starts one worker process:
+// Config.WorkerCommand, or this program with the arguments sub.
+func (c Config) workerCommand(sub ...string) ([]string, error) {
 	if len(c.WorkerCommand) > 0 {
 		return c.WorkerCommand, nil
 	}
@@ -23,7 +24,7 @@ func (c Config) workerCommand() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: find this program to start worker processes: %v", ErrSetup, err)
 	}
-	return []string{exe, "drill", "worker"}, nil
+	return append([]string{exe}, sub...), nil
 }
 
 // superviseProcesses runs r as a series of worker processes until ctx
@@ -76,7 +77,7 @@ type child struct {
 }
 
 func (d *drill) startChild(r *replica, n int) (*child, error) {
-	args, err := d.cfg.workerCommand()
+	args, err := d.cfg.workerCommand("drill", "worker")
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +107,7 @@ func (d *drill) startChild(r *replica, n int) (*child, error) {
 	hello := workerHello{Replica: r.id, Incarnation: n, T0: d.rec.t0.UnixNano(), Proxy: rb.proxy.Addr(),
 		Prefix: rb.prefix, Late: c.late, Config: d.cfg}
 	hello.Config.Store = rb.url
-	c.sendValue(hello)
+	c.send(hello)
 	return c, nil
 }
 
@@ -264,15 +265,14 @@ func (c *child) badMessage(err error) {
 	c.kill()
 }
 
-func (c *child) sendValue(v any) {
+// send writes one line (a wire message, or the hello) to the worker's stdin.
+func (c *child) send(v any) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.closed {
 		_ = c.enc.Encode(v) // a dead worker's pipe: nothing to tell it any more
 	}
 }
-
-func (c *child) send(m wire) { c.sendValue(m) }
 
 func (c *child) closeStdin() {
 	c.wmu.Lock()
@@ -319,21 +319,11 @@ func (c *child) thaw() {
 	}
 }
 
-// waitThaw waits until the worker is thawed, exits, or ctx ends (then it
-// thaws it).
-func (c *child) waitThaw(ctx context.Context) {
+// paused: the worker is gone when it exits.
+func (c *child) paused() (frozen, gone <-chan struct{}) {
 	c.mu.Lock()
-	frozen := c.frozen
-	c.mu.Unlock()
-	if frozen == nil {
-		return
-	}
-	select {
-	case <-frozen:
-	case <-c.exited:
-	case <-ctx.Done():
-		c.thaw()
-	}
+	defer c.mu.Unlock()
+	return c.frozen, c.exited
 }
 
 // logStderr sends each line of the worker's stderr to the drill's logger

@@ -43,8 +43,6 @@ type redisBackend struct {
 	// client options before it points them at the proxy; it carries the
 	// password and is never printed.
 	url string
-	// part is the network namespaces of the partition fault, else nil.
-	part *partitionNet
 }
 
 // redisOptions parses a redis:// or rediss:// URL, or returns the options of
@@ -81,6 +79,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 		if b.server, err = startRedisServer(ctx, cfg.RedisServer); err != nil {
 			return nil, err
 		}
+		b.atClose(b.server.Close)
 		b.url = "redis://" + b.server.Addr
 	} else {
 		b.url = cfg.Store
@@ -92,7 +91,7 @@ func newRedisBackend(ctx context.Context, cfg Config) (_ *redisBackend, err erro
 	direct := *opts
 	direct.MaxRetries = -1
 	direct.DialTimeout, direct.ReadTimeout, direct.WriteTimeout = time.Second, time.Second, time.Second
-	b.direct = redis.NewClient(&direct)
+	b.setDirect(redis.NewClient(&direct))
 	if err := b.openObserver(ctx, "Redis at "+opts.Addr); err != nil {
 		return nil, err
 	}
@@ -116,7 +115,31 @@ func (b *redisBackend) openObserver(ctx context.Context, where string) error {
 	if b.obs, err = redisstore.New(b.direct, b.storeOptions()); err != nil {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
+	b.atClose(func() { _ = b.obs.Close() })
+	if b.cfg.kind() == storeRedis { // not the drill's own: delete the run's keys
+		b.atClose(func() { deleteKeys(b.direct, b.prefix, 2*time.Second) })
+	}
 	return nil
+}
+
+// deleteKeys deletes the keys under prefix, best effort within timeout.
+func deleteKeys(c *redis.Client, prefix string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		_ = c.Del(ctx, keys...).Err()
+	}
+}
+
+// setDirect sets the direct client, closed by close.
+func (b *redisBackend) setDirect(c *redis.Client) {
+	b.direct = c
+	b.atClose(func() { _ = c.Close() })
 }
 
 // baseOptions parses the store URL and sets what every client of the drill
@@ -161,11 +184,18 @@ func (c Config) clientTimeout() time.Duration {
 	return min(200*time.Millisecond, c.renewTimeout())
 }
 
-func (b *redisBackend) open() (leasehold.Store, func(), error) {
-	var c *redis.Client
-	if b.failoverOpts != nil {
+// open connects replica id's process: through the fault proxy, or on the
+// partition network from the replica's own node.
+func (b *redisBackend) open(id int) (leasehold.Store, func(), error) {
+	var c redis.UniversalClient
+	switch {
+	case b.failoverOpts != nil:
 		c = redis.NewFailoverClient(b.failoverOpts)
-	} else {
+	case b.part != nil:
+		o := *b.opts
+		o.Dialer = b.part.net.Nodes[id+1].Dialer(b.cfg.clientTimeout())
+		c = redis.NewClient(&o)
+	default:
 		c = redis.NewClient(b.opts)
 	}
 	s, err := redisstore.New(c, b.storeOptions())
@@ -173,19 +203,7 @@ func (b *redisBackend) open() (leasehold.Store, func(), error) {
 		_ = c.Close()
 		return nil, nil, err
 	}
-	return s, processEnd(s, c), nil
-}
-
-// processEnd is the end of a replica process on Redis: its connections
-// close first, as a dead process's do, so the store's Close (which
-// releases what the Store still holds) cannot release what a crashed
-// holder left behind: that must stay locked until its TTL. A graceful end
-// released every lock through the Locker before this runs.
-func processEnd(s *redisstore.Store, c redis.UniversalClient) func() {
-	return func() {
-		_ = c.Close()
-		_ = s.Close()
-	}
+	return s, processEnd(func() { _ = c.Close() }, s), nil
 }
 
 func (b *redisBackend) observer() inspectStore        { return b.obs }
@@ -206,39 +224,6 @@ func (b *redisBackend) restart(mark func()) error {
 		return fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	return nil
-}
-
-// close deletes the run's keys (best effort), then closes the clients, the
-// proxy and the drill's own server.
-func (b *redisBackend) close() {
-	if b.direct != nil && b.prefix != "" && b.server == nil && b.group == nil && b.part == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		iter := b.direct.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = b.direct.Del(ctx, keys...).Err()
-		}
-		cancel()
-	}
-	if b.obs != nil {
-		_ = b.obs.Close()
-	}
-	if b.direct != nil {
-		_ = b.direct.Close()
-	}
-	b.each((*faultproxy.Proxy).Close)
-	if b.server != nil {
-		b.server.Close()
-	}
-	if b.group != nil {
-		b.group.Close()
-	}
-	if b.part != nil {
-		b.part.close()
-	}
 }
 
 // startRedisServer starts the drill's own redis-server (bin, default on

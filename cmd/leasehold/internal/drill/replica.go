@@ -45,8 +45,9 @@ type incarnation struct {
 type process interface {
 	freeze()
 	thaw()
-	// waitThaw waits until a pause ends, or ctx does (then it thaws).
-	waitThaw(ctx context.Context)
+	// paused returns a channel closed when the pause ends (nil: not
+	// paused) and one closed when the process is gone (nil: never).
+	paused() (frozen, gone <-chan struct{})
 	kill()
 }
 
@@ -92,11 +93,9 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 			c()
 		}
 	}()
-	r.mu.Lock()
-	r.working = -1
-	r.mu.Unlock()
+	r.markWorking(-1, false)
 	for n := 0; ctx.Err() == nil; n++ {
-		st, closeStore, err := d.openStore(r.id)
+		st, closeStore, err := d.be.open(r.id)
 		if err != nil { // a client cannot be built (etcd with credentials: cannot log in)
 			d.fail(err)
 			return
@@ -149,11 +148,19 @@ func (r *replica) newIncarnation(inc *incarnation, ps *procStore, obs leasehold.
 // ends or the incarnation dies, and joins them. It does not close the
 // Locker: a dead process never releases.
 func (r *replica) run(ctx context.Context, inc *incarnation) {
+	inc.runAll(ctx, func(ctx context.Context) { r.work(ctx, inc) },
+		func(ctx context.Context) { r.redeliveries(ctx, inc) })
+}
+
+// runAll runs each of fs in a goroutine of its own until ctx ends or the
+// incarnation dies (then their context ends), and joins them.
+func (inc *incarnation) runAll(ctx context.Context, fs ...func(context.Context)) {
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { r.work(ictx, inc) })
-	wg.Go(func() { r.redeliveries(ictx, inc) })
+	for _, f := range fs {
+		wg.Go(func() { f(ictx) })
+	}
 	select {
 	case <-ctx.Done():
 	case <-inc.crash:
@@ -377,20 +384,15 @@ func (r *replica) busyJob() int {
 	return r.working
 }
 
+// requestPause sets or clears the injector's request that r freeze before
+// its next write, and reports whether one was pending: requestPause(false)
+// also takes a request.
 func (r *replica) requestPause(on bool) (wasPending bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wasPending = r.pauseReq
 	r.pauseReq = on
 	return wasPending
-}
-
-func (r *replica) takePause() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.pauseReq
-	r.pauseReq = false
-	return p
 }
 
 // pause freezes the whole process right before its write: every store call
@@ -404,7 +406,14 @@ func (d *drill) pause(ctx context.Context, r *replica, inc *incarnation, job int
 	case d.pauses <- pauseEvent{replica: r.id, job: job, at: at}:
 	case <-ctx.Done():
 	}
-	inc.proc.waitThaw(ctx)
+	if frozen, gone := inc.proc.paused(); frozen != nil {
+		select {
+		case <-frozen:
+		case <-gone:
+		case <-ctx.Done():
+			inc.proc.thaw()
+		}
+	}
 	end := d.rec.since()
 	d.rec.section(id, func(s *Section) { s.PauseEnd = end })
 }

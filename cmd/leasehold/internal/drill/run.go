@@ -42,28 +42,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	switch k := cfg.kind(); {
 	case k.etcd():
-		eb, err := newEtcdBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
 		// A restart keeps etcd's leases and extends them by the election
 		// timeout: from then on, each lock may live that long plus its TTL.
-		eb.setOnRevive(func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
-		d.be = eb
+		d.be, err = newEtcdBackend(ctx, cfg, func() { d.rec.revive(etcdproc.ElectionMs * time.Millisecond) })
 	case k.redis():
-		rb, err := newRedisBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		d.be = rb
+		d.be, err = newRedisBackend(ctx, cfg)
 	case k.postgres():
-		pb, err := newPgBackend(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		d.be = pb
+		d.be, err = newPgBackend(ctx, cfg)
 	default:
 		d.be = newMemBackend(d.float, cfg.TTL)
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer d.be.close()
 	d.run(ctx)
@@ -275,9 +265,12 @@ func (d *drill) available() int {
 	return min(d.cfg.Jobs, 1+int(d.rec.since()/d.arrival))
 }
 
-// pickOpenJob returns a random job that has arrived and is not known to be
-// done, or -1.
-func (d *drill) pickOpenJob() int {
+// pickJob returns a random job that has arrived and is not known to be
+// done, or -1; finished when every job is done.
+func (d *drill) pickJob() (job int, finished bool) {
+	if int(d.doneCount.Load()) == d.cfg.Jobs {
+		return -1, true
+	}
 	var open []int
 	for i := range d.available() {
 		if !d.done[i].Load() {
@@ -285,9 +278,9 @@ func (d *drill) pickOpenJob() int {
 		}
 	}
 	if len(open) == 0 {
-		return -1
+		return -1, false
 	}
-	return open[d.intN(len(open))]
+	return open[d.intN(len(open))], false
 }
 
 func (d *drill) op(o Op) { d.rec.count(func(h *History) { h.Ops = append(h.Ops, o) }) }

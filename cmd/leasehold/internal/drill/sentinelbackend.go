@@ -30,6 +30,7 @@ func (b *redisBackend) startSentinel(ctx context.Context, cfg Config) error {
 		return setupError(err)
 	}
 	b.group = g
+	b.atClose(g.Close)
 	route := map[string]string{}
 	for _, s := range append([]*redisproc.Server{g.Master}, g.Replicas...) {
 		x, err := b.startProxy(s.Addr)
@@ -42,7 +43,7 @@ func (b *redisBackend) startSentinel(ctx context.Context, cfg Config) error {
 		MasterName: redisproc.SentinelMaster, SentinelAddrs: g.Sentinels, Protocol: 2, DisableIdentity: true,
 		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	}
-	b.direct = redis.NewFailoverClient(direct)
+	b.setDirect(redis.NewFailoverClient(direct))
 	replica := *direct
 	t := cfg.clientTimeout()
 	replica.DialTimeout, replica.ReadTimeout, replica.WriteTimeout = t, t, t

@@ -163,9 +163,10 @@ func (p *procStore) end(key, token string, call time.Duration, err error, extend
 	p.h.call(m)
 }
 
-// noValue adapts a call that returns only an error.
-func noValue(f func() error) func() (struct{}, error) {
-	return func() (struct{}, error) { return struct{}{}, f() }
+// trackedErr is tracked for a call that returns only an error.
+func (p *procStore) trackedErr(ctx context.Context, key, token string, extends bool, f func() error) error {
+	_, err := tracked(ctx, p, key, token, extends, func() (struct{}, error) { return struct{}{}, f() })
+	return err
 }
 
 func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
@@ -175,15 +176,11 @@ func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (
 }
 
 func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	f := func() error { return p.inner.Renew(ctx, key, token, ttl) }
-	_, err := tracked(ctx, p, key, token, true, noValue(f))
-	return err
+	return p.trackedErr(ctx, key, token, true, func() error { return p.inner.Renew(ctx, key, token, ttl) })
 }
 
 func (p *procStore) Release(ctx context.Context, key, token string) error {
-	f := func() error { return p.inner.Release(ctx, key, token) }
-	_, err := tracked(ctx, p, key, token, false, noValue(f))
-	return err
+	return p.trackedErr(ctx, key, token, false, func() error { return p.inner.Release(ctx, key, token) })
 }
 
 // AcquirePermit, RenewPermit and ReleasePermit are recorded as Acquire,
@@ -195,15 +192,11 @@ func (p *procStore) AcquirePermit(ctx context.Context, req leasehold.PermitReque
 }
 
 func (p *procStore) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	f := func() error { return p.inner.RenewPermit(ctx, key, token, ttl) }
-	_, err := tracked(ctx, p, key, token, true, noValue(f))
-	return err
+	return p.trackedErr(ctx, key, token, true, func() error { return p.inner.RenewPermit(ctx, key, token, ttl) })
 }
 
 func (p *procStore) ReleasePermit(ctx context.Context, key, token string) error {
-	f := func() error { return p.inner.ReleasePermit(ctx, key, token) }
-	_, err := tracked(ctx, p, key, token, false, noValue(f))
-	return err
+	return p.trackedErr(ctx, key, token, false, func() error { return p.inner.ReleasePermit(ctx, key, token) })
 }
 
 // RenewBatch renews in one round trip, recording each renewal as Renew does.
@@ -258,15 +251,7 @@ func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.Loc
 	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.ForceRelease(ctx, key) })
 }
 
-// waitThaw waits until the process is thawed or ctx ends (then it thaws).
-func (p *procStore) waitThaw(ctx context.Context) {
-	frozen, _ := p.state()
-	if frozen == nil {
-		return
-	}
-	select {
-	case <-frozen:
-	case <-ctx.Done():
-		p.thaw()
-	}
+func (p *procStore) paused() (frozen, gone <-chan struct{}) {
+	f, _ := p.state()
+	return f, nil
 }
