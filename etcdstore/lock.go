@@ -262,13 +262,14 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
 	val := lockValue(req.Token, req.TTL, req.Holder, 0)
-	free := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe), // queue empty
-	}
-	if myRev > 0 { // or we head it: every entry is ours or younger
-		free[1] = clientv3.Compare(clientv3.CreateRevision(qs), ">", myRev-1).WithRange(qe)
-		free = append(free, clientv3.Compare(clientv3.CreateRevision(e), "=", myRev))
+	// Free: no lock and no queue, one comparison over the key's range.
+	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ks), "=", 0).WithRange(ke)}
+	if myRev > 0 { // or no lock, and we head the queue: every entry is ours or younger
+		free = []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(qs), ">", myRev-1).WithRange(qe),
+			clientv3.Compare(clientv3.CreateRevision(e), "=", myRev),
+		}
 	}
 	var lost []clientv3.Op
 	entry := func() clientv3.Op {
