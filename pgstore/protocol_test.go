@@ -74,7 +74,9 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 		_, err := other.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
 		acquired <- err
 	}()
-	backendWaiting(t, admin, dbName(t, dsn))
+	// A itself, not another backend of the database (a sweep of the free
+	// row would wait for X too): the combined statement, waiting for X's row.
+	statementWaiting(t, admin, dbName(t, dsn), "WITH u AS (%")
 	ytx := sessionTx(t, ctx, dsn)
 	var yLocked bool
 	if err := ytx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass(s), "k").Scan(&yLocked); err != nil {
@@ -101,8 +103,19 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 		}
 	}
 	_ = ytx.Rollback(ctx)
-	if err := <-acquired; !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Errorf("A's acquire while h held the key: expected ErrNotAcquired, got %v", err)
+	// A lost the key to h, or (when its function read the row after h's
+	// release, which the failed re-check of its UPDATE does not hold up)
+	// took it after h: h's token-checked release succeeded, so A did not
+	// hold the key before it.
+	switch err := <-acquired; {
+	case errors.Is(err, leasehold.ErrNotAcquired):
+	case err == nil:
+		info, err := s.Inspect(ctx, "k")
+		if err != nil || info.Token != "c" || info.Fence <= fence {
+			t.Errorf("A's acquire succeeded: expected the key held by c with a fence above h's %d, got %+v, %v", fence, info, err)
+		}
+	default:
+		t.Errorf("A's acquire: expected ErrNotAcquired or success after h's release, got %v", err)
 	}
 }
 
@@ -447,6 +460,21 @@ WHERE datname = $1 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() LIMI
 	}
 	t.Fatal("no backend waiting on a lock")
 	return 0
+}
+
+// statementWaiting polls until a backend of db running a statement LIKE
+// pattern waits for another transaction (a row it wants is locked).
+func statementWaiting(t *testing.T, admin *pgxpool.Pool, db, pattern string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var n int
+		err := admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = $1 AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') AND query LIKE $2`, db, pattern).Scan(&n)
+		if err == nil && n > 0 {
+			return
+		}
+	}
+	t.Fatalf("no statement LIKE %q waiting for a row lock", pattern)
 }
 
 type grantAt struct {
