@@ -157,11 +157,7 @@ func TestCrashedPermitTakenOverAtItsTTL(t *testing.T) {
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)
-		lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lk.Close() })
+		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl})
 		key := uniqueKey(t, "k")
 		ctx := ctxFor(t, 10*time.Second)
 		warm(t, holder, key+"-warm") // the holder's shared lease exists, as in steady use

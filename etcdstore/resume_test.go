@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
@@ -22,12 +21,7 @@ const txnMethod = "/etcdserverpb.KV/Txn"
 func TestWaiterAcquiresOncePerContendedAcquisition(t *testing.T) {
 	c := testetcd.Start(t)
 	holder := newStore(t, c)
-	cli, n := countingClient(t, c)
-	waiter, err := etcdstore.New(cli, testOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter, n := countingStore(t, c)
 	opts := leasehold.Options{Name: "resume", TTL: 2 * time.Second, WaitCap: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	lkH, lkW := newLocker(t, holder, opts), newLocker(t, waiter, opts)
@@ -99,12 +93,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 // a greater fence.
 func TestGrantedHolderReleasesInOneTransaction(t *testing.T) {
 	c := testetcd.Start(t)
-	cli, n := countingClient(t, c)
-	b, err := etcdstore.New(cli, testOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b, n := countingStore(t, c)
 	a, cs := newStore(t, c), newStore(t, c)
 	opts := leasehold.Options{Name: "grant", TTL: 2 * time.Second, WaitCap: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}

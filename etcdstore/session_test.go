@@ -89,6 +89,19 @@ func countingClient(tb testing.TB, c *testetcd.Cluster) (*clientv3.Client, *call
 	return cli, n
 }
 
+// countingStore returns a store (testOptions) on a client of c whose
+// requests are counted; it closes with the test.
+func countingStore(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, *calls) {
+	t.Helper()
+	cli, n := countingClient(t, c)
+	s, err := etcdstore.New(cli, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, n
+}
+
 // An uncontended acquire and release cost two requests (two transactions)
 // once the store's lease exists: no LeaseGrant, no LeaseRevoke per lock.
 func TestTwoRequestsPerCycle(t *testing.T) {

@@ -55,11 +55,7 @@ func TestCrashedHolderTakenOverAtItsTTL(t *testing.T) {
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)
-		lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lk.Close() })
+		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl})
 		key := uniqueKey(t, "k")
 		ctx := ctxFor(t, 10*time.Second)
 		// Both stores have their leases already, as in steady use: the
@@ -106,17 +102,8 @@ func TestHeadTakesOverOnItsFirstRetry(t *testing.T) {
 	const ttl = time.Second
 	for i := range 3 {
 		holder, crash := crashable(t, c)
-		cli, n := countingClient(t, c)
-		waiter, err := etcdstore.New(cli, testOptions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = waiter.Close() })
-		lk, err := leasehold.New(waiter, leasehold.Options{Name: "waiter", TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lk.Close() })
+		waiter, n := countingStore(t, c)
+		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl})
 		key := uniqueKey(t, "k")
 		ctx := ctxFor(t, 10*time.Second)
 		warm(t, holder, key+"-warm")
@@ -277,12 +264,7 @@ func TestNextWaiterTakesOverFromCrashedHolder(t *testing.T) {
 func TestTakeoverIsOneTransaction(t *testing.T) {
 	c := testetcd.Start(t)
 	holder, crash := crashable(t, c)
-	cli, n := countingClient(t, c)
-	waiter, err := etcdstore.New(cli, testOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter, n := countingStore(t, c)
 	other := newStore(t, c)
 	key := uniqueKey(t, "k")
 	warm(t, holder, key+"-warm")
