@@ -56,16 +56,17 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
-		s.awaitTakeover(ctx, r)
 		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
 			return g, err
 		}
 	}
 	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
-		known := forced || s.sess.mayOwn(r) // a queued token may have been granted
+		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
+		st.mayOwn = st.mayOwn || forced
+		known := st.mayOwn
 		sent := time.Now()
-		resp, err := s.acquireTxn(ctx, req, l, ql, s.sess.queueRev(r), known)
+		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
 		if err != nil {
 			// It may have applied (lost reply): the session deletes the
@@ -140,21 +141,6 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 // store's send time, and the Locker retries at its own, a little earlier.
 const takeoverSlack = 2 * time.Millisecond
 
-// awaitTakeover waits (bounded by ctx) until r may take its lock over, when
-// that is at most takeoverSlack away.
-func (s *Store) awaitTakeover(ctx context.Context, r ref) {
-	d := s.sess.untilTakeover(r, time.Now())
-	if d <= 0 || d > takeoverSlack {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
 // tryTakeOver runs takeOver for a waiting acquire and, when it took the
 // lock or failed (done), records the outcome; it then owns the references
 // to l and ql.
@@ -177,7 +163,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 
 // takeOver takes the lock that req's token waits for when the token heads
 // its queue and has seen the lock unchanged for its whole TTL
-// (session.expiredLock): the holder died or hangs, and its shared lease may
+// (session.takeoverAt): the holder died or hangs, and its shared lease may
 // live on for up to a second (or as long as its process keeps other locks).
 // One transaction, guarded by the lock's mod revision (any renewal or new
 // holder since moved it), the token's queue entry (same create revision)
@@ -186,14 +172,28 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 // new lock carries its fence in its value: the old lock's mod revision plus
 // one, greater than every fence of the key so far (each was given by a
 // write of the key, at or before that mod revision) and not greater than
-// this transaction's revision, below every later create revision. ok is
-// false, with nothing sent, when the lock is not known to be expired, and
-// when the guard failed (the caller's acquire then sees what changed).
+// this transaction's revision, below every later create revision. An
+// acquire up to takeoverSlack early waits (bounded by ctx); a renewal seen
+// meanwhile moves the mod revision, and the guard fails. ok is false, with
+// nothing sent, when the lock is not known to be expired, and when the
+// guard failed (the caller's acquire then sees what changed).
 func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *lease) (g leasehold.Grant, ok bool, err error) {
 	r := ref{req.Key, req.Token}
-	mod, entry, expired := s.sess.expiredLock(r, time.Now())
-	if !expired {
+	mod, entry, at, known := s.sess.takeoverAt(r)
+	if !known {
 		return g, false, nil
+	}
+	if d := time.Until(at); d > 0 {
+		if d > takeoverSlack {
+			return g, false, nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return g, false, nil
+		}
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)
@@ -252,11 +252,12 @@ func (s *Store) putQueue(_ ref, ql *lease) {
 }
 
 // acquireTxn sends req's acquire transaction (see Acquire in the package
-// doc); myRev is the create revision of the token's queue entry if known.
-// Unless known, the transaction has no retry check (a token this store
+// doc), shaped by what the store knows of the token (st). Unless the token
+// may own the lock, the transaction has no retry check (a token this store
 // never sent cannot hold the lock): a smaller request, which etcd decodes,
 // logs and applies at a cost that shows in the uncontended cycle.
-func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, myRev int64, known bool) (*clientv3.TxnResponse, error) {
+func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, st standing) (*clientv3.TxnResponse, error) {
+	myRev, known := st.rev, st.mayOwn
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
@@ -285,7 +286,7 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
-	if myRev > 0 || s.sess.mayQueue(ref{req.Key, req.Token}) {
+	if myRev > 0 || st.mayQueue {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
 	if myRev > 0 { // others may wait behind us: the next head, for Release
@@ -450,7 +451,7 @@ func (s *Store) renewReads(key string) []clientv3.Op {
 // another lease or TTL, and whenever its queue has a waiter: the write
 // moves the lock's mod revision, which tells the waiters that the holder
 // is alive. A waiter at the head takes over a lock it has seen unchanged
-// for its TTL (see session.expiredLock); a renewal that read an empty queue
+// for its TTL (see session.takeoverAt); a renewal that read an empty queue
 // needs no write, since every waiter that comes later sees the lock only
 // after that read.
 func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, ttl time.Duration, lock, queue *etcdserverpb.RangeResponse) error {

@@ -135,7 +135,7 @@ type keyWatch struct {
 	empty   time.Time // when subs became empty
 	// The lock while held: its mod revision, when the watch first saw it
 	// there, and its TTL (0: unknown). The head is woken at lockAt+lockTTL
-	// to take over a lock nobody renewed (see session.expiredLock).
+	// to take over a lock nobody renewed (see session.takeoverAt).
 	lockMod int64
 	lockAt  time.Time
 	lockTTL time.Duration

@@ -82,7 +82,7 @@ type tracked struct {
 	// Queue entries: the lock they wait for, as their acquires saw it. lockMod
 	// is the lock's mod revision (0: free or unknown), lockSeen when this
 	// store first saw it at that revision with the entry at rev, lockTTL the
-	// TTL recorded in it. See expiredLock.
+	// TTL recorded in it. See takeoverAt.
 	lockMod  int64
 	lockSeen time.Time
 	lockTTL  time.Duration
@@ -608,15 +608,30 @@ func (ss *session) renewed(m map[ref]*tracked, r ref, t *tracked, l *lease, ttl 
 	return true
 }
 
-// mayOwn reports whether r's token may hold its lock, as far as this store
-// knows: it holds or may hold it (an acquire whose answer was lost, a sweep
-// in flight or to be tried again), or it waits in the queue, where a
-// release may grant it the lock.
-func (ss *session) mayOwn(r ref) bool {
+// standing is what a store knows of a token's hold on a key, for its
+// next acquire.
+type standing struct {
+	// mayOwn: the token holds or may hold the lock (an acquire whose
+	// answer was lost, a sweep in flight or to be tried again), or waits
+	// in the queue, where a release may grant it the lock.
+	mayOwn bool
+	// mayQueue: see session.mayQueue.
+	mayQueue bool
+	// rev is the create revision of the token's queue entry as this
+	// store last saw it, 0 if unknown.
+	rev int64
+}
+
+// standingOf returns what the store knows of r, under one lock.
+func (ss *session) standingOf(r ref) standing {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.held[r] != nil || ss.retryLocks[r] != nil || ss.swept[r] ||
-		ss.waiting[r] != nil || ss.retryEntries[r] != nil
+	st := standing{mayQueue: ss.waiting[r] != nil || ss.retryEntries[r] != nil}
+	st.mayOwn = st.mayQueue || ss.held[r] != nil || ss.retryLocks[r] != nil || ss.swept[r]
+	if t := ss.waiting[r]; t != nil {
+		st.rev = t.rev
+	}
+	return st
 }
 
 // mayQueue reports whether r may have a queue entry that this store wrote:
@@ -628,21 +643,10 @@ func (ss *session) mayQueue(r ref) bool {
 	return ss.waiting[r] != nil || ss.retryEntries[r] != nil
 }
 
-// queueRev returns the create revision of r's queue entry as this store
-// last saw it, 0 if unknown.
-func (ss *session) queueRev(r ref) int64 {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if t := ss.waiting[r]; t != nil {
-		return t.rev
-	}
-	return 0
-}
-
 // setQueue records what a waiter's acquire (sent at sent, answered at seen)
 // saw, for its WaitRelease and for the takeover of an expired lock. It
 // returns how long the lock has left by the waiter's clock (see
-// expiredLock), counted from sent as Grant.Remaining is, -1 when the lock
+// takeoverAt), counted from sent as Grant.Remaining is, -1 when the lock
 // is free or that is unknown. Counted from seen, a Locker that retries at
 // its own send time + Remaining would come back one request latency before
 // the takeover is allowed, and spend a raft write on learning so.
@@ -685,7 +689,7 @@ type sighting struct {
 // sawLock records what a key watch saw for the waiter of each sighting, as
 // an acquire answer would have shown it: the watch event came after the
 // write, and the waiter's entry was older than the write, so the holder's
-// renewals from then on write the lock (see expiredLock). Only a newer mod
+// renewals from then on write the lock (see takeoverAt). Only a newer mod
 // revision, with the entry the store tracks, counts.
 func (ss *session) sawLock(sights []sighting) {
 	ss.mu.Lock()
@@ -699,34 +703,24 @@ func (ss *session) sawLock(sights []sighting) {
 	}
 }
 
-// expiredLock returns the lock r waits for when r's acquires have seen it
-// unchanged (one mod revision) for its whole TTL, measured on this store's
-// clock from the first answer that showed it, while r's queue entry stayed
-// at entry (the same create revision: it was never deleted in between). A
-// holder renews with a write whenever its renewal read shows a queue entry
-// (see finishRenew), so every renewal after r's entry was created moved the
-// mod revision, and the holder's own expiry guard ran out before now (both
-// clocks running at the same rate, within the holder's drift margin).
-func (ss *session) expiredLock(r ref, now time.Time) (mod, entry int64, ok bool) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	t := ss.waiting[r]
-	if t == nil || t.lockMod == 0 || t.rev == 0 || now.Before(t.lockSeen.Add(t.lockTTL)) {
-		return 0, 0, false
-	}
-	return t.lockMod, t.rev, true
-}
-
-// untilTakeover returns how long until waiter r may take its lock over
-// (see expiredLock), 0 when it may now or the lock is not known.
-func (ss *session) untilTakeover(r ref, now time.Time) time.Duration {
+// takeoverAt returns the lock r waits for (its mod revision and r's entry)
+// and when r may take it over: when r's acquires have seen it unchanged
+// (one mod revision) for its whole TTL, measured on this store's clock from
+// the first answer that showed it, while r's queue entry stayed at entry
+// (the same create revision: it was never deleted in between). A holder
+// renews with a write whenever its renewal read shows a queue entry (see
+// finishRenew), so every renewal after r's entry was created moved the mod
+// revision, and the holder's own expiry guard ran out by then (both clocks
+// running at the same rate, within the holder's drift margin). ok is false
+// when the lock is not known.
+func (ss *session) takeoverAt(r ref) (mod, entry int64, at time.Time, ok bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	t := ss.waiting[r]
 	if t == nil || t.lockMod == 0 || t.rev == 0 {
-		return 0
+		return 0, 0, time.Time{}, false
 	}
-	return max(t.lockSeen.Add(t.lockTTL).Sub(now), 0)
+	return t.lockMod, t.rev, t.lockSeen.Add(t.lockTTL), true
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.
