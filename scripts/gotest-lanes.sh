@@ -12,7 +12,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 lane() {
-  local n=$1; shift
   for m in "$@"; do
     echo "== go test $m"
     (cd "$root/$m" && $GO test -race -count=1 -timeout 20m ./...) || { echo "== FAIL in $m"; return 1; }
@@ -20,10 +19,10 @@ lane() {
 }
 
 # shellcheck disable=SC2086 # the module lists are split on purpose
-lane 1 $1 >"$tmp/1" 2>&1 &
+lane $1 >"$tmp/1" 2>&1 &
 p1=$!
 # shellcheck disable=SC2086
-lane 2 $2 >"$tmp/2" 2>&1 &
+lane $2 >"$tmp/2" 2>&1 &
 p2=$!
 wait $p1; rc1=$?
 cat "$tmp/1"
