@@ -46,27 +46,30 @@
 //
 // # Takeover at the holder's TTL
 //
-// A crashed holder's shared lease outlives its lock's TTL by up to 1.5 s,
-// and a lease cannot end sooner without a keep-alive per lock. So the head
-// of the queue ends the lock itself. Each waiting Acquire records the lock's
-// mod revision and TTL as it saw them, and when it first saw that revision
-// (with its own queue entry at the same create revision), on the waiter's
-// monotonic clock, after the answer arrived. A holder's Renew writes the
-// lock whenever its read shows a waiter, which moves the mod revision; a
-// renewal that read an empty queue came before any waiter saw the lock. So
-// when the head has seen one mod revision for the lock's whole TTL, every
-// renewal of the holder started more than a TTL ago, and the holder's own
-// expiry guard (TTL minus its drift margin, from before it sent the request)
-// has stopped trusting the lock. The Grant's Remaining tells the head when
-// that is (counted from when its acquire was sent; an Acquire that comes up
-// to 2 ms early waits for it rather than send a transaction etcd would
-// refuse); its next Acquire then deletes the lock in a transaction guarded by
-// that mod revision, its own entry and its place at the head, and
-// overwrites it with its own lock (fence: that mod revision plus one, in the
-// value): one transaction, about the holder's TTL after its last renewal. Clock assumption: the holder's and the waiters' clocks run at
-// the same rate within the holder's drift margin over a TTL (a Locker's
-// DriftMargin, by default TTL/20 + 5 ms); their offsets do not matter. The
-// price: a renewal of a lock that others wait for is one read and one write.
+// A crashed holder's shared lease outlives its lock's TTL by up to 1.5 s, and a
+// lease cannot end sooner without a keep-alive per lock. So the head of the
+// queue ends the lock itself. Each waiting Acquire records the lock's mod
+// revision and TTL as it saw them, and when it first saw that revision (with
+// its own queue entry at the same create revision), on the waiter's monotonic
+// clock, after the answer arrived. A holder's Renew writes the lock whenever
+// its read shows a waiter, which moves the mod revision; a renewal that read an
+// empty queue came before any waiter saw the lock. So when the head has seen
+// one mod revision for the lock's whole TTL, every renewal of the holder
+// started more than a TTL ago, and the holder's own expiry guard (TTL minus its
+// drift margin, from before it sent the request) has stopped trusting the lock.
+// The Grant's Remaining tells the head when that is, 1.5 ms early (counted from
+// when its acquire was sent), and its watch wakes it as early: Go's timers fire
+// up to a millisecond late in an idle process. An Acquire that comes up to 2 ms
+// early waits for the moment itself, spinning through the last 1.5 ms, rather
+// than send a transaction etcd would refuse, or send it late. Its Acquire then
+// deletes the lock in a transaction guarded by that mod revision, its own entry
+// and its place at the head, and overwrites it with its own lock (fence: that
+// mod revision plus one, in the value): one transaction, about the holder's TTL
+// after its last renewal. Clock assumption: the holder's and the waiters'
+// clocks run at the same rate within the holder's drift margin over a TTL (a
+// Locker's DriftMargin, by default TTL/20 + 5 ms); their offsets do not matter.
+// The price: a renewal of a lock that others wait for is one read and one
+// write.
 //
 // # Operations
 //

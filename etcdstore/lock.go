@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"time"
 
@@ -137,9 +138,45 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 
 // takeoverSlack is how early a waiter's retry may come before its takeover
 // is allowed and still wait for it in Acquire, instead of sending an acquire
-// that etcd writes and refuses. The Grant's Remaining counts from the
-// store's send time, and the Locker retries at its own, a little earlier.
+// that etcd writes and refuses.
 const takeoverSlack = 2 * time.Millisecond
+
+// takeoverEarly is how much earlier than the takeover the head is told to
+// come back (Grant.Remaining) and woken by its watch: Go's timers fire up
+// to a millisecond late in a process with nothing else to do (the
+// runtime's poller sleeps in whole milliseconds), so a retry timed at the
+// takeover itself would send it that much later. takeOver then waits the
+// rest precisely (waitUntil). Less than takeoverSlack by more than a
+// timer's lateness.
+const takeoverEarly = 1500 * time.Microsecond
+
+// spinWindow is how long before its deadline waitUntil stops sleeping on a
+// timer (which may wake up to a millisecond late) and yields the processor
+// in a loop instead.
+const spinWindow = 1500 * time.Microsecond
+
+// waitUntil returns true at 'at', within microseconds, or false when ctx
+// ends first. It sleeps on a timer until spinWindow before 'at' and spends
+// the rest yielding the processor: at most about a millisecond of CPU, once
+// per takeover.
+func waitUntil(ctx context.Context, at time.Time) bool {
+	if d := time.Until(at) - spinWindow; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for time.Now().Before(at) {
+		if ctx.Err() != nil {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
+}
 
 // tryTakeOver runs takeOver for a waiting acquire and, when it took the
 // lock or failed (done), records the outcome; it then owns the references
@@ -173,7 +210,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 // one, greater than every fence of the key so far (each was given by a
 // write of the key, at or before that mod revision) and not greater than
 // this transaction's revision, below every later create revision. An
-// acquire up to takeoverSlack early waits (bounded by ctx); a renewal seen
+// acquire up to takeoverSlack early waits (waitUntil, bounded by ctx); a renewal seen
 // meanwhile moves the mod revision, and the guard fails. ok is false, with
 // nothing sent, when the lock is not known to be expired, and when the
 // guard failed (the caller's acquire then sees what changed).
@@ -183,17 +220,8 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *l
 	if !known {
 		return g, false, nil
 	}
-	if d := time.Until(at); d > 0 {
-		if d > takeoverSlack {
-			return g, false, nil
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return g, false, nil
-		}
+	if time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
+		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)

@@ -364,10 +364,11 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at). No
-// margin is added: the session's clock for the takeover (lockSeen) starts
-// no later than the watch's (lockAt), so the head's acquire at 'at' finds
-// the lock expired.
+// arm sets the expiry timer to fire at 'at', or stops it (zero at). The
+// session's clock for the takeover (lockSeen) starts no later than the
+// watch's (lockAt), so the head's acquire at 'at' (takeoverEarly before the
+// lock's TTL by the watch's clock) comes at most takeoverEarly early, plus
+// the timer's lateness late, and takeOver waits out the rest.
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
@@ -376,7 +377,8 @@ func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	t.Reset(time.Until(at))
 }
 
-// headExpiry returns when the held lock, unchanged since the watch saw it,
+// headExpiry returns when the head should be woken for the takeover of the
+// held lock, unchanged since the watch saw it: takeoverEarly before it
 // reaches its TTL, if a waiter subscribed here heads its queue; zero
 // otherwise.
 func (kw *keyWatch) headExpiry() time.Time {
@@ -388,7 +390,7 @@ func (kw *keyWatch) headExpiry() time.Time {
 	}
 	for sb := range kw.subs {
 		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
-			return kw.lockAt.Add(kw.lockTTL)
+			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
 		}
 	}
 	return time.Time{}
