@@ -208,7 +208,8 @@ func benchFor() time.Duration {
 // second), for benchFor each: cycles/s, requests, raft entries and process
 // CPU (client and embedded server) per cycle,
 // and the ratio to the mutex's rate in the same round (median, min, max).
-// Use -benchtime 1x.
+// Use -benchtime 1x. LEASEHOLD_BENCH_ONLY=mutex, store or locker runs that
+// one alone (for -cpuprofile).
 func BenchmarkUncontended(b *testing.B) {
 	c := testetcd.Start(b)
 	for _, g := range []int{1, 16} {
@@ -246,6 +247,9 @@ func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
 	ctx := b.Context()
 	var sides []*side
 	for _, im := range impls {
+		if o := os.Getenv("LEASEHOLD_BENCH_ONLY"); o != "" && o != im.name { // one alone, to profile it
+			continue
+		}
 		r, n := im.new(b, c, 10*time.Second)
 		defer r.close()
 		cycles(b, ctx, r, g, 50*time.Millisecond) // warm up: sessions, leases, connections

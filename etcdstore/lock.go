@@ -640,9 +640,11 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
-	notMine := append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
-	reads := []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)}
-	empty := clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)
+	reads := func() []clientv3.Op { return []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)} }
+	empty := func() clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe) }
+	notMine := func() []clientv3.Op {
+		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
+	}
 	txn := s.cli.Txn(ctx)
 	granting := !plain && mod > 0 && next != nil && next.token != token
 	switch {
@@ -652,21 +654,29 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 			clientv3.OpDelete(next.key)}, own...)
 		txn = txn.If(mine(k, token)...).
 			Then(clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
-				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})).
-			Else(notMine...)
+				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})).
+			Else(notMine()...)
 	case plain:
-		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine...)
-	default: // the common case, nobody waits, at the first level; else
-		// read, without nesting: the token is checked on the answer
+		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine()...)
+	case mod > 0 && len(own) == 0:
+		// The lock as our acquire (or a grant) wrote it, with no queue
+		// entry then that a release could grant (any later write of ours
+		// forgets mod): one comparison over the key's range, every key
+		// in it last written at or before mod. A waiter's entry since,
+		// or another holder, fails it, and the reads show which. A lock
+		// gone since passes it (an empty range compares as zero) and is
+		// not deleted: releasedBy answers ErrNotHeld.
+		ks, ke := s.keyRange(key)
+		txn = txn.If(clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)).
+			Then(free...).Else(reads()...)
+	default: // nobody waits, at the first level; else read, without
+		// nesting: the token is checked on the answer
 		ours := mine(k, token)
-		if mod > 0 {
-			// The lock as our acquire wrote it (any later write of ours
-			// forgets mod): one comparison instead of two. If it moved,
-			// the reads show whose it is.
+		if mod > 0 { // as above, with our queue entry to delete
 			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		txn = txn.If(append(ours, empty)...).Then(free...).
-			Else(append(reads, own...)...)
+		txn = txn.If(append(ours, empty())...).Then(free...).
+			Else(append(reads(), own...)...)
 	}
 	resp, err := txn.Commit()
 	if err != nil {
@@ -680,6 +690,9 @@ func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granti
 	rs := resp.Responses
 	if !granting && !plain {
 		if resp.Succeeded {
+			if rs[0].GetResponseDeleteRange().GetDeleted() == 0 {
+				return released{done: true, err: leasehold.ErrNotHeld} // gone (by mod revision)
+			}
 			return released{done: true} // nobody waited: deleted
 		}
 		kvs := rs[0].GetResponseRange().GetKvs()

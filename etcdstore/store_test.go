@@ -247,6 +247,45 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	}
 }
 
+// A release proves its token by the lock's mod revision from the acquire,
+// with one comparison over the key's range that a deleted lock also passes:
+// a lock deleted behind the store's back (etcdctl del) still answers
+// ErrNotHeld, and a waiter that queued since is still seen (the lock is
+// handed to it, not deleted).
+func TestReleaseByModRevision(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s := newStore(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t, "k")
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, "lh-test/"+key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, key, "tok"); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("release of a deleted lock: expected ErrNotHeld, got %v", err)
+	}
+
+	key = uniqueKey(t, "w")
+	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	w := newStore(t, c)
+	wreq := leasehold.AcquireRequest{Key: key, Token: "waiter", TTL: 5 * time.Second, Holder: "w", QueueTTL: 5 * time.Second}
+	if _, err := w.Acquire(ctx, wreq); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
+	}
+	if err := s.Release(ctx, key, "tok"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Inspect(ctx, key)
+	if err != nil || info.Token != "waiter" {
+		t.Fatalf("after the release: expected the key granted to the waiter, got %+v, %v", info, err)
+	}
+}
+
 // An acquire retried through another Store (its process dialled etcd anew
 // after the reply was lost) finds its own token: same fence, no queue entry
 // left behind. A Store sends its first acquire of a token without the retry
