@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -23,6 +24,14 @@ import (
 var testOptions = etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 4 * time.Second}
 
 // newStore returns a store over a fresh client of c, closed in t.Cleanup.
+// startStore starts an etcd member and returns it, a raw client of it, a
+// Store on it and a context that ends after d.
+func startStore(t *testing.T, d time.Duration) (*testetcd.Cluster, *clientv3.Client, *etcdstore.Store, context.Context) {
+	t.Helper()
+	c := testetcd.Start(t)
+	return c, c.Client(t), newStore(t, c), ctxFor(t, d)
+}
+
 func newStore(t *testing.T, c *testetcd.Cluster) *etcdstore.Store {
 	t.Helper()
 	s, err := newStoreTB(t, c)

@@ -16,10 +16,7 @@ import (
 // List skips a lock it cannot decode and reports it with ErrBadEntry, with
 // the good locks; Inspect of that key reports ErrBadEntry.
 func TestListSkipsBadEntries(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 10*time.Second)
+	_, cli, s, ctx := startStore(t, 10*time.Second)
 	base := uniqueKey(t, "")
 	for _, k := range []string{"a", "c"} {
 		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: base + k, Token: "t" + k, TTL: time.Minute, Holder: "h"}); err != nil {

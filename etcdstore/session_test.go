@@ -180,10 +180,7 @@ func TestAbandonedLockEndsAtItsTTL(t *testing.T) {
 // After Close nothing is left on the server: no lock, no queue entry, no
 // lease, also after 16 goroutines cycling and locks still held at Close.
 func TestNothingLeftAfterClose(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 30*time.Second)
+	_, cli, s, ctx := startStore(t, 30*time.Second)
 	var wg sync.WaitGroup
 	var cycles atomic.Int64
 	for g := range 16 {

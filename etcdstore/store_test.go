@@ -44,10 +44,7 @@ func expectHolder(t *testing.T, s *etcdstore.Store, key, token, holder string) {
 }
 
 func TestKeyLayoutAndFence(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 10*time.Second)
+	_, cli, s, ctx := startStore(t, 10*time.Second)
 	key := uniqueKey(t, "k")
 	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, Holder: "host-1 pid 7"})
 	if err != nil {
@@ -87,10 +84,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 // Locks whose TTLs round up to the same whole seconds share one etcd lease,
 // granted for those seconds plus one.
 func TestLocksShareOneLeasePerTTL(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	_, cli, s, ctx := startStore(t, 20*time.Second)
 	leases := map[time.Duration]clientv3.LeaseID{}
 	for _, tc := range []struct {
 		ttl     time.Duration
@@ -202,10 +196,7 @@ func TestContentionReportsRemaining(t *testing.T) {
 // A retry with the same token keeps the fence and moves the lock to the
 // lease of its TTL; Renew with a longer TTL does the same.
 func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	_, cli, s, ctx := startStore(t, 20*time.Second)
 	key := uniqueKey(t, "k")
 	ek := "lh-test/" + key
 	g1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 2 * time.Second})
@@ -253,10 +244,7 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 // ErrNotHeld, and a waiter that queued since is still seen (the lock is
 // handed to it, not deleted).
 func TestReleaseByModRevision(t *testing.T) {
-	c := testetcd.Start(t)
-	cli := c.Client(t)
-	s := newStore(t, c)
-	ctx := ctxFor(t, 20*time.Second)
+	c, cli, s, ctx := startStore(t, 20*time.Second)
 	key := uniqueKey(t, "k")
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
