@@ -85,7 +85,12 @@
 //     without the absence check: a request without nested transactions,
 //     which etcd decodes, logs and applies faster. If its answer shows the
 //     lock holding the token after all (a retry through another Store), the
-//     store asks again with the retry check.
+//     store asks again with the retry check. A waiting acquire of a token
+//     whose entry waits behind another one, while another token holds the
+//     lock, as the key's watch shows them (the Locker's refresh of its
+//     place, every WaiterTTL/3), sends nothing: the store moves its own
+//     deadline for the entry, so a waiter costs etcd no write until it
+//     heads the queue.
 //   - The fence is the lock key's create revision, or the fence in its
 //     value for a lock written over another one (a grant or a takeover): the
 //     overwritten lock's mod revision plus one. Every fence of a key was

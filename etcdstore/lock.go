@@ -57,6 +57,10 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	if ql != nil {
+		if g, ok := s.stillBehind(req, ql); ok {
+			s.sess.put(l)
+			return g, leasehold.ErrNotAcquired
+		}
 		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
 			return g, err
 		}
@@ -134,6 +138,35 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		s.sess.put(l)
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
+}
+
+// stillBehind answers a waiting acquire without a request when the token's
+// queue entry waits behind another one and another token holds the lock,
+// as the key's live watch shows them (watches.behind) with the entry this
+// store wrote or saw (same create revision): the acquire transaction would
+// find the entry and write nothing, so what is left to do is this store's
+// own deadline for the entry, which it moves (track takes ql's reference).
+// That is the Locker's refresh of a waiter's place every WaiterTTL/3;
+// without this, each waiter costs etcd a raft write a second. The model may
+// lag etcd: a release or expiry it has not seen yet wakes the waiter when it
+// does (WaitRelease). The head of the queue always asks etcd (its retries
+// time and make the takeover).
+func (s *Store) stillBehind(req leasehold.AcquireRequest, ql *lease) (leasehold.Grant, bool) {
+	r := ref{req.Key, req.Token}
+	rev, l, left := s.sess.waitingEntry(r)
+	if rev == 0 || l != ql {
+		return leasehold.Grant{}, false
+	}
+	ahead, holder, ttl, ok := s.watches.behind(r, s.entryKey(req.Key, req.Token), rev)
+	if !ok {
+		return leasehold.Grant{}, false
+	}
+	s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+	g := leasehold.Grant{Ahead: ahead, Holder: holder, Remaining: ttl} // as contended reports it
+	if left >= 0 && ttl > 0 {
+		g.Remaining = max(left, time.Millisecond)
+	}
+	return g, true
 }
 
 // takeoverSlack is how early a waiter's retry may come before its takeover

@@ -139,7 +139,11 @@ type keyWatch struct {
 	lockMod int64
 	lockAt  time.Time
 	lockTTL time.Duration
-	lockTok string // the holder's token, "" when free or not seen by a watch event
+	lockTok string // the holder's token, "" when free or unknown
+	holder  string // and its identity
+	// live: the watch is confirmed and followed, so the model is etcd's
+	// state as of some recent revision (see watches.behind).
+	live bool
 	// Grants a release made to subscribed waiters (the lock written with
 	// their token), by token, until Granted takes them.
 	grants map[string]grantSeen
@@ -254,7 +258,9 @@ func (kw *keyWatch) run(snap *queueSnap) {
 			}
 			continue
 		}
+		kw.setLive(true)
 		done := kw.follow(ctx, wch)
+		kw.setLive(false)
 		cancel()
 		drain(wch)
 		if done {
@@ -262,6 +268,36 @@ func (kw *keyWatch) run(snap *queueSnap) {
 		}
 		kw.signalAll() // the watch broke: every waiter re-checks
 	}
+}
+
+func (kw *keyWatch) setLive(live bool) {
+	w := &kw.s.watches
+	w.mu.Lock()
+	kw.live = live
+	w.mu.Unlock()
+}
+
+// behind reports whether waiter r, subscribed to the key's live watch, waits
+// in the model with its entry (create revision rev) behind another one while
+// another token holds the lock, and then how many entries are ahead of it,
+// the holder's identity and the lock's TTL.
+func (w *watches) behind(r ref, entry string, rev int64) (ahead int, holder string, ttl time.Duration, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kw := w.keys[r.key]
+	if kw == nil || !kw.live || !kw.held || kw.lockTok == "" || kw.lockTok == r.token || kw.queue[entry] != rev {
+		return 0, "", 0, false
+	}
+	subscribed := false
+	for sb := range kw.subs {
+		subscribed = subscribed || (sb.r == r && !sb.observer)
+	}
+	for _, at := range kw.queue {
+		if at < rev {
+			ahead++
+		}
+	}
+	return ahead, kw.holder, kw.lockTTL, subscribed && ahead > 0
 }
 
 // remove takes kw out of the store's watches.
@@ -308,6 +344,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 		kw.entries = map[string]*mvccpb.KeyValue{}
 	}
 	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
+	kw.lockTok, kw.holder = snap.lockTok, snap.holder
 	w.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
@@ -444,7 +481,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			was := kw.lockTok
 			kw.lockTok = ""
 			if kw.held {
-				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
+				kw.lockTok, kw.lockTTL, kw.holder, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
 				kw.granted(kw.lockTok, ev.Kv)
 				if kw.lockTok != was {

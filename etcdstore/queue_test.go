@@ -222,3 +222,76 @@ func TestWaitReleaseAfterCompaction(t *testing.T) {
 		t.Fatal("no wake-up within 5s of the release (the watch did not restart)")
 	}
 }
+
+// A waiter behind another one, subscribed to the key's watch, keeps its
+// place without a request each time its Locker refreshes it (an acquire
+// with the same token): the store moves its own deadline for the entry, and
+// the entry outlives its queue TTL. The head, and a waiter whose watch shows
+// it heads the queue, still ask etcd.
+func TestRefreshBehindAnotherWaiterIsLocal(t *testing.T) {
+	c := testetcd.Start(t)
+	h, s1 := newStore(t, c), newStore(t, c)
+	s2, n := countingStore(t, c)
+	cli := c.Client(t)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const queueTTL = 2 * time.Second
+	expectWait(t, s1, key, "w1", queueTTL, 0)
+	expectWait(t, s2, key, "w2", queueTTL, 1)
+	wake, stop, err := s2.WaitRelease(ctx, key, "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// The holder's renewal writes the lock (someone waits): the watch
+	// then knows whose it is.
+	if err := h.Renew(ctx, key, "h", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// w1 keeps its own place with requests (the head asks etcd).
+	keep := func(s *etcdstore.Store, tok string) {
+		if _, err := acquireQ(t, s, key, tok, queueTTL); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("%s: expected ErrNotAcquired, got %v", tok, err)
+		}
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		n.take()
+		g, err := acquireQ(t, s2, key, "w2", queueTTL)
+		return errors.Is(err, leasehold.ErrNotAcquired) && g.Ahead == 1 && g.Holder == "holder-h" && n.take()["/etcdserverpb.KV/Txn"] == 0
+	})
+	for range 6 { // 3 s: past the queue TTL of the entry's last write
+		time.Sleep(500 * time.Millisecond)
+		keep(s1, "w1")
+		g, err := acquireQ(t, s2, key, "w2", queueTTL)
+		if !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 1 || g.Holder != "holder-h" {
+			t.Fatalf("w2's refresh: expected ErrNotAcquired, 1 ahead, holder-h, got %+v, %v", g, err)
+		}
+	}
+	if sent := n.take(); sent["/etcdserverpb.KV/Txn"] != 0 {
+		t.Fatalf("w2's refreshes behind w1: expected no transaction, got %v", sent)
+	}
+	r, err := cli.Get(ctx, "lh-test/"+key+"\x00w2")
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("w2's entry after 3 s of refreshes (queue TTL 2 s): expected it kept, got %v, %v", r, err)
+	}
+	// w1 leaves: w2 heads the queue, and its next acquire asks etcd.
+	if err := s1.Release(ctx, key, "w1"); err != nil && !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		n.take()
+		g, err := acquireQ(t, s2, key, "w2", queueTTL)
+		return errors.Is(err, leasehold.ErrNotAcquired) && g.Ahead == 0 && n.take()["/etcdserverpb.KV/Txn"] == 1
+	})
+	if err := h.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-ctx.Done():
+		t.Fatal("w2 was not woken by the release")
+	}
+}

@@ -156,10 +156,12 @@ func (ss *session) adopt(r ref, id clientv3.LeaseID, ttl time.Duration) (time.Du
 
 // queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
 type queueSnap struct {
-	rev     int64            // the revision of the answer
-	held    bool             // the lock was held
-	lockMod int64            // its mod revision
-	lockTTL time.Duration    // and the TTL recorded in it (0: unknown)
+	rev     int64         // the revision of the answer
+	held    bool          // the lock was held
+	lockMod int64         // its mod revision
+	lockTTL time.Duration // and the TTL recorded in it (0: unknown)
+	lockTok string        // its token and holder
+	holder  string
 	queue   map[string]int64 // queue entry key -> create revision
 	entries map[string]*mvccpb.KeyValue
 }
@@ -169,7 +171,7 @@ func snapOf(v keyView) *queueSnap {
 	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue, entries: v.entries}
 	if v.held {
 		q.lockMod = v.lock.ModRevision
-		_, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
+		q.lockTok, q.lockTTL, q.holder, _, _ = lockFields(v.lock.Value)
 	}
 	return q
 }
@@ -723,6 +725,25 @@ func (ss *session) takeoverAt(r ref) (mod, entry int64, at time.Time, ok bool) {
 		return 0, 0, time.Time{}, false
 	}
 	return t.lockMod, t.rev, t.lockSeen.Add(t.lockTTL), true
+}
+
+// waitingEntry returns the create revision and lease of waiter r's queue
+// entry as this store wrote or saw it, when its deadline is more than two
+// ticks away (no sweep of it can be due or in flight); rev is 0 otherwise.
+// left is how long the lock r waits for has left by r's clock, counted as
+// setQueue counts Grant.Remaining (-1: unknown).
+func (ss *session) waitingEntry(r ref) (rev int64, l *lease, left time.Duration) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	t := ss.waiting[r]
+	if t == nil || time.Until(t.deadline) <= 2*tick {
+		return 0, nil, -1
+	}
+	left = -1
+	if t.lockMod > 0 {
+		left = max(time.Until(t.lockSeen.Add(t.lockTTL))-takeoverEarly, 0)
+	}
+	return t.rev, t.lease, left
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.
