@@ -536,3 +536,56 @@ func benchLocker(b *testing.B, c *testetcd.Cluster) *leasehold.Locker {
 	b.Cleanup(func() { _ = lk.Close() })
 	return lk
 }
+
+// BenchmarkIdleWaiters is etcd's write load from waiting: one Locker holds
+// a key (renewing it) while 16 others, each with its own Store and client,
+// wait for it with the default WaiterTTL (a refresh a second), for 3 s.
+// Reported: raft entries per second, and per waiter. Use -benchtime 1x.
+func BenchmarkIdleWaiters(b *testing.B) {
+	c := testetcd.Start(b)
+	for b.Loop() {
+		idleWaiters(b, c, 16, 3*time.Second)
+	}
+}
+
+func idleWaiters(b *testing.B, c *testetcd.Cluster, n int, d time.Duration) {
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	key := fmt.Sprintf("idle-%d", time.Now().UnixNano())
+	opts := leasehold.Options{Name: "idle", TTL: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	locker := func() *leasehold.Locker {
+		cli, _ := countingClient(b, c)
+		s, err := etcdstore.New(cli, etcdstore.Options{Prefix: benchPrefix})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lk, err := leasehold.New(s, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = lk.Close(); _ = s.Close() })
+		return lk
+	}
+	held, err := locker().Acquire(ctx, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range n {
+		lk := locker()
+		wg.Go(func() {
+			if l, err := lk.Acquire(ctx, key); err == nil { // after the holder
+				_ = l.Release(context.WithoutCancel(ctx))
+			}
+		})
+	}
+	time.Sleep(d / 3) // all queued
+	raft0, start := raftEntries(b), time.Now()
+	time.Sleep(d)
+	rate := (raftEntries(b) - raft0) / time.Since(start).Seconds()
+	cancel()
+	wg.Wait()
+	_ = held.Release(context.Background())
+	b.ReportMetric(rate, "raft/s")
+	b.ReportMetric(rate/float64(n), "raft/s/waiter")
+}

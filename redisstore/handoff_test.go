@@ -3,8 +3,11 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +25,52 @@ type replica struct {
 	cmds atomic.Int64
 	s    *redisstore.Store
 	lk   *leasehold.Locker
+	log  cmdLog // what the counted commands were, for failure messages
+}
+
+// cmdLog records the names of the commands a client sent, in order.
+type cmdLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *cmdLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *cmdLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (l *cmdLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+func (l *cmdLog) add(cmds ...redis.Cmder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range cmds {
+		name := c.Name()
+		if len(c.Args()) > 1 && (name == "evalsha" || name == "eval") {
+			name += fmt.Sprintf("(%.8v)", c.Args()[1])
+		}
+		l.names = append(l.names, time.Now().Format("15:04:05.000 ")+name)
+	}
+}
+
+// since returns the names logged after the first n.
+func (l *cmdLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.names[min(n, len(l.names)):])
+}
+
+func (l *cmdLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.names)
 }
 
 func newReplica(t *testing.T, srv *testredis.Server, opts leasehold.Options) *replica {
@@ -29,6 +78,7 @@ func newReplica(t *testing.T, srv *testredis.Server, opts leasehold.Options) *re
 	r := &replica{}
 	c := srv.Client(t)
 	c.AddHook(countHook{&r.cmds})
+	c.AddHook(&r.log)
 	s, err := redisstore.New(c, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +215,7 @@ func TestLoopingWaiterKeepsItsSubscription(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := b.cmds.Load()
+		start, logged := b.cmds.Load(), b.log.len()
 		got := acquireAsync(ctx, b.lk, key)
 		waitQueued(t, b, key, 1)
 		if err := held.Release(ctx); err != nil {
@@ -183,7 +233,7 @@ func TestLoopingWaiterKeepsItsSubscription(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		// waitQueued's Inspects are not counted.
 		if sent := b.cmds.Load() - start; turn > 0 && sent != 2 {
-			t.Errorf("turn %d: the waiter sent %d commands for one contended acquisition and its release, expected 2 (the queued acquire and the release)", turn, sent)
+			t.Errorf("turn %d: the waiter sent %d commands for one contended acquisition and its release, expected 2 (the queued acquire and the release); sent (waitQueued's Inspects included): %q", turn, sent, b.log.since(logged))
 		}
 	}
 	if n := subscribeCalls(t, admin); n != 2 {
