@@ -101,6 +101,12 @@
 //     keeps the value, and rewrites it only for a new TTL).
 //   - Renew reads the lock and its waiter count and checks the token and
 //     lease (see above); it writes the lock when someone waits.
+//   - Concurrent uncontended releases of one store share requests: while
+//     two are in flight, the next ones queue and go together as one
+//     transaction with a nested transaction (and comparison) per lock when
+//     one of those returns. One goroutine never waits; at 16 goroutines a
+//     cycle costs about 1.3 requests instead of 2. A release sent for
+//     others is bounded by RequestTimeout, not by its caller's context.
 //   - Release deletes the lock if it holds the token and nobody waits, and
 //     the token's queue entry in any case, in one transaction; it answers
 //     ErrNotHeld when the lock is gone and ErrNotOwned when another token

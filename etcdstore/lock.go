@@ -678,19 +678,19 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	notMine := func() []clientv3.Op {
 		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	}
-	txn := s.cli.Txn(ctx)
+	var txn clientv3.Txn
 	granting := !plain && mod > 0 && next != nil && next.token != token
 	switch {
 	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		txn = txn.If(mine(k, token)...).
+		txn = s.cli.Txn(ctx).If(mine(k, token)...).
 			Then(clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
 				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})).
 			Else(notMine()...)
 	case plain:
-		txn = txn.If(mine(k, token)...).Then(free...).Else(notMine()...)
+		txn = s.cli.Txn(ctx).If(mine(k, token)...).Then(free...).Else(notMine()...)
 	case mod > 0 && len(own) == 0:
 		// The lock as our acquire (or a grant) wrote it, with no queue
 		// entry then that a release could grant (any later write of ours
@@ -700,15 +700,20 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		// gone since passes it (an empty range compares as zero) and is
 		// not deleted: releasedBy answers ErrNotHeld.
 		ks, ke := s.keyRange(key)
-		txn = txn.If(clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)).
-			Then(free...).Else(reads()...)
+		// Sent alone, or batched with other releases of this store
+		// (relBatch).
+		c := &relCall{key: key, cmp: clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke), then: free, els: reads()}
+		if err := s.rel.do(ctx, c, s.sendReleases, s.detachRelease); err != nil {
+			return released{}, err
+		}
+		return s.releasedBy(key, token, &clientv3.TxnResponse{Succeeded: c.succeeded, Responses: c.responses}, false, false), nil
 	default: // nobody waits, at the first level; else read, without
 		// nesting: the token is checked on the answer
 		ours := mine(k, token)
 		if mod > 0 { // as above, with our queue entry to delete
 			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		txn = txn.If(append(ours, empty())...).Then(free...).
+		txn = s.cli.Txn(ctx).If(append(ours, empty())...).Then(free...).
 			Else(append(reads(), own...)...)
 	}
 	resp, err := txn.Commit()

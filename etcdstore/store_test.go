@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,6 +273,62 @@ func TestReleaseByModRevision(t *testing.T) {
 	if err != nil || info.Token != "waiter" {
 		t.Fatalf("after the release: expected the key granted to the waiter, got %+v, %v", info, err)
 	}
+}
+
+// Releases from 16 goroutines of one store go in batches (fewer release
+// transactions than releases) and each still answers for its own lock:
+// deleted, or ErrNotHeld for a lock deleted behind the store's back.
+func TestConcurrentReleasesBatch(t *testing.T) {
+	c := testetcd.Start(t)
+	cli := c.Client(t)
+	s, n := countingStore(t, c)
+	ctx := ctxFor(t, 60*time.Second)
+	base := uniqueKey(t, "b")
+	const goroutines, rounds = 16, 30
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*rounds)
+	n.take()
+	for i := range goroutines {
+		wg.Go(func() {
+			for j := range rounds {
+				key := fmt.Sprintf("%s%d", base, i)
+				tok := fmt.Sprintf("t%d-%d", i, j)
+				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
+					errs <- err
+					return
+				}
+				gone := j%3 == 0
+				if gone {
+					if _, err := cli.Delete(ctx, "lh-test/"+key); err != nil {
+						errs <- err
+						return
+					}
+				}
+				err := s.Release(ctx, key, tok)
+				switch {
+				case gone && !errors.Is(err, leasehold.ErrNotHeld):
+					errs <- fmt.Errorf("%s %s: release of a deleted lock: expected ErrNotHeld, got %v", key, tok, err)
+				case !gone && err != nil:
+					errs <- fmt.Errorf("%s %s: release: %w", key, tok, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	txns := n.take()["/etcdserverpb.KV/Txn"]
+	if txns >= 2*goroutines*rounds {
+		t.Errorf("%d acquires and releases on 16 goroutines: expected the releases batched (fewer than %d transactions), got %d", goroutines*rounds, 2*goroutines*rounds, txns)
+	}
+	for i := range goroutines {
+		if _, err := s.Inspect(ctx, fmt.Sprintf("%s%d", base, i)); !errors.Is(err, leasehold.ErrNotHeld) {
+			t.Errorf("key %d after the releases: expected ErrNotHeld, got %v", i, err)
+		}
+	}
+	t.Logf("%d transactions for %d acquires and releases", txns, goroutines*rounds)
 }
 
 // An acquire retried through another Store (its process dialled etcd anew
