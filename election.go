@@ -142,12 +142,14 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // Observe reports every change of leader, vacancies included, starting with
 // the current state. It is woken by the store's release notifications, by a
 // timer at the leader's remaining TTL (a leader that crashed never
-// releases), and polls only as a safety net (Options.WaitCap) and briefly
-// while the key is vacant. Nothing notifies an acquisition, so a term that
-// begins and ends between two looks (shorter than a notification plus an
-// Inspect round trip) can go unseen; the fence of every leader it does
-// report is greater than the one before. Store failures are retried, not
-// reported. The
+// releases), and polls only as a safety net (Options.WaitCap) and while
+// the key is vacant (1 ms after the first look, doubling up to WaitCap).
+// Nothing notifies an acquisition, so a term that begins and ends between
+// two looks can go unseen: one shorter than a notification plus an Inspect
+// round trip, or, for a leader that took over a crashed one's key, shorter
+// than the vacancy poll's interval by then. The fence of every leader it
+// does report is greater than the one before. Store failures are retried,
+// not reported. The
 // channel is closed when ctx ends or the Locker closes, and the goroutine
 // behind it has then returned.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {

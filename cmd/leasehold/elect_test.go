@@ -90,6 +90,10 @@ func TestElectAndLeader(t *testing.T) {
 	_ = killed.cmd.Process.Kill()
 	_ = syscall.Kill(leaderPID, syscall.SIGKILL)
 	waitFor(t, 10*time.Second, "a leader after the crash", func() bool { f, _ := terms(t, log); return len(f) == 3 })
+	// Nothing notifies the watcher of a takeover after a crash: it polls
+	// while the key is vacant, with a growing interval (see Observe), so
+	// this term must last until it looked.
+	waitFor(t, 10*time.Second, "leader --watch to see the third leader", func() bool { return len(watched(t, watcher)) == 3 })
 	_ = next.cmd.Process.Signal(syscall.SIGTERM)
 	next.wait(10 * time.Second)
 
@@ -102,21 +106,7 @@ func TestElectAndLeader(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	_ = watcher.cmd.Process.Signal(syscall.SIGINT)
 	watcher.wait(10 * time.Second)
-	var seen []uint64
-	dec := json.NewDecoder(strings.NewReader(watcher.stdout.String()))
-	for dec.More() {
-		var w struct {
-			Leader bool   `json:"leader"`
-			Fence  uint64 `json:"fence"`
-		}
-		if err := dec.Decode(&w); err != nil {
-			t.Fatalf("leader --watch --json: %v in %q", err, watcher.stdout)
-		}
-		if w.Leader {
-			seen = append(seen, w.Fence)
-		}
-	}
-	if fmt.Sprint(seen) != fmt.Sprint(fences) {
+	if seen := watched(t, watcher); fmt.Sprint(seen) != fmt.Sprint(fences) {
 		t.Errorf("expected leader --watch to see every leader %v in order, got %v", fences, seen)
 	}
 	if code, _, _ := lh(t, env, "leader", key); code != 1 {
@@ -142,4 +132,27 @@ func isParent(ppid, pid int) bool {
 	}
 	got, err := strconv.Atoi(fields[1])
 	return err == nil && got == ppid
+}
+
+// watched returns the fences of the leaders that `leader --watch --json`
+// printed so far (complete lines only).
+func watched(t *testing.T, watcher *proc) []uint64 {
+	t.Helper()
+	out := watcher.stdout.String()
+	out = out[:strings.LastIndexByte(out, '\n')+1]
+	var seen []uint64
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var w struct {
+			Leader bool   `json:"leader"`
+			Fence  uint64 `json:"fence"`
+		}
+		if err := dec.Decode(&w); err != nil {
+			t.Fatalf("leader --watch --json: %v in %q", err, out)
+		}
+		if w.Leader {
+			seen = append(seen, w.Fence)
+		}
+	}
+	return seen
 }
