@@ -554,11 +554,8 @@ func idleWaiters(b *testing.B, c *testetcd.Cluster, n int, d time.Duration) {
 	key := fmt.Sprintf("idle-%d", time.Now().UnixNano())
 	opts := leasehold.Options{Name: "idle", TTL: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	locker := func() *leasehold.Locker {
-		cli, _ := countingClient(b, c)
-		s, err := etcdstore.New(cli, etcdstore.Options{Prefix: benchPrefix})
-		if err != nil {
-			b.Fatal(err)
-		}
+		sr, _ := newStoreReplica(b, c, 0)
+		s := sr.(*storeReplica).s
 		lk, err := leasehold.New(s, opts)
 		if err != nil {
 			b.Fatal(err)

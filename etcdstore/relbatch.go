@@ -55,7 +55,6 @@ type sendFunc func(ctx context.Context, calls []*relCall) error
 // own ctx. It returns ctx's error when ctx ends first (the release may then
 // have been applied, as after a lost reply).
 func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach func(context.Context) (context.Context, context.CancelFunc)) error {
-	c.done = make(chan struct{})
 	b.mu.Lock()
 	if b.inFlight < maxRelInFlight {
 		b.inFlight++
@@ -64,6 +63,7 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach fun
 		b.next()
 		return err
 	}
+	c.done = make(chan struct{}) // only a queued call is answered through it
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
