@@ -16,7 +16,7 @@ import (
 // (one per lock, each with its own comparison; at most maxRelBatch, one per
 // key). One goroutine alone never waits; 16 goroutines releasing distinct
 // keys send about one release request for three releases. Measured
-// (BENCHMARKS.md, session 6): with one request in flight the batches grow
+// (BENCHMARKS.md, "etcd"): with one request in flight the batches grow
 // but the releases wait for each other; with four the batches shrink; two
 // gave the most cycles per second.
 const (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-contention.sh — the cross-process contention benchmark of issue 11
-# (BENCHMARKS.md, "Round 2: contention across processes").
+# (BENCHMARKS.md, "Contention across processes").
 #
 # Starts redis-server, an etcd binary (Debian etcd-server) and PostgreSQL 15
 # (with pg_stat_statements) on free loopback ports in a temporary
