@@ -98,6 +98,9 @@ type App struct {
 // Main runs the command line with args (without the program name) and
 // returns the exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if IsSupervisor(args) {
+		return SuperviseMain(args)
+	}
 	app := &App{
 		Stdout: stdout, Stderr: stderr, Getenv: os.Getenv,
 		StderrIsTerminal: isTerminal(os.Stderr), StdinIsTerminal: isTerminal(os.Stdin),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -194,39 +193,35 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 	if e.a.verbose {
 		fmt.Fprintf(e.a.Stderr, "leasehold elect: leading %q with fence %d\n", lease.Key(), lease.Fence())
 	}
-	child := exec.Command(e.args[0], e.args[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease, false)
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := child.Start(); err != nil {
+	child, err := startSupervised(e.args, childEnv(os.Environ(), lease, false), true)
+	if err != nil {
 		code := ExitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
+		var se *startError
+		if errors.As(err, &se) {
+			code = se.code
 		}
 		fmt.Fprintf(e.a.Stderr, "leasehold elect: cannot run %q: %v\n", e.args[0], err)
 		e.exited = &code
 		e.finish()
 		return
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- child.Wait() }() // joined below
 	select {
-	case err := <-waited:
-		code := exitCode(err)
+	case err := <-child.done:
+		code := child.ended(err)
 		e.exited = &code
 		e.finish()
 		return
 	case <-ctx.Done():
 	}
-	pid := child.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	child.signal(syscall.SIGTERM)
 	t := time.NewTimer(e.grace)
 	defer t.Stop()
 	select {
-	case <-waited:
+	case err := <-child.done:
+		child.ended(err)
 	case <-t.C:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-waited
+		child.signal(syscall.SIGKILL)
+		child.ended(<-child.done)
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL) // nothing of the job keeps working without leadership
+	child.signal(syscall.SIGKILL) // nothing of the job keeps working without leadership
 }

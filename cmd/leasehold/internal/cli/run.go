@@ -339,35 +339,21 @@ func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Si
 		return nil
 	}
 
-	child := exec.Command(args[0], args[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease, o.keepStore)
 	group := !a.StdinIsTerminal
-	if group {
-		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := child.Start(); err != nil {
+	child, err := startSupervised(args, childEnv(os.Environ(), lease, o.keepStore), group)
+	if err != nil {
 		rerr := release()
 		code := ExitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
+		var se *startError
+		if errors.As(err, &se) {
+			code = se.code
 		}
 		if rerr != nil {
 			logf("%v", rerr)
 		}
 		return Exit(code, "cannot run %q: %v", args[0], err)
 	}
-	pid := child.Process.Pid
-	signalChild := func(s syscall.Signal) {
-		if group {
-			_ = syscall.Kill(-pid, s)
-		} else {
-			_ = child.Process.Signal(s)
-		}
-	}
-
-	waited := make(chan error, 1)
-	go func() { waited <- child.Wait() }() // ends when the child exits; joined below
+	pid := child.pid
 
 	var (
 		ended   = lease.Done()
@@ -379,29 +365,29 @@ loop:
 	for {
 		select {
 		case s := <-sigs:
-			signalChild(s.(syscall.Signal))
+			child.signal(s.(syscall.Signal))
 		case <-ended:
 			ended = nil
 			cause = context.Cause(lease.Context())
 			res.Cause = short(cause)
 			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), story(cause), pid, grace)
-			signalChild(syscall.SIGTERM)
+			child.signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			killC = t.C
 		case <-killC:
 			killC = nil
 			logf("command still running %v after SIGTERM; sending SIGKILL", grace)
-			signalChild(syscall.SIGKILL)
-		case waitErr = <-waited:
+			child.signal(syscall.SIGKILL)
+		case waitErr = <-child.done:
 			break loop
 		}
 	}
-	code := exitCode(waitErr)
+	code := child.ended(waitErr)
 	res.ChildExit = &code
 	if cause != nil {
 		if group { // nothing of the job may keep working without the lease
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			child.signal(syscall.SIGKILL)
 		}
 		return Exit(ExitLeaseLost, "lease on %q ended while the command ran; the command was stopped (its status: %d)", lease.Key(), code)
 	}
