@@ -23,6 +23,7 @@ type runOpts struct {
 	key          string
 	ttl          time.Duration
 	wait         time.Duration
+	nonblock     bool // -n: --wait 0, said explicitly
 	renewEvery   time.Duration
 	renewTimeout time.Duration
 	maxFailures  int
@@ -55,8 +56,9 @@ func (a *App) runCmd() *cobra.Command {
 		Long: `run acquires a lease on --key, starts COMMAND, keeps the lease renewed while
 COMMAND runs and releases it when COMMAND exits: flock(1) across machines.
 
-With --wait 0 (the default) run makes one attempt; otherwise it waits up to
---wait for the holder to release or expire. The lease is renewed every
+With --wait 0 (the default; -n says so explicitly) run makes one attempt;
+otherwise it waits up to --wait (seconds as flock's -w takes them, 5 or 0.5,
+or a duration such as 1m30s) for the holder to release or expire. The lease is renewed every
 --renew-every (default TTL/3); after --max-renew-failures consecutive failed
 renewals, or when the lease's own clock says the TTL ran out, or when the store
 says another owner has the key, the lease has ended: run logs why, sends
@@ -125,7 +127,8 @@ Exit status:
 	f := cmd.Flags()
 	f.StringVar(&o.key, "key", "", "lock key (required), e.g. scheduler:job:42")
 	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; > 0")
-	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 = one attempt")
+	f.VarP((*secondsOrDuration)(&o.wait), "wait", "w", "how long to wait for the lock, in seconds (5, 0.5) or as a duration (1m30s); 0 = one attempt (flock's -w)")
+	f.BoolVarP(&o.nonblock, "nonblock", "n", false, "one attempt, do not wait: the same as --wait 0 (flock's -n)")
 	f.DurationVar(&o.renewEvery, "renew-every", 0, "renewal interval (default TTL/3); < --ttl")
 	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
@@ -134,7 +137,7 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
-	f.IntVar(&o.conflictCode, "conflict-exit-code", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
+	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
 	f.StringVarP(&o.command, "command", "c", "", "run this command line through sh -c")
 	f.BoolVar(&o.keepStore, "keep-store-env", false, "keep "+EnvStore+" (it may hold a password) in the command's environment")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting lines on stderr")
@@ -155,6 +158,8 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 		return 0, usage("--ttl must be > 0, got %v", o.ttl)
 	case o.wait < 0:
 		return 0, usage("--wait must be >= 0, got %v", o.wait)
+	case o.nonblock && o.wait > 0:
+		return 0, usage("-n/--nonblock means --wait 0; pass one of -n and --wait %v, not both", o.wait)
 	case o.limit < 0:
 		return 0, usage("--limit must be >= 1 (or 0 for a plain lock), got %d", o.limit)
 	case o.renewEvery < 0:
