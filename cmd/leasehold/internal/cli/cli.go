@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,6 +58,9 @@ const EnvStore = "LEASEHOLD_STORE"
 type ExitError struct {
 	Code int
 	Err  error
+	// usage adds "Run 'leasehold CMD --help' for usage." after Err: set for
+	// errors about the command line itself, never for the store's answers.
+	usage bool
 }
 
 // Error implements error.
@@ -76,8 +80,10 @@ func Exit(code int, format string, args ...any) error {
 	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
-// usage returns a bad-usage error (exit 2).
-func usage(format string, args ...any) error { return Exit(ExitUsage, format, args...) }
+// usage returns a bad-usage error (exit 2), followed by the usage hint.
+func usage(format string, args ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, args...), usage: true}
+}
 
 // App holds what every command shares: output streams, global flags and the
 // environment. The zero value is not usable; Main builds one.
@@ -134,11 +140,11 @@ func (a *App) Execute(ctx context.Context, root *cobra.Command, args []string) (
 	var ee *ExitError
 	if !errors.As(err, &ee) {
 		// Errors from cobra itself: unknown command, flag or argument count.
-		ee = &ExitError{Code: ExitUsage, Err: err}
+		ee = &ExitError{Code: ExitUsage, Err: err, usage: true}
 	}
 	if ee.Err != nil {
 		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(ee.Err.Error(), "leasehold: "))
-		if ee.Code == ExitUsage && cmd != nil {
+		if ee.usage && cmd != nil {
 			fmt.Fprintf(a.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
@@ -191,9 +197,13 @@ Exit statuses:
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
 	root.SetHelpCommand(a.helpCmd())
+	root.SuggestionsMinimumDistance = 2
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usage("unknown command %q; run 'leasehold help' for the commands", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				return usage("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+			}
+			return usage("unknown command %q; 'leasehold help' lists the commands", args[0])
 		}
 		return nil
 	}
@@ -236,8 +246,10 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
 		return nil, &ExitError{Code: ExitUnavailable, Err: err}
-	case err != nil:
+	case errors.Is(err, storeurl.ErrBadURL):
 		return nil, usage("--store: %v", err)
+	case err != nil: // the store refused or a file the URL names is unusable
+		return nil, Exit(ExitUsage, "--store: %v", err)
 	}
 	for _, w := range o.Warnings {
 		fmt.Fprintf(a.Stderr, "leasehold: warning: %s\n", w)
@@ -250,7 +262,8 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	return o, nil
 }
 
-// storeFailure maps a store error of a command to its exit status.
+// storeFailure maps a store error of a command to its exit status, with
+// the store's own words (see storeSays).
 func storeFailure(o *storeurl.Opened, what string, err error) error {
 	err = o.Redact(err)
 	switch {
@@ -258,8 +271,36 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 		return usage("%v", err)
 	case errors.Is(err, context.Canceled):
 		return Exit(ExitFailure, "%s: interrupted", what)
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return Exit(ExitUnavailable, "%s: store %s refused the request: %s; fix the store URL or the store's configuration", what, o.Desc, storeSays(o, err))
 	}
-	return Exit(ExitUnavailable, "%s: store %s unavailable: %v", what, o.Desc, err)
+	return Exit(ExitUnavailable, "%s: store %s unavailable: %s", what, o.Desc, storeSays(o, err))
+}
+
+// ownWrapping matches what leasehold's own packages put around a store's
+// words: "leasehold: ", `store failure during acquire of "k": `,
+// `redisstore: acquire "k": `, "store misconfigured: ".
+var ownWrapping = regexp.MustCompile(`leasehold: |store failure during \w+ of "(?:[^"\\]|\\.)*": |\b(?:redis|etcd|pg|mem)store: [\w ]+ "(?:[^"\\]|\\.)*": |store misconfigured: `)
+
+// notRedis matches go-redis errors that mean the server at the other end
+// does not speak the Redis protocol.
+var notRedis = regexp.MustCompile(`^(?:unexpected )?EOF$|redis: (?:can't parse|invalid reply|unexpected)|got \d+ elements|unknown reply|protocol error`)
+
+// storeSays is what the store itself said in err, without the wrappers
+// that repeat the operation, the key or "leasehold:" (the caller says
+// those once). A Redis URL whose server answered with something that is not
+// Redis gets the likely cause added.
+func storeSays(o *storeurl.Opened, err error) string {
+	msg := strings.TrimSuffix(ownWrapping.ReplaceAllString(err.Error(), ""), ".")
+	if isRedisURL(o.Desc) && notRedis.MatchString(msg) {
+		msg += " (is this a Redis server? the server at that address closed the connection or answered something that is not the Redis protocol: check the host and port)"
+	}
+	return msg
+}
+
+// isRedisURL reports whether desc is a redis:// or rediss:// URL.
+func isRedisURL(desc string) bool {
+	return strings.HasPrefix(desc, "redis://") || strings.HasPrefix(desc, "rediss://")
 }
 
 // logger returns the slog logger for lockers: warnings and errors on stderr,

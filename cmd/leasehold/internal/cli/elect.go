@@ -158,7 +158,7 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 	el, err := leasehold.NewElection(locker, o.key, leasehold.Callbacks{
 		OnStartedLeading: e.lead,
 		OnStoppedLeading: func(cause error) {
-			if e.exited == nil {
+			if e.exited == nil && ctx.Err() == nil { // else elect ends, and says so
 				fmt.Fprintf(a.Stderr, "leasehold elect: leadership of %q ended: %s; campaigning again\n", o.key, short(cause))
 			}
 		},
@@ -176,7 +176,10 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 	case ctx.Err() != nil:
 		return Exit(ExitFailure, "interrupted; resigned from %q", o.key)
 	}
-	return Exit(ExitFailure, "elect %q: %v", o.key, st.Redact(err))
+	if errors.Is(err, leasehold.ErrStore) {
+		return storeFailure(st, fmt.Sprintf("elect %q", o.key), err)
+	}
+	return Exit(ExitFailure, "elect %q: %s", o.key, short(st.Redact(err)))
 }
 
 // elector runs the command for each term of leadership.

@@ -276,14 +276,11 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			return Exit(128+signum(interrupted), "interrupted by %v while acquiring %q", interrupted, o.key)
 		case errors.Is(err, leasehold.ErrNotAcquired):
 			res.Outcome = "not_acquired"
-			if o.wait > 0 {
-				return Exit(o.conflictCode, "not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
-			}
-			return Exit(o.conflictCode, "%s (use --wait to wait for it)", short(err))
+			return Exit(o.conflictCode, "%s", notAcquired(err, o))
 		case errors.Is(err, leasehold.ErrMisconfigured):
-			return usage("store %s refused the request; fix the store URL or the store's configuration (nothing ran): %s", st.Desc, short(err))
+			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st, err))
 		case errors.Is(err, leasehold.ErrStore):
-			return Exit(ExitUnavailable, "store %s unavailable, and --on-store-error is fail-closed, so the command did not run: %s", st.Desc, short(err))
+			return Exit(ExitUnavailable, "acquire %q: store %s unavailable: %s; --on-store-error is fail-closed, so the command did not run", o.key, st.Desc, storeSays(st, err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
 			return usage("%v", err)
 		}
@@ -450,6 +447,19 @@ func signum(s os.Signal) int {
 		return int(n)
 	}
 	return 1
+}
+
+// notAcquired says who holds what run wanted, and what to do.
+func notAcquired(err error, o *runOpts) string {
+	switch {
+	case o.limit > 0 && o.wait > 0:
+		return fmt.Sprintf("not acquired within --wait %v: all %d permits of %q are held", o.wait, o.limit, o.key)
+	case o.limit > 0:
+		return fmt.Sprintf("not acquired: all %d permits of %q are held (use --wait to wait for one)", o.limit, o.key)
+	case o.wait > 0:
+		return fmt.Sprintf("not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
+	}
+	return short(err) + " (use --wait to wait for it)"
 }
 
 // acquireFor takes the key as o says: a permit of a semaphore with --limit,
