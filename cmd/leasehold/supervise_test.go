@@ -77,6 +77,7 @@ func killedWrapper(t *testing.T, env []string, first func(script string) *proc, 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	t.Logf("the command's group was gone %v after the kill", time.Since(killed).Round(time.Millisecond))
 	p.wait(10 * time.Second) // its stdout stays open while anything of the command lives
 	waitFor(t, 20*time.Second, "the next holder's command", func() bool { return readFile(t, second) != "" })
 	if out := readFile(t, overlap); out != "" {

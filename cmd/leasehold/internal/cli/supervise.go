@@ -140,7 +140,7 @@ func (e *startError) Error() string { return e.msg }
 // gets a process group of its own. A command that cannot be started returns
 // a *startError.
 func startSupervised(args, env []string, group bool) (*supervised, error) {
-	self, err := os.Executable()
+	self, err := selfExecutable()
 	if err != nil {
 		return nil, &startError{code: ExitCannotExec, msg: fmt.Sprintf("cannot find leasehold's own executable to supervise the command: %v", err)}
 	}
@@ -154,6 +154,7 @@ func startSupervised(args, env []string, group bool) (*supervised, error) {
 	}
 	defer r.Close()
 	sup := exec.Command(self, append([]string{superviseArg, strconv.Itoa(os.Getpid()), mode}, args...)...)
+	sup.Args[0] = os.Args[0]
 	sup.Stdin, sup.Stdout, sup.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sup.Env = env
 	sup.ExtraFiles = []*os.File{w}

@@ -2,6 +2,11 @@ package cli
 
 import "syscall"
 
+// selfExecutable is the file of this process's program: /proc/self/exe
+// still works after the binary was replaced on disk (an upgrade while run
+// waited for its lock).
+func selfExecutable() (string, error) { return "/proc/self/exe", nil }
+
 // parentDeathSignal is what the kernel sends the supervisor when its parent
 // dies (PR_SET_PDEATHSIG).
 const parentDeathSignal = syscall.SIGUSR2

@@ -2,7 +2,13 @@
 
 package cli
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
+
+// selfExecutable is the file of this process's program.
+func selfExecutable() (string, error) { return os.Executable() }
 
 // parentDeathSignal is never sent without PR_SET_PDEATHSIG: the supervisor
 // notices its parent's death by polling its parent pid.
