@@ -245,7 +245,7 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	o, err := storeurl.OpenEnv(ctx, raw, a.Getenv)
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
-		return nil, &ExitError{Code: ExitUnavailable, Err: err}
+		return nil, &ExitError{Code: ExitUnavailable, Err: &unavailableError{cmd: cmdName, desc: storeurl.Describe(raw), err: err}}
 	case errors.Is(err, storeurl.ErrBadURL):
 		return nil, usage("--store: %v", err)
 	case err != nil: // the store refused or a file the URL names is unusable
@@ -262,6 +262,18 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	return o, nil
 }
 
+// unavailableError is a store that did not answer when it was opened.
+type unavailableError struct {
+	cmd, desc string // the command and the store's redacted URL
+	err       error  // wraps storeurl.ErrUnavailable
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("%s: store %s unavailable: %s", e.cmd, e.desc, storeSays(e.desc, e.err))
+}
+
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // storeFailure maps a store error of a command to its exit status, with
 // the store's own words (see storeSays).
 func storeFailure(o *storeurl.Opened, what string, err error) error {
@@ -272,27 +284,29 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 	case errors.Is(err, context.Canceled):
 		return Exit(ExitFailure, "%s: interrupted", what)
 	case errors.Is(err, leasehold.ErrMisconfigured):
-		return Exit(ExitUnavailable, "%s: store %s refused the request: %s; fix the store URL or the store's configuration", what, o.Desc, storeSays(o, err))
+		return Exit(ExitUnavailable, "%s: store %s refused the request: %s; fix the store URL or the store's configuration", what, o.Desc, storeSays(o.Desc, err))
 	}
-	return Exit(ExitUnavailable, "%s: store %s unavailable: %s", what, o.Desc, storeSays(o, err))
+	return Exit(ExitUnavailable, "%s: store %s unavailable: %s", what, o.Desc, storeSays(o.Desc, err))
 }
 
 // ownWrapping matches what leasehold's own packages put around a store's
 // words: "leasehold: ", `store failure during acquire of "k": `,
-// `redisstore: acquire "k": `, "store misconfigured: ".
-var ownWrapping = regexp.MustCompile(`leasehold: |store failure during \w+ of "(?:[^"\\]|\\.)*": |\b(?:redis|etcd|pg|mem)store: [\w ]+ "(?:[^"\\]|\\.)*": |store misconfigured: `)
+// `redisstore: acquire "k": `, "store misconfigured: ", "storeurl: store
+// unavailable: ".
+var ownWrapping = regexp.MustCompile(`leasehold: |storeurl: store unavailable: |store failure during \w+ of "(?:[^"\\]|\\.)*": |\b(?:redis|etcd|pg|mem)store: (?:[\w ]+ "(?:[^"\\]|\\.)*": )?|store misconfigured: `)
 
 // notRedis matches go-redis errors that mean the server at the other end
 // does not speak the Redis protocol.
 var notRedis = regexp.MustCompile(`^(?:unexpected )?EOF$|redis: (?:can't parse|invalid reply|unexpected)|got \d+ elements|unknown reply|protocol error`)
 
-// storeSays is what the store itself said in err, without the wrappers
-// that repeat the operation, the key or "leasehold:" (the caller says
-// those once). A Redis URL whose server answered with something that is not
-// Redis gets the likely cause added.
-func storeSays(o *storeurl.Opened, err error) string {
-	msg := strings.TrimSuffix(ownWrapping.ReplaceAllString(err.Error(), ""), ".")
-	if isRedisURL(o.Desc) && notRedis.MatchString(msg) {
+// storeSays is what the store at desc (its redacted URL) said in err,
+// without the wrappers that repeat the operation, the key, the URL or
+// "leasehold:" (the caller says those once). A Redis URL whose server
+// answered with something that is not Redis gets the likely cause added.
+func storeSays(desc string, err error) string {
+	msg := ownWrapping.ReplaceAllString(err.Error(), "")
+	msg = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, desc+": "), desc+" "), ".")
+	if isRedisURL(desc) && notRedis.MatchString(msg) {
 		msg += " (is this a Redis server? the server at that address closed the connection or answered something that is not the Redis protocol: check the host and port)"
 	}
 	return msg

@@ -225,9 +225,9 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	obs = teeObservers(obs, report)
 
 	st, err := a.openStore(ctx, "run", true)
-	if errors.Is(err, storeurl.ErrUnavailable) {
+	if ue := (*unavailableError)(nil); errors.As(err, &ue) {
 		// Not even opened (etcd is dialled at open): the policy decides.
-		st = &storeurl.Opened{Store: downStore{err: errors.Unwrap(err)}, Shared: true, Desc: storeurl.Describe(a.storeFlagOrEnv())}
+		st = &storeurl.Opened{Store: downStore{err: ue.err}, Shared: true, Desc: ue.desc}
 	} else if err != nil {
 		return err
 	}
@@ -278,9 +278,9 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			res.Outcome = "not_acquired"
 			return Exit(o.conflictCode, "%s", notAcquired(err, o))
 		case errors.Is(err, leasehold.ErrMisconfigured):
-			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st, err))
+			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrStore):
-			return Exit(ExitUnavailable, "acquire %q: store %s unavailable: %s; --on-store-error is fail-closed, so the command did not run", o.key, st.Desc, storeSays(st, err))
+			return Exit(ExitUnavailable, "acquire %q: store %s unavailable: %s; --on-store-error is fail-closed, so the command did not run", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
 			return usage("%v", err)
 		}
