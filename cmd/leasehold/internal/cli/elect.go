@@ -113,7 +113,9 @@ leadership ends (lost, renewals abandoned, expired locally) the command gets
 SIGTERM, then SIGKILL after --grace, and elect campaigns again. When the command
 exits on its own, elect resigns (the next candidate takes over at once) and exits
 with the command's status. SIGINT or SIGTERM stop the command the same way,
-resign, and exit. Candidates take over in the order they started campaigning.`,
+resign, and exit. Candidates take over in the order they started campaigning.
+COMMAND runs in its own process group under a supervisor that kills the whole
+group when elect dies for any reason, SIGKILL included.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usage("elect needs a command after --, e.g. leasehold elect --key K -- ./reconcile")

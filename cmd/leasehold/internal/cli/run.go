@@ -66,6 +66,10 @@ SIGTERM to COMMAND, then SIGKILL after --grace, and exits 79. When stdin is not
 a terminal COMMAND runs in its own process group, and the signals reach the
 whole group.
 
+COMMAND never outlives run: a small supervisor process between them kills
+COMMAND's whole process group when run dies for any reason, SIGKILL included,
+long before the lease could expire in the store.
+
 SIGINT, SIGTERM and SIGHUP sent to run are forwarded to COMMAND.
 
 -c 'COMMAND LINE' runs the line through sh -c (flock's -c). With no command at
