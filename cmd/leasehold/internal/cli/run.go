@@ -58,13 +58,13 @@ COMMAND runs and releases it when COMMAND exits: flock(1) across machines.
 
 With --wait 0 (the default; -n says so explicitly) run makes one attempt;
 otherwise it waits up to --wait (seconds as flock's -w takes them, 5 or 0.5,
-or a duration such as 1m30s) for the holder to release or expire. The lease is renewed every
---renew-every (default TTL/3); after --max-renew-failures consecutive failed
-renewals, or when the lease's own clock says the TTL ran out, or when the store
-says another owner has the key, the lease has ended: run logs why, sends
-SIGTERM to COMMAND, then SIGKILL after --grace, and exits 79. When stdin is not
-a terminal COMMAND runs in its own process group, and the signals reach the
-whole group.
+or a duration such as 1m30s) for the holder to release or expire. The lease
+is renewed every --renew-every (default TTL/3); after --max-renew-failures
+consecutive failed renewals, or when the lease's own clock says the TTL ran
+out, or when the store says another owner has the key, the lease has ended:
+run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace, and exits
+79. When stdin is not a terminal COMMAND runs in its own process group, and
+the signals reach the whole group.
 
 COMMAND never outlives run: a small supervisor process between them kills
 COMMAND's whole process group when run dies for any reason, SIGKILL included,
