@@ -307,7 +307,7 @@ func storeSays(desc string, err error) string {
 	msg := ownWrapping.ReplaceAllString(err.Error(), "")
 	msg = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, desc+": "), desc+" "), ".")
 	if isRedisURL(desc) && notRedis.MatchString(msg) {
-		msg += " (is this a Redis server? the server at that address closed the connection or answered something that is not the Redis protocol: check the host and port)"
+		msg += " (is this a Redis server? it closed the connection or answered in another protocol: check the host and port, and rediss:// for a server that expects TLS)"
 	}
 	return msg
 }
