@@ -103,7 +103,15 @@ func TestErrorSuggestionsAndUsageHint(t *testing.T) {
 			t.Errorf("%s: expected exit 2, %q and the usage hint, got %d:\n%s", typo, want, code, stderr)
 		}
 	}
-	code, _, stderr := lh(t, nil, "run", "--bogus")
+	code, _, stderr := lh(t, nil, "help", "relase")
+	if code != 2 || !strings.Contains(stderr, "did you mean release?") || strings.Contains(stderr, usageHint) {
+		t.Errorf("help relase: expected exit 2 and a suggestion without a usage hint, got %d:\n%s", code, stderr)
+	}
+	code, _, stderr = lh(t, nil, "")
+	if code != 2 || strings.Contains(stderr, "did you mean") {
+		t.Errorf("an empty command: expected exit 2 and no suggestion, got %d:\n%s", code, stderr)
+	}
+	code, _, stderr = lh(t, nil, "run", "--bogus")
 	if code != 2 || !strings.Contains(stderr, "Run 'leasehold run --help' for usage.") {
 		t.Errorf("unknown flag: expected exit 2 and the usage hint, got %d:\n%s", code, stderr)
 	}

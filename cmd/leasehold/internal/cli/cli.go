@@ -200,7 +200,7 @@ Exit statuses:
 	root.SuggestionsMinimumDistance = 2
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			if s := suggestions(cmd, args[0]); len(s) > 0 {
 				return usage("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
 			}
 			return usage("unknown command %q; 'leasehold help' lists the commands", args[0])
@@ -221,6 +221,15 @@ Exit statuses:
 	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.permitsCmd())
 	root.AddCommand(a.benchChildCmd()) // hidden: one replica of bench --contention
 	return root
+}
+
+// suggestions are the commands of root whose names are close to typed
+// (cobra's suggestions: a distance of 2 or a prefix); none for "".
+func suggestions(root *cobra.Command, typed string) []string {
+	if typed == "" {
+		return nil
+	}
+	return root.SuggestionsFor(typed)
 }
 
 // storeFlagOrEnv returns --store, else $LEASEHOLD_STORE.
