@@ -121,3 +121,53 @@ func TestElectKilledLeavesNoCommand(t *testing.T) {
 		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
 	}
 }
+
+// childrenOf lists the live children of pid whose command line contains
+// substr.
+func childrenOf(t *testing.T, pid int, substr string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || parentOf(p) != pid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), substr) {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// Should the supervisor itself be killed, run kills the command's group,
+// reports the supervisor's death as the command's status and does not hang.
+func TestRunSupervisorKilled(t *testing.T) {
+	srv := testredis.Start(t)
+	dir := t.TempDir()
+	done, pgidFile := filepath.Join(dir, "done"), filepath.Join(dir, "pgid")
+	p := start(t, storeEnv(srv), "run", "--key", "e2e:supervisor-killed", "--ttl", "2s", "--",
+		"sh", "-c", `(sleep 3; echo done > `+done+`) & echo $$ > `+pgidFile+`; wait`)
+	waitFor(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(readFile(t, pgidFile), "\n") })
+	pgid, _ := strconv.Atoi(strings.TrimSpace(readFile(t, pgidFile)))
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	sups := childrenOf(t, p.cmd.Process.Pid, "__supervise")
+	if len(sups) != 1 {
+		t.Fatalf("expected one supervisor child of run, got %v", sups)
+	}
+	if err := syscall.Kill(sups[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(10 * time.Second); code != 128+9 {
+		t.Errorf("expected run to exit 137 (its supervisor was killed), got %d: %s", code, p.stderr)
+	}
+	waitFor(t, 2*time.Second, "the command's group to be gone", func() bool { return len(groupMembers(t, pgid)) == 0 })
+	time.Sleep(3500 * time.Millisecond)
+	if readFile(t, done) != "" {
+		t.Errorf("the command's background job ran to its end after its supervisor was killed")
+	}
+}
