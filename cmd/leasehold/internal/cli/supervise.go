@@ -27,9 +27,9 @@ import (
 // whatever the reason (SIGKILL and the OOM killer included), it kills the
 // command's whole process group with SIGKILL (only the command itself when
 // the command shares the terminal's foreground group), waits for it, and
-// exits. It learns of the death from parentDeathSignal (PR_SET_PDEATHSIG on
-// Linux) at once, and from polling its parent pid every superviseCheck
-// elsewhere. The lease can only expire a TTL after the last renewal, well
+// exits. It learns of the death at once from parentDeathSignal
+// (PR_SET_PDEATHSIG, Linux only), and within superviseCheck from polling its
+// parent pid. The lease can only expire a TTL after the last renewal, well
 // after either.
 
 // superviseArg, as leasehold's first argument, makes it the supervisor.
@@ -52,12 +52,11 @@ func IsSupervisor(args []string) bool { return len(args) > 0 && args[0] == super
 // SuperviseMain is the supervisor: args are superviseArg, the parent's pid,
 // the mode and the command. It returns the exit status.
 func SuperviseMain(args []string) int {
-	if len(args) < 4 {
-		fmt.Fprintln(os.Stderr, "leasehold: __supervise is internal to run and elect")
-		return ExitUsage
+	var ppid int
+	if len(args) >= 4 {
+		ppid, _ = strconv.Atoi(args[1])
 	}
-	ppid, err := strconv.Atoi(args[1])
-	if err != nil {
+	if ppid <= 0 {
 		fmt.Fprintln(os.Stderr, "leasehold: __supervise is internal to run and elect")
 		return ExitUsage
 	}
