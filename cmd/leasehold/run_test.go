@@ -402,3 +402,35 @@ func TestRunLimit(t *testing.T) {
 		t.Fatalf("expected at most and at least 2 runs at once and 4 fences, got %d at once, %d fences", most, len(fences))
 	}
 }
+
+// flock's conventions: -w/--wait take plain (fractional) seconds as well as
+// durations, -n is --wait 0, -E sets the status of a conflict.
+func TestRunFlockFlags(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	holder := start(t, env, "run", "--key", "e2e:flock", "--ttl", "10s")
+	waitFor(t, 10*time.Second, "the holder", func() bool { return strings.Contains(holder.stdout.String(), "holding") })
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-w", "0.5"}, 75, "not acquired within --wait 500ms"},
+		{[]string{"--wait", "1", "-E", "9"}, 9, "not acquired within --wait 1s"},
+		{[]string{"--wait=300ms"}, 75, "not acquired within --wait 300ms"},
+		{[]string{"-n", "-E", "3"}, 3, "use --wait to wait for it"},
+		{[]string{"--nonblock", "--conflict-exit-code", "0"}, 0, "use --wait to wait for it"},
+		{[]string{"-n", "-w", "5"}, 2, "-n/--nonblock means --wait 0"},
+		{[]string{"-w", "soon"}, 2, `want seconds (5, 0.5) or a duration (1m30s), got "soon"`},
+	} {
+		args := append(append([]string{"run", "--key", "e2e:flock"}, tt.args...), "--", "true")
+		code, _, stderr := lh(t, env, args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: expected exit %d and %q, got %d:\n%s", tt.args, tt.code, tt.want, code, stderr)
+		}
+	}
+	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
+	if code := holder.wait(10 * time.Second); code != 0 {
+		t.Errorf("holder: expected 0, got %d: %s", code, holder.stderr)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,6 +58,9 @@ const EnvStore = "LEASEHOLD_STORE"
 type ExitError struct {
 	Code int
 	Err  error
+	// usage adds "Run 'leasehold CMD --help' for usage." after Err: set for
+	// errors about the command line itself, never for the store's answers.
+	usage bool
 }
 
 // Error implements error.
@@ -76,8 +80,10 @@ func Exit(code int, format string, args ...any) error {
 	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
-// usage returns a bad-usage error (exit 2).
-func usage(format string, args ...any) error { return Exit(ExitUsage, format, args...) }
+// usage returns a bad-usage error (exit 2), followed by the usage hint.
+func usage(format string, args ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, args...), usage: true}
+}
 
 // App holds what every command shares: output streams, global flags and the
 // environment. The zero value is not usable; Main builds one.
@@ -98,6 +104,9 @@ type App struct {
 // Main runs the command line with args (without the program name) and
 // returns the exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if IsSupervisor(args) {
+		return SuperviseMain(args)
+	}
 	app := &App{
 		Stdout: stdout, Stderr: stderr, Getenv: os.Getenv,
 		StderrIsTerminal: isTerminal(os.Stderr), StdinIsTerminal: isTerminal(os.Stdin),
@@ -131,11 +140,11 @@ func (a *App) Execute(ctx context.Context, root *cobra.Command, args []string) (
 	var ee *ExitError
 	if !errors.As(err, &ee) {
 		// Errors from cobra itself: unknown command, flag or argument count.
-		ee = &ExitError{Code: ExitUsage, Err: err}
+		ee = &ExitError{Code: ExitUsage, Err: err, usage: true}
 	}
 	if ee.Err != nil {
 		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(ee.Err.Error(), "leasehold: "))
-		if ee.Code == ExitUsage && cmd != nil {
+		if ee.usage && cmd != nil {
 			fmt.Fprintf(a.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
@@ -188,9 +197,13 @@ Exit statuses:
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
 	root.SetHelpCommand(a.helpCmd())
+	root.SuggestionsMinimumDistance = 2
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usage("unknown command %q; run 'leasehold help' for the commands", args[0])
+			if s := suggestions(cmd, args[0]); len(s) > 0 {
+				return usage("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+			}
+			return usage("unknown command %q; 'leasehold help' lists the commands", args[0])
 		}
 		return nil
 	}
@@ -208,6 +221,15 @@ Exit statuses:
 	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.permitsCmd())
 	root.AddCommand(a.benchChildCmd()) // hidden: one replica of bench --contention
 	return root
+}
+
+// suggestions are the commands of root whose names are close to typed
+// (cobra's suggestions: a distance of 2 or a prefix); none for "".
+func suggestions(root *cobra.Command, typed string) []string {
+	if typed == "" {
+		return nil
+	}
+	return root.SuggestionsFor(typed)
 }
 
 // storeFlagOrEnv returns --store, else $LEASEHOLD_STORE.
@@ -232,9 +254,11 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	o, err := storeurl.OpenEnv(ctx, raw, a.Getenv)
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
-		return nil, &ExitError{Code: ExitUnavailable, Err: err}
-	case err != nil:
+		return nil, &ExitError{Code: ExitUnavailable, Err: &unavailableError{cmd: cmdName, desc: storeurl.Describe(raw), err: err}}
+	case errors.Is(err, storeurl.ErrBadURL):
 		return nil, usage("--store: %v", err)
+	case err != nil: // the store refused or a file the URL names is unusable
+		return nil, Exit(ExitUsage, "--store: %v", err)
 	}
 	for _, w := range o.Warnings {
 		fmt.Fprintf(a.Stderr, "leasehold: warning: %s\n", w)
@@ -247,7 +271,20 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	return o, nil
 }
 
-// storeFailure maps a store error of a command to its exit status.
+// unavailableError is a store that did not answer when it was opened.
+type unavailableError struct {
+	cmd, desc string // the command and the store's redacted URL
+	err       error  // wraps storeurl.ErrUnavailable
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("%s: store %s unavailable: %s", e.cmd, e.desc, storeSays(e.desc, e.err))
+}
+
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// storeFailure maps a store error of a command to its exit status, with
+// the store's own words (see storeSays).
 func storeFailure(o *storeurl.Opened, what string, err error) error {
 	err = o.Redact(err)
 	switch {
@@ -255,8 +292,38 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 		return usage("%v", err)
 	case errors.Is(err, context.Canceled):
 		return Exit(ExitFailure, "%s: interrupted", what)
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return Exit(ExitUnavailable, "%s: store %s refused the request: %s; fix the store URL or the store's configuration", what, o.Desc, storeSays(o.Desc, err))
 	}
-	return Exit(ExitUnavailable, "%s: store %s unavailable: %v", what, o.Desc, err)
+	return Exit(ExitUnavailable, "%s: store %s unavailable: %s", what, o.Desc, storeSays(o.Desc, err))
+}
+
+// ownWrapping matches what leasehold's own packages put around a store's
+// words: "leasehold: ", `store failure during acquire of "k": `,
+// `redisstore: acquire "k": `, "store misconfigured: ", "storeurl: store
+// unavailable: ".
+var ownWrapping = regexp.MustCompile(`leasehold: |storeurl: store unavailable: |store failure during \w+ of "(?:[^"\\]|\\.)*": |\b(?:redis|etcd|pg|mem)store: (?:[\w ]+ "(?:[^"\\]|\\.)*": )?|store misconfigured: `)
+
+// notRedis matches go-redis errors that mean the server at the other end
+// does not speak the Redis protocol.
+var notRedis = regexp.MustCompile(`^(?:unexpected )?EOF$|redis: (?:can't parse|invalid reply|unexpected)|got \d+ elements|unknown reply|protocol error`)
+
+// storeSays is what the store at desc (its redacted URL) said in err,
+// without the wrappers that repeat the operation, the key, the URL or
+// "leasehold:" (the caller says those once). A Redis URL whose server
+// answered with something that is not Redis gets the likely cause added.
+func storeSays(desc string, err error) string {
+	msg := ownWrapping.ReplaceAllString(err.Error(), "")
+	msg = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, desc+": "), desc+" "), ".")
+	if isRedisURL(desc) && notRedis.MatchString(msg) {
+		msg += " (is this a Redis server? it closed the connection or answered in another protocol: check the host and port, and rediss:// for a server that expects TLS)"
+	}
+	return msg
+}
+
+// isRedisURL reports whether desc is a redis:// or rediss:// URL.
+func isRedisURL(desc string) bool {
+	return strings.HasPrefix(desc, "redis://") || strings.HasPrefix(desc, "rediss://")
 }
 
 // logger returns the slog logger for lockers: warnings and errors on stderr,

@@ -3,13 +3,19 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if IsSupervisor(os.Args[1:]) { // run and elect start this binary as their supervisor
+		os.Exit(SuperviseMain(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()

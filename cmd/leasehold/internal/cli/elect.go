@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -114,7 +113,9 @@ leadership ends (lost, renewals abandoned, expired locally) the command gets
 SIGTERM, then SIGKILL after --grace, and elect campaigns again. When the command
 exits on its own, elect resigns (the next candidate takes over at once) and exits
 with the command's status. SIGINT or SIGTERM stop the command the same way,
-resign, and exit. Candidates take over in the order they started campaigning.`,
+resign, and exit. Candidates take over in the order they started campaigning.
+COMMAND runs in its own process group under a supervisor that kills the whole
+group when elect dies for any reason, SIGKILL included.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usage("elect needs a command after --, e.g. leasehold elect --key K -- ./reconcile")
@@ -159,7 +160,7 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 	el, err := leasehold.NewElection(locker, o.key, leasehold.Callbacks{
 		OnStartedLeading: e.lead,
 		OnStoppedLeading: func(cause error) {
-			if e.exited == nil {
+			if e.exited == nil && ctx.Err() == nil { // else elect ends, and says so
 				fmt.Fprintf(a.Stderr, "leasehold elect: leadership of %q ended: %s; campaigning again\n", o.key, short(cause))
 			}
 		},
@@ -177,7 +178,10 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 	case ctx.Err() != nil:
 		return Exit(ExitFailure, "interrupted; resigned from %q", o.key)
 	}
-	return Exit(ExitFailure, "elect %q: %v", o.key, st.Redact(err))
+	if errors.Is(err, leasehold.ErrStore) {
+		return storeFailure(st, fmt.Sprintf("elect %q", o.key), err)
+	}
+	return Exit(ExitFailure, "elect %q: %s", o.key, short(st.Redact(err)))
 }
 
 // elector runs the command for each term of leadership.
@@ -194,39 +198,35 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 	if e.a.verbose {
 		fmt.Fprintf(e.a.Stderr, "leasehold elect: leading %q with fence %d\n", lease.Key(), lease.Fence())
 	}
-	child := exec.Command(e.args[0], e.args[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease, false)
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := child.Start(); err != nil {
+	child, err := startSupervised(e.args, childEnv(os.Environ(), lease, false), true)
+	if err != nil {
 		code := ExitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
+		var se *startError
+		if errors.As(err, &se) {
+			code = se.code
 		}
 		fmt.Fprintf(e.a.Stderr, "leasehold elect: cannot run %q: %v\n", e.args[0], err)
 		e.exited = &code
 		e.finish()
 		return
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- child.Wait() }() // joined below
 	select {
-	case err := <-waited:
-		code := exitCode(err)
+	case err := <-child.done:
+		code := child.ended(err)
 		e.exited = &code
 		e.finish()
 		return
 	case <-ctx.Done():
 	}
-	pid := child.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	child.signal(syscall.SIGTERM)
 	t := time.NewTimer(e.grace)
 	defer t.Stop()
 	select {
-	case <-waited:
+	case err := <-child.done:
+		child.ended(err)
 	case <-t.C:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-waited
+		child.signal(syscall.SIGKILL)
+		child.ended(<-child.done)
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL) // nothing of the job keeps working without leadership
+	child.signal(syscall.SIGKILL) // nothing of the job keeps working without leadership
 }

@@ -121,11 +121,13 @@ inside one process and would always be empty.`,
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "key\t%s\n", quoteUnprintable(li.Key))
 			fmt.Fprintf(tw, "token\t%s\n", quoteUnprintable(li.Token))
-			fmt.Fprintf(tw, "holder\t%s\n", quoteUnprintable(li.Holder))
+			if li.Holder != "" {
+				fmt.Fprintf(tw, "holder\t%s\n", quoteUnprintable(li.Holder))
+			}
 			fmt.Fprintf(tw, "fence\t%d\n", li.Fence)
 			fmt.Fprintf(tw, "remaining\t%s\n", human(li.Remaining))
 			fmt.Fprintf(tw, "waiting\t%d\n", li.Waiting)
-			if li.Waiting > 0 {
+			if li.NextHolder != "" {
 				fmt.Fprintf(tw, "next holder\t%s\n", quoteUnprintable(li.NextHolder))
 			}
 			for _, k := range slices.Sorted(maps.Keys(li.Facts)) {

@@ -61,8 +61,11 @@ func (a *App) printPermits(info leasehold.PermitInfo) error {
 		return writeJSON(a.Stdout, info)
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "key\t%s\nlimit\t%d\nheld\t%d\nwaiting\t%d\tnext: %s\n",
-		quoteUnprintable(info.Key), info.Limit, len(info.Holders), info.Waiting, quoteUnprintable(info.NextHolder))
+	fmt.Fprintf(tw, "key\t%s\nlimit\t%d\nheld\t%d\nwaiting\t%d\n",
+		quoteUnprintable(info.Key), info.Limit, len(info.Holders), info.Waiting)
+	if info.NextHolder != "" {
+		fmt.Fprintf(tw, "next holder\t%s\n", quoteUnprintable(info.NextHolder))
+	}
 	fmt.Fprintln(tw, "\nFENCE\tTOKEN\tHOLDER\tREMAINING")
 	for _, h := range info.Holders {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", h.Fence, quoteUnprintable(h.Token), quoteUnprintable(h.Holder), h.Remaining)

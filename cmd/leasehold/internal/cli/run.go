@@ -23,6 +23,7 @@ type runOpts struct {
 	key          string
 	ttl          time.Duration
 	wait         time.Duration
+	nonblock     bool // -n: --wait 0, said explicitly
 	renewEvery   time.Duration
 	renewTimeout time.Duration
 	maxFailures  int
@@ -55,14 +56,19 @@ func (a *App) runCmd() *cobra.Command {
 		Long: `run acquires a lease on --key, starts COMMAND, keeps the lease renewed while
 COMMAND runs and releases it when COMMAND exits: flock(1) across machines.
 
-With --wait 0 (the default) run makes one attempt; otherwise it waits up to
---wait for the holder to release or expire. The lease is renewed every
---renew-every (default TTL/3); after --max-renew-failures consecutive failed
-renewals, or when the lease's own clock says the TTL ran out, or when the store
-says another owner has the key, the lease has ended: run logs why, sends
-SIGTERM to COMMAND, then SIGKILL after --grace, and exits 79. When stdin is not
-a terminal COMMAND runs in its own process group, and the signals reach the
-whole group.
+With --wait 0 (the default; -n says so explicitly) run makes one attempt;
+otherwise it waits up to --wait (seconds as flock's -w takes them, 5 or 0.5,
+or a duration such as 1m30s) for the holder to release or expire. The lease
+is renewed every --renew-every (default TTL/3); after --max-renew-failures
+consecutive failed renewals, or when the lease's own clock says the TTL ran
+out, or when the store says another owner has the key, the lease has ended:
+run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace, and exits
+79. When stdin is not a terminal COMMAND runs in its own process group, and
+the signals reach the whole group.
+
+COMMAND never outlives run: a small supervisor process between them kills
+COMMAND's whole process group when run dies for any reason, SIGKILL included,
+long before the lease could expire in the store.
 
 SIGINT, SIGTERM and SIGHUP sent to run are forwarded to COMMAND.
 
@@ -125,7 +131,8 @@ Exit status:
 	f := cmd.Flags()
 	f.StringVar(&o.key, "key", "", "lock key (required), e.g. scheduler:job:42")
 	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; > 0")
-	f.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock; 0 = one attempt")
+	f.VarP((*secondsOrDuration)(&o.wait), "wait", "w", "how long to wait for the lock, in seconds (5, 0.5) or as a duration (1m30s); 0 = one attempt (flock's -w)")
+	f.BoolVarP(&o.nonblock, "nonblock", "n", false, "one attempt, do not wait: the same as --wait 0 (flock's -n)")
 	f.DurationVar(&o.renewEvery, "renew-every", 0, "renewal interval (default TTL/3); < --ttl")
 	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
@@ -134,7 +141,7 @@ Exit status:
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
-	f.IntVar(&o.conflictCode, "conflict-exit-code", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
+	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
 	f.StringVarP(&o.command, "command", "c", "", "run this command line through sh -c")
 	f.BoolVar(&o.keepStore, "keep-store-env", false, "keep "+EnvStore+" (it may hold a password) in the command's environment")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting lines on stderr")
@@ -155,6 +162,8 @@ func (o *runOpts) validate(cmd *cobra.Command) (leasehold.StorePolicy, error) {
 		return 0, usage("--ttl must be > 0, got %v", o.ttl)
 	case o.wait < 0:
 		return 0, usage("--wait must be >= 0, got %v", o.wait)
+	case o.nonblock && o.wait > 0:
+		return 0, usage("-n/--nonblock means --wait 0; pass one of -n and --wait %v, not both", o.wait)
 	case o.limit < 0:
 		return 0, usage("--limit must be >= 1 (or 0 for a plain lock), got %d", o.limit)
 	case o.renewEvery < 0:
@@ -220,9 +229,9 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	obs = teeObservers(obs, report)
 
 	st, err := a.openStore(ctx, "run", true)
-	if errors.Is(err, storeurl.ErrUnavailable) {
+	if ue := (*unavailableError)(nil); errors.As(err, &ue) {
 		// Not even opened (etcd is dialled at open): the policy decides.
-		st = &storeurl.Opened{Store: downStore{err: errors.Unwrap(err)}, Shared: true, Desc: storeurl.Describe(a.storeFlagOrEnv())}
+		st = &storeurl.Opened{Store: downStore{err: ue.err}, Shared: true, Desc: ue.desc}
 	} else if err != nil {
 		return err
 	}
@@ -271,14 +280,11 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			return Exit(128+signum(interrupted), "interrupted by %v while acquiring %q", interrupted, o.key)
 		case errors.Is(err, leasehold.ErrNotAcquired):
 			res.Outcome = "not_acquired"
-			if o.wait > 0 {
-				return Exit(o.conflictCode, "not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
-			}
-			return Exit(o.conflictCode, "%s (use --wait to wait for it)", short(err))
+			return Exit(o.conflictCode, "%s", notAcquired(err, o))
 		case errors.Is(err, leasehold.ErrMisconfigured):
-			return usage("store %s refused the request; fix the store URL or the store's configuration (nothing ran): %s", st.Desc, short(err))
+			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrStore):
-			return Exit(ExitUnavailable, "store %s unavailable, and --on-store-error is fail-closed, so the command did not run: %s", st.Desc, short(err))
+			return Exit(ExitUnavailable, "acquire %q: store %s unavailable: %s; --on-store-error is fail-closed, so the command did not run", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
 			return usage("%v", err)
 		}
@@ -339,35 +345,21 @@ func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Si
 		return nil
 	}
 
-	child := exec.Command(args[0], args[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = childEnv(os.Environ(), lease, o.keepStore)
 	group := !a.StdinIsTerminal
-	if group {
-		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := child.Start(); err != nil {
+	child, err := startSupervised(args, childEnv(os.Environ(), lease, o.keepStore), group)
+	if err != nil {
 		rerr := release()
 		code := ExitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
+		var se *startError
+		if errors.As(err, &se) {
+			code = se.code
 		}
 		if rerr != nil {
 			logf("%v", rerr)
 		}
 		return Exit(code, "cannot run %q: %v", args[0], err)
 	}
-	pid := child.Process.Pid
-	signalChild := func(s syscall.Signal) {
-		if group {
-			_ = syscall.Kill(-pid, s)
-		} else {
-			_ = child.Process.Signal(s)
-		}
-	}
-
-	waited := make(chan error, 1)
-	go func() { waited <- child.Wait() }() // ends when the child exits; joined below
+	pid := child.pid
 
 	var (
 		ended   = lease.Done()
@@ -379,29 +371,29 @@ loop:
 	for {
 		select {
 		case s := <-sigs:
-			signalChild(s.(syscall.Signal))
+			child.signal(s.(syscall.Signal))
 		case <-ended:
 			ended = nil
 			cause = context.Cause(lease.Context())
 			res.Cause = short(cause)
 			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), story(cause), pid, grace)
-			signalChild(syscall.SIGTERM)
+			child.signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			killC = t.C
 		case <-killC:
 			killC = nil
 			logf("command still running %v after SIGTERM; sending SIGKILL", grace)
-			signalChild(syscall.SIGKILL)
-		case waitErr = <-waited:
+			child.signal(syscall.SIGKILL)
+		case waitErr = <-child.done:
 			break loop
 		}
 	}
-	code := exitCode(waitErr)
+	code := child.ended(waitErr)
 	res.ChildExit = &code
 	if cause != nil {
 		if group { // nothing of the job may keep working without the lease
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			child.signal(syscall.SIGKILL)
 		}
 		return Exit(ExitLeaseLost, "lease on %q ended while the command ran; the command was stopped (its status: %d)", lease.Key(), code)
 	}
@@ -459,6 +451,19 @@ func signum(s os.Signal) int {
 		return int(n)
 	}
 	return 1
+}
+
+// notAcquired says who holds what run wanted, and what to do.
+func notAcquired(err error, o *runOpts) string {
+	switch {
+	case o.limit > 0 && o.wait > 0:
+		return fmt.Sprintf("not acquired within --wait %v: all %d permits of %q are held", o.wait, o.limit, o.key)
+	case o.limit > 0:
+		return fmt.Sprintf("not acquired: all %d permits of %q are held (use --wait to wait for one)", o.limit, o.key)
+	case o.wait > 0:
+		return fmt.Sprintf("not acquired within --wait %v: %q is held by another owner", o.wait, o.key)
+	}
+	return short(err) + " (use --wait to wait for it)"
 }
 
 // acquireFor takes the key as o says: a permit of a semaphore with --limit,

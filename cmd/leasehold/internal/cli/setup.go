@@ -46,7 +46,7 @@ when Redis refuses (a user not allowed FUNCTION, a wrong password).`,
 			case errors.Is(err, storeurl.ErrBadURL):
 				return usage("--store: %v", err)
 			case errors.Is(err, leasehold.ErrMisconfigured):
-				return usage("setup redis: Redis refused; the URL's user must be an operator allowed FUNCTION (ACL in the redisstore README): %v", err)
+				return Exit(ExitUsage, "setup redis: Redis refused; the URL's user must be an operator allowed FUNCTION (ACL in the redisstore README): %v", err)
 			case err != nil:
 				return Exit(ExitUnavailable, "setup redis: %v", err)
 			}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -72,7 +73,11 @@ func (a *App) helpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target, rest, err := cmd.Root().Find(args)
 			if err != nil || target == nil || len(rest) > 0 {
-				return usage("unknown help topic %q; run 'leasehold help' for the commands", args)
+				topic := strings.Join(args, " ")
+				if s := suggestions(cmd.Root(), args[0]); len(s) > 0 && s[0] != args[0] {
+					return Exit(ExitUsage, "unknown help topic %q; did you mean %s?", topic, strings.Join(s, " or "))
+				}
+				return Exit(ExitUsage, "unknown help topic %q; 'leasehold help' lists the commands", topic)
 			}
 			return target.Help()
 		},

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/testredis"
+)
+
+// groupMembers lists the live (not zombie) processes of process group pgid.
+func groupMembers(t *testing.T, pgid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 3 || f[0] == "Z" {
+			continue
+		}
+		if g, _ := strconv.Atoi(f[2]); g == pgid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killedWrapper SIGKILLs a leasehold process (run or elect) whose command,
+// `sh -c '(sleep 3; echo done > DONE) & echo $$ > PGID; wait'`, started, and
+// checks that nothing of the command survives it: no process of its group
+// is left within a second (the TTL is 2 s) and DONE never appears. Then next
+// takes the key: its command checks that no process of the first group is
+// alive at the moment it runs.
+func killedWrapper(t *testing.T, env []string, first func(script string) *proc, next func(script string)) {
+	t.Helper()
+	dir := t.TempDir()
+	done, pgidFile, overlap, second := filepath.Join(dir, "done"), filepath.Join(dir, "pgid"), filepath.Join(dir, "overlap"), filepath.Join(dir, "second")
+	p := first(`(sleep 3; echo done > ` + done + `) & echo $$ > ` + pgidFile + `; wait`)
+	waitFor(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(readFile(t, pgidFile), "\n") })
+	pgid, err := strconv.Atoi(strings.TrimSpace(readFile(t, pgidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	if n := len(groupMembers(t, pgid)); n < 2 {
+		t.Fatalf("expected the command's group to hold sh and its background subshell, got %d processes", n)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	next(`ps -e -o pgid=,stat=,pid=,args= | awk '$1 == ` + strconv.Itoa(pgid) + ` && $2 !~ /^Z/' > ` + overlap + `; echo ran > ` + second)
+	// The lease expires 2 s after the last renewal, so at the earliest about
+	// 1.3 s after the kill: the group must be gone well before. 1 s is
+	// generous for a supervisor that acts within 100 ms.
+	for len(groupMembers(t, pgid)) > 0 {
+		if time.Since(killed) > time.Second {
+			t.Errorf("processes of the command's group still alive %v after its leasehold was killed: %v", time.Since(killed).Round(time.Millisecond), groupMembers(t, pgid))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the command's group was gone %v after the kill", time.Since(killed).Round(time.Millisecond))
+	p.wait(10 * time.Second) // its stdout stays open while anything of the command lives
+	waitFor(t, 20*time.Second, "the next holder's command", func() bool { return readFile(t, second) != "" })
+	if out := readFile(t, overlap); out != "" {
+		t.Errorf("the next holder ran while the killed holder's command was alive:\n%s", out)
+	}
+	// The background subshell would write at 3 s after its start.
+	time.Sleep(time.Until(killed.Add(4 * time.Second)))
+	if readFile(t, done) != "" {
+		t.Errorf("the killed holder's command ran to its end")
+	}
+}
+
+// SIGKILL of run leaves nothing of its command running, grandchildren
+// included, and the next run of the key does not overlap it.
+func TestRunKilledLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var next *proc
+	killedWrapper(t, env, func(script string) *proc {
+		return start(t, env, "run", "--key", "e2e:killed", "--ttl", "2s", "--", "sh", "-c", script)
+	}, func(script string) {
+		next = start(t, env, "run", "--key", "e2e:killed", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next run: expected exit 0, got %d: %s", code, next.stderr)
+	}
+}
+
+// The same for elect: SIGKILL of the leader's elect kills its command's
+// whole group before the next candidate can lead.
+func TestElectKilledLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var next *proc
+	killedWrapper(t, env, func(script string) *proc {
+		return start(t, env, "elect", "--key", "e2e:elect-killed", "--ttl", "2s", "--", "sh", "-c", script)
+	}, func(script string) {
+		next = start(t, env, "elect", "--key", "e2e:elect-killed", "--ttl", "2s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
+	}
+}
+
+// childrenOf lists the live children of pid whose command line contains
+// substr.
+func childrenOf(t *testing.T, pid int, substr string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || parentOf(p) != pid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), substr) {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// Should the supervisor itself be killed, run kills the command's group,
+// reports the supervisor's death as the command's status and does not hang.
+func TestRunSupervisorKilled(t *testing.T) {
+	srv := testredis.Start(t)
+	dir := t.TempDir()
+	done, pgidFile := filepath.Join(dir, "done"), filepath.Join(dir, "pgid")
+	p := start(t, storeEnv(srv), "run", "--key", "e2e:supervisor-killed", "--ttl", "2s", "--",
+		"sh", "-c", `(sleep 3; echo done > `+done+`) & echo $$ > `+pgidFile+`; wait`)
+	waitFor(t, 10*time.Second, "the command to start", func() bool { return strings.HasSuffix(readFile(t, pgidFile), "\n") })
+	pgid, _ := strconv.Atoi(strings.TrimSpace(readFile(t, pgidFile)))
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	sups := childrenOf(t, p.cmd.Process.Pid, "__supervise")
+	if len(sups) != 1 {
+		t.Fatalf("expected one supervisor child of run, got %v", sups)
+	}
+	if err := syscall.Kill(sups[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(10 * time.Second); code != 128+9 {
+		t.Errorf("expected run to exit 137 (its supervisor was killed), got %d: %s", code, p.stderr)
+	}
+	waitFor(t, 2*time.Second, "the command's group to be gone", func() bool { return len(groupMembers(t, pgid)) == 0 })
+	time.Sleep(3500 * time.Millisecond)
+	if readFile(t, done) != "" {
+		t.Errorf("the command's background job ran to its end after its supervisor was killed")
+	}
+}
