@@ -66,9 +66,9 @@ func latency(ds []time.Duration) latencyJSON {
 	slices.Sort(ds)
 	at := func(p float64) float64 {
 		i := int(p/100*float64(len(ds))+0.999999) - 1
-		return ms(ds[max(0, min(i, len(ds)-1))])
+		return msOf(ds[max(0, min(i, len(ds)-1))])
 	}
-	return latencyJSON{P50: at(50), P90: at(90), P99: at(99), Max: ms(ds[len(ds)-1])}
+	return latencyJSON{P50: at(50), P90: at(90), P99: at(99), Max: msOf(ds[len(ds)-1])}
 }
 
 func parseConcurrency(s string) ([]int, error) {
