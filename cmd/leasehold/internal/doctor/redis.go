@@ -1,0 +1,313 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis runs every Redis check against the server of client: on each
+// master of a Cluster, on the master of a Sentinel client. CONFIG GET and
+// INFO are what most checks read; a user allowed neither (the service ACL
+// of redisstore/doc.go) gets SKIP lines naming the rights.
+func Redis(ctx context.Context, client redis.UniversalClient, o Options) []Result {
+	o = o.withDefaults()
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return redisNode(ctx, client, "", o)
+	}
+	var (
+		mu  sync.Mutex // ForEachMaster calls concurrently
+		all []Result
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		rs := redisNode(ctx, n, n.Options().Addr, o)
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, rs...)
+		return nil
+	})
+	if err != nil {
+		all = append(all, Result{Check: "redis_cluster", Status: Fail, Seen: "cannot reach every master: " + err.Error(),
+			Why: "a lock on an unreachable master's slots cannot be taken or renewed", Fix: "bring the masters back, then run doctor again"})
+	}
+	return all
+}
+
+// redisFacts is what the checks of one node read: CONFIG GET and INFO,
+// each nil when the user may not run it.
+type redisFacts struct {
+	conf, info      map[string]string
+	confErr, infoErr error
+}
+
+// redisConfigNames are the parameters the checks read with CONFIG GET.
+var redisConfigNames = []string{"maxmemory", "maxmemory-policy", "replica-read-only", "min-replicas-to-write",
+	"min-replicas-max-lag", "appendonly", "save", "cluster-enabled", "cluster-require-full-coverage"}
+
+// redisConn is what the checks of one node call.
+type redisConn interface {
+	redis.Cmdable
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+func readRedisFacts(ctx context.Context, c redisConn) redisFacts {
+	var f redisFacts
+	args := []any{"config", "get"}
+	for _, n := range redisConfigNames {
+		args = append(args, n)
+	}
+	// Redis 7 takes many parameters in one CONFIG GET; older servers one.
+	var reply any
+	if reply, f.confErr = c.Do(ctx, args...).Result(); f.confErr == nil {
+		f.conf = configMap(reply)
+	} else if !strings.HasPrefix(f.confErr.Error(), "NOPERM") {
+		f.conf, f.confErr = configOneByOne(ctx, c)
+	}
+	raw, err := c.Info(ctx, "memory", "replication", "persistence", "cluster").Result()
+	f.infoErr = err
+	if err == nil {
+		f.info = parseInfo(raw)
+	}
+	return f
+}
+
+// configMap reads a CONFIG GET reply: a map under RESP3, a flat list of
+// names and values under RESP2.
+func configMap(reply any) map[string]string {
+	conf := map[string]string{}
+	switch r := reply.(type) {
+	case map[any]any:
+		for k, v := range r {
+			conf[fmt.Sprint(k)] = fmt.Sprint(v)
+		}
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			conf[fmt.Sprint(r[i])] = fmt.Sprint(r[i+1])
+		}
+	}
+	return conf
+}
+
+func configOneByOne(ctx context.Context, c redis.Cmdable) (map[string]string, error) {
+	conf := map[string]string{}
+	for _, name := range redisConfigNames {
+		m, err := c.ConfigGet(ctx, name).Result()
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			conf[k] = v
+		}
+	}
+	return conf, nil
+}
+
+func parseInfo(raw string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(raw, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// get returns a CONFIG parameter, else the INFO field that carries the same
+// value, and whether either was readable.
+func (f redisFacts) get(conf, info string) (string, bool) {
+	if v, ok := f.conf[conf]; ok {
+		return v, true
+	}
+	if info != "" {
+		if v, ok := f.info[info]; ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func redisNode(ctx context.Context, c redisConn, addr string, o Options) []Result {
+	f := readRedisFacts(ctx, c)
+	if isUnreachable(f.confErr) && isUnreachable(f.infoErr) {
+		return []Result{{Check: "redis_connect", Status: Fail, Seen: "no answer: " + f.infoErr.Error(),
+			Why: "no lock can be taken or renewed on a store that does not answer", Fix: "check the address and that redis-server runs"}}
+	}
+	rs := []Result{
+		redisEviction(f), redisReplicaWrites(f), redisReplication(f), redisPersistence(f), redisClusterCoverage(f),
+		redisClock(ctx, c, o),
+	}
+	if addr != "" {
+		for i := range rs {
+			rs[i].Seen = addr + ": " + rs[i].Seen
+		}
+	}
+	return rs
+}
+
+// isUnreachable reports whether err is not a refusal by the server (which
+// a check reports as SKIP) but a failure to talk to it.
+func isUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	return !errors.As(err, &re)
+}
+
+// skipRedis is the SKIP result of a check whose reads were refused.
+func skipRedis(check string, f redisFacts, right string) Result {
+	err := f.confErr
+	if err == nil {
+		err = f.infoErr
+	}
+	seen := "cannot read the settings"
+	if err != nil {
+		seen += ": " + firstLine(err.Error())
+	}
+	return Result{Check: check, Status: Skip, Seen: seen,
+		Fix: "run doctor as a user allowed " + right + " (the leasehold-ops user of docs/runbook.md is)"}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+const (
+	rightConfig     = "+config|get"
+	rightConfigInfo = "+config|get or +info"
+)
+
+// redisEviction fails when Redis may evict keys: a maxmemory with any
+// policy but noeviction. INFO memory carries both values for a user that
+// may not run CONFIG GET.
+func redisEviction(f redisFacts) Result {
+	const check = "redis_eviction"
+	maxmem, ok1 := f.get("maxmemory", "maxmemory")
+	policy, ok2 := f.get("maxmemory-policy", "maxmemory_policy")
+	if !ok1 || !ok2 {
+		return skipRedis(check, f, rightConfigInfo)
+	}
+	seen := fmt.Sprintf("maxmemory %s, maxmemory-policy %s", maxmem, policy)
+	if maxmem == "0" || policy == "noeviction" {
+		return Result{Check: check, Status: OK, Seen: seen}
+	}
+	why := "Redis evicts keys to stay under maxmemory"
+	if strings.HasPrefix(policy, "volatile-") {
+		why += ", and every lock key has a TTL, so this policy picks lock keys first"
+	}
+	return Result{Check: check, Status: Fail, Seen: seen,
+		Why: why + ": an evicted lock is taken by a second holder while the first still runs, and neither gets an error",
+		Fix: "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf), or keep locks in a Redis of their own without maxmemory"}
+}
+
+// redisReplicaWrites flags replica-read-only no: a replica that accepts
+// writes can hand out a lock its master never sees.
+func redisReplicaWrites(f redisFacts) Result {
+	const check = "redis_replica_read_only"
+	v, ok := f.conf["replica-read-only"]
+	if !ok {
+		return skipRedis(check, f, rightConfig)
+	}
+	role := f.info["role"]
+	seen := "replica-read-only " + v
+	if role != "" {
+		seen += ", role " + role
+	}
+	if v != "no" {
+		return Result{Check: check, Status: OK, Seen: seen}
+	}
+	r := Result{Check: check, Status: Warn, Seen: seen,
+		Why: "once this server is a replica (after a failover) it accepts lock writes that its master never sees and that the next resync drops, so two clients can hold one lock",
+		Fix: "CONFIG SET replica-read-only yes (and replica-read-only yes in redis.conf)"}
+	if role == "slave" {
+		r.Status = Fail
+		r.Why = "this replica accepts lock writes that its master never sees and that the next resync drops, so two clients can hold one lock"
+	}
+	return r
+}
+
+// redisReplication warns about a master with replicas and no
+// min-replicas-to-write.
+func redisReplication(f redisFacts) Result {
+	const check = "redis_failover"
+	role, ok1 := f.info["role"]
+	minRep, ok2 := f.conf["min-replicas-to-write"]
+	if !ok1 || !ok2 {
+		return skipRedis(check, f, "+config|get and +info")
+	}
+	replicas, _ := strconv.Atoi(f.info["connected_slaves"])
+	seen := fmt.Sprintf("role %s, %d connected replica(s), min-replicas-to-write %s", role, replicas, minRep)
+	if role == "master" && replicas == 0 {
+		return Result{Check: check, Status: OK, Seen: seen + " (no replication)"}
+	}
+	if minRep != "0" {
+		return Result{Check: check, Status: OK, Seen: seen + ", min-replicas-max-lag " + f.conf["min-replicas-max-lag"]}
+	}
+	return Result{Check: check, Status: Warn, Seen: seen,
+		Why: "replication is asynchronous: a failover to a replica that missed the latest acquire gives the lock to a second holder (docs/failover.md measured up to about a second of two holders), and without min-replicas-to-write a partitioned master keeps granting locks the new master never sees",
+		Fix: "min-replicas-to-write 1 and min-replicas-max-lag 10 in redis.conf (CONFIG SET min-replicas-to-write 1), and fence the protected writes"}
+}
+
+// redisPersistence warns about a server that keeps nothing across a
+// restart.
+func redisPersistence(f redisFacts) Result {
+	const check = "redis_persistence"
+	aof, ok1 := f.conf["appendonly"]
+	save, ok2 := f.conf["save"]
+	if !ok1 || !ok2 {
+		return skipRedis(check, f, rightConfig)
+	}
+	seen := fmt.Sprintf("appendonly %s, save %q", aof, save)
+	if aof == "yes" {
+		return Result{Check: check, Status: OK, Seen: seen}
+	}
+	r := Result{Check: check, Status: Warn, Seen: seen,
+		Why: "a restart loses every lock (or every lock taken since the last snapshot), so a second holder can acquire while the first runs until its next renewal; fences stay ordered",
+		Fix: "appendonly yes and appendfsync everysec in redis.conf (CONFIG SET appendonly yes)"}
+	return r
+}
+
+// redisClusterCoverage reports cluster-require-full-coverage on a Cluster
+// node.
+func redisClusterCoverage(f redisFacts) Result {
+	const check = "redis_cluster_coverage"
+	enabled, ok := f.get("cluster-enabled", "cluster_enabled")
+	if !ok {
+		return skipRedis(check, f, rightConfigInfo)
+	}
+	if enabled != "yes" && enabled != "1" {
+		return Result{Check: check, Status: OK, Seen: "not a Cluster"}
+	}
+	v, ok := f.conf["cluster-require-full-coverage"]
+	if !ok {
+		return skipRedis(check, f, rightConfig)
+	}
+	seen := "cluster-require-full-coverage " + v
+	if v != "no" {
+		return Result{Check: check, Status: OK, Seen: seen}
+	}
+	return Result{Check: check, Status: Warn, Seen: seen,
+		Why: "the Cluster keeps serving the slots it still covers while others have no master, so a lock's availability depends on its key's slot and a partial outage is easy to miss",
+		Fix: "cluster-require-full-coverage yes in redis.conf (CONFIG SET cluster-require-full-coverage yes)"}
+}
+
+// redisClock compares TIME with this host's clock. The service ACL allows
+// TIME (the fence floor reads it).
+func redisClock(ctx context.Context, c redis.Cmdable, o Options) Result {
+	const check = "redis_clock"
+	before := o.Now()
+	server, err := c.Time(ctx).Result()
+	after := o.Now()
+	if err != nil {
+		return Result{Check: check, Status: Skip, Seen: "TIME: " + firstLine(err.Error()), Fix: "run doctor as a user allowed +time"}
+	}
+	return clockResult(check, "Redis", "run NTP (chrony or systemd-timesyncd) on this host and the Redis server, slewing rather than stepping the clock", o, before, server, after)
+}
