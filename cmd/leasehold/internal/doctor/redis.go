@@ -42,7 +42,7 @@ func Redis(ctx context.Context, client redis.UniversalClient, o Options) []Resul
 // redisFacts is what the checks of one node read: CONFIG GET and INFO,
 // each nil when the user may not run it.
 type redisFacts struct {
-	conf, info      map[string]string
+	conf, info       map[string]string
 	confErr, infoErr error
 }
 
