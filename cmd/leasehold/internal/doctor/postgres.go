@@ -184,7 +184,7 @@ func pgDurability(ctx context.Context, db *pgxpool.Pool, opts pgstore.Options) R
 	case syncCommit == "off":
 		return Result{Check: check, Status: Warn, Seen: qname + " is logged (Durable), " + seen,
 			Why: "with synchronous_commit off an acknowledged acquire can vanish in a crash, so a logged table does not make locks durable",
-			Fix: fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on; (or synchronous_commit = on in postgresql.conf)", pgx.Identifier{role}.Sanitize())}
+			Fix: fmt.Sprintf("ALTER ROLE %s SET synchronous_commit = on;", pgx.Identifier{role}.Sanitize())}
 	}
 	return Result{Check: check, Status: OK, Seen: qname + " is logged (Durable: locks survive a crash and reach standbys; services should set Durable: true), " + seen}
 }
