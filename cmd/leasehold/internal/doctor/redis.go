@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/redisstore"
 )
 
 // Redis runs every Redis check against the server of client: on each
@@ -195,17 +197,17 @@ func redisEviction(f redisFacts) Result {
 	if !ok1 || !ok2 {
 		return skipRedis(check, f, rightConfigInfo)
 	}
-	seen := fmt.Sprintf("maxmemory %s, maxmemory-policy %s", maxmem, policy)
-	if maxmem == "0" || policy == "noeviction" {
-		return Result{Check: check, Status: OK, Seen: seen}
+	w, evicts := redisstore.EvictionWarning(maxmem, policy)
+	if !evicts {
+		return Result{Check: check, Status: OK, Seen: fmt.Sprintf("maxmemory %s, maxmemory-policy %s", maxmem, policy)}
 	}
 	why := "Redis evicts keys to stay under maxmemory"
 	if strings.HasPrefix(policy, "volatile-") {
 		why += ", and every lock key has a TTL, so this policy picks lock keys first"
 	}
-	return Result{Check: check, Status: Fail, Seen: seen,
+	return Result{Check: check, Status: Fail, Seen: w.Seen,
 		Why: why + ": an evicted lock is taken by a second holder while the first still runs, and neither gets an error",
-		Fix: "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf), or keep locks in a Redis of their own without maxmemory"}
+		Fix: w.Fix}
 }
 
 // redisReplicaWrites flags replica-read-only no: a replica that accepts
