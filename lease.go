@@ -200,7 +200,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 		return nil
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
-		ls.endReport(ErrLeaseLost, EventLost)
+		ls.endReport(lostCause(err), EventLost)
 		return fmt.Errorf("renew %q: %w", ls.key, ErrNotOwned)
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})

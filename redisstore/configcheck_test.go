@@ -2,10 +2,14 @@ package redisstore_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,10 +36,12 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// checkedLocker takes one lock through a Locker over c, closes it (which
-// waits for the background settings check) and returns the config
-// warnings it observed and its log.
-func checkedLocker(t *testing.T, c redis.UniversalClient) ([]leasehold.Event, string) {
+// checkedLocker takes one lock through a Locker over c, waits until the
+// background settings check has done its I/O (the store read evicted_keys,
+// or the Locker logged) and reported want warnings, closes the Locker
+// (which waits for the check) and returns the warnings it observed and its
+// log.
+func checkedLocker(t *testing.T, c redis.UniversalClient, want int) ([]leasehold.Event, string) {
 	t.Helper()
 	var (
 		mu     sync.Mutex
@@ -60,6 +66,19 @@ func checkedLocker(t *testing.T, c redis.UniversalClient) ([]leasehold.Event, st
 		t.Fatal(err)
 	}
 	lease.Release(t.Context())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		if n >= want && (st.EvictedSeen() != 0 || logs.String() != "") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected the settings check to report %d warning(s) within 10s, got %d", want, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +94,7 @@ func TestConfigWarningEviction(t *testing.T) {
 	srv := testredis.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-ttl")
 	admin := srv.Client(t)
 
-	events, logs := checkedLocker(t, admin)
+	events, logs := checkedLocker(t, admin, 1)
 	if len(events) != 1 || events[0].Op != "redis_eviction" || events[0].Locker != "approval" ||
 		!strings.Contains(events[0].Err.Error(), "volatile-ttl") {
 		t.Fatalf("expected one redis_eviction warning, got %+v", events)
@@ -87,7 +106,7 @@ func TestConfigWarningEviction(t *testing.T) {
 	if err := admin.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if events, logs := checkedLocker(t, admin); len(events) != 0 || logs != "" {
+	if events, logs := checkedLocker(t, admin, 0); len(events) != 0 || logs != "" {
 		t.Fatalf("expected no warning under noeviction, got %+v %q", events, logs)
 	}
 
@@ -103,8 +122,70 @@ func TestConfigWarningEviction(t *testing.T) {
 	}
 	svc := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lh", Password: "s3cret-pass"})
 	t.Cleanup(func() { _ = svc.Close() })
-	events, logs = checkedLocker(t, svc)
+	events, logs = checkedLocker(t, svc, 0)
 	if len(events) != 0 || !strings.Contains(logs, "store settings not checked") || !strings.Contains(logs, "+info") {
 		t.Fatalf("expected a skipped check naming +info, got %+v %q", events, logs)
+	}
+}
+
+// A lease lost to eviction says so: its cause and its EventLost match
+// redisstore.ErrEvicted. A lock deleted without eviction does not.
+func TestLostToEviction(t *testing.T) {
+	srv := testredis.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-ttl")
+	c := srv.Client(t)
+	lostErrs := make(chan error, 4)
+	obs := leasehold.ObserverFunc(func(e leasehold.Event) {
+		if e.Kind == leasehold.EventLost {
+			lostErrs <- e.Err
+		}
+	})
+	st := newStore(t, c, redisstore.Options{})
+	l, err := leasehold.New(st, leasehold.Options{TTL: 30 * time.Second, RenewInterval: 200 * time.Millisecond, Observer: obs,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	lose := func(key string, evict bool) error {
+		t.Helper()
+		lease, err := l.TryAcquire(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		// The background settings check reads evicted_keys first.
+		deadline := time.Now().Add(10 * time.Second)
+		for st.EvictedSeen() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !evict {
+			c.Del(t.Context(), st.LockKey(key))
+		}
+		val := strings.Repeat("x", 1024)
+		for i := 0; evict && c.Exists(t.Context(), st.LockKey(key)).Val() == 1; i++ {
+			if i > 16*1024 {
+				t.Fatal("expected the lock key to be evicted, got it kept after 16 MiB of cache writes")
+			}
+			c.Set(t.Context(), fmt.Sprintf("cache:%s:%d", key, i), val, time.Hour)
+		}
+		select {
+		case <-lease.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatal("expected the lease to be lost at its next renewal, got it still held")
+		}
+		if got := <-lostErrs; !errors.Is(got, lease.Err()) {
+			t.Fatalf("expected EventLost to carry the lease's cause %v, got %v", lease.Err(), got)
+		}
+		return lease.Err()
+	}
+	if err := lose("evicted", true); !errors.Is(err, leasehold.ErrLeaseLost) || !errors.Is(err, redisstore.ErrEvicted) {
+		t.Fatalf("expected a lease lost to eviction, got %v", err)
+	}
+	if err := c.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lose("deleted", false); !errors.Is(err, leasehold.ErrLeaseLost) || errors.Is(err, redisstore.ErrEvicted) {
+		t.Fatalf("expected a lease lost without eviction, got %v", err)
 	}
 }
