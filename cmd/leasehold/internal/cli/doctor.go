@@ -41,7 +41,8 @@ it saw, why it matters for a lock, and the exact fix. --json prints the same
 as one JSON object. doctor changes nothing on the server.
 
 Exit status: 0 when no check FAILed (WARN and SKIP lines included), 1 when
-at least one check FAILed, 69 when the store is unavailable, 2 on bad usage.`,
+at least one check FAILed, 69 when the store is unavailable, 2 on bad usage
+(the memory store, or a store that refused the user or password).`,
 		Example: `  leasehold doctor --store redis://127.0.0.1:6379
   leasehold doctor --store 'postgres://leasehold@db:5432/app?sslmode=verify-full' --json`,
 		Args: cobra.NoArgs,
@@ -100,7 +101,13 @@ func (a *App) doctor(ctx context.Context, o doctor.Options) (string, []doctor.Re
 	var rs []doctor.Result
 	switch c := st.Client().(type) {
 	case redis.UniversalClient:
-		rs = doctor.Redis(ctx, c, o)
+		rs, err = doctor.Redis(ctx, c, o)
+		switch {
+		case errors.Is(err, doctor.ErrRefused):
+			return "", nil, usage("doctor: %s refused the connection; check the user and password: %v", st.Desc, st.Redact(err))
+		case err != nil:
+			return "", nil, Exit(ExitUnavailable, "doctor: store %s unavailable: %v", st.Desc, st.Redact(err))
+		}
 	case *clientv3.Client:
 		rs = doctor.Etcd(ctx, c, o)
 	default:

@@ -13,11 +13,22 @@ import (
 	"github.com/leasehold/leasehold/redisstore"
 )
 
+// Errors of Redis, matched with errors.Is.
+var (
+	// ErrUnavailable: the server did not answer PING.
+	ErrUnavailable = errors.New("doctor: store unavailable")
+	// ErrRefused: the server answered PING with an error (a wrong
+	// password, a user without +ping).
+	ErrRefused = errors.New("doctor: store refused the connection")
+)
+
 // Redis runs every Redis check against the server of client: on each
 // master of a Cluster, on the master of a Sentinel client. CONFIG GET and
 // INFO are what most checks read; a user allowed neither (the service ACL
-// of redisstore/doc.go) gets SKIP lines naming the rights.
-func Redis(ctx context.Context, client redis.UniversalClient, o Options) []Result {
+// of redisstore/doc.go) gets SKIP lines naming the rights. It returns an
+// error wrapping ErrUnavailable or ErrRefused when a server does not answer
+// PING.
+func Redis(ctx context.Context, client redis.UniversalClient, o Options) ([]Result, error) {
 	o = o.withDefaults()
 	cc, ok := client.(*redis.ClusterClient)
 	if !ok {
@@ -28,17 +39,27 @@ func Redis(ctx context.Context, client redis.UniversalClient, o Options) []Resul
 		all []Result
 	)
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		rs := redisNode(ctx, n, n.Options().Addr, o)
+		rs, err := redisNode(ctx, n, n.Options().Addr, o)
 		mu.Lock()
 		defer mu.Unlock()
 		all = append(all, rs...)
-		return nil
+		return err
 	})
 	if err != nil {
-		all = append(all, Result{Check: "redis_cluster", Status: Fail, Seen: "cannot reach every master: " + err.Error(),
-			Why: "a lock on an unreachable master's slots cannot be taken or renewed", Fix: "bring the masters back, then run doctor again"})
+		return nil, pingError(err)
 	}
-	return all
+	return all, nil
+}
+
+func pingError(err error) error {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
+		return err
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // redisFacts is what the checks of one node read: CONFIG GET and INFO,
@@ -135,12 +156,14 @@ func (f redisFacts) get(conf, info string) (string, bool) {
 	return "", false
 }
 
-func redisNode(ctx context.Context, c redisConn, addr string, o Options) []Result {
-	f := readRedisFacts(ctx, c)
-	if isUnreachable(f.confErr) && isUnreachable(f.infoErr) {
-		return []Result{{Check: "redis_connect", Status: Fail, Seen: "no answer: " + f.infoErr.Error(),
-			Why: "no lock can be taken or renewed on a store that does not answer", Fix: "check the address and that redis-server runs"}}
+func redisNode(ctx context.Context, c redisConn, addr string, o Options) ([]Result, error) {
+	if err := c.Ping(ctx).Err(); err != nil {
+		if addr != "" {
+			err = fmt.Errorf("%s: %w", addr, err)
+		}
+		return nil, pingError(err)
 	}
+	f := readRedisFacts(ctx, c)
 	rs := []Result{
 		redisEviction(f), redisReplicaWrites(f), redisReplication(f), redisPersistence(f), redisClusterCoverage(f),
 		redisClock(ctx, c, o),
@@ -150,17 +173,7 @@ func redisNode(ctx context.Context, c redisConn, addr string, o Options) []Resul
 			rs[i].Seen = addr + ": " + rs[i].Seen
 		}
 	}
-	return rs
-}
-
-// isUnreachable reports whether err is not a refusal by the server (which
-// a check reports as SKIP) but a failure to talk to it.
-func isUnreachable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var re redis.Error
-	return !errors.As(err, &re)
+	return rs, nil
 }
 
 // skipRedis is the SKIP result of a check whose reads were refused.

@@ -41,12 +41,12 @@ func TestRedisReplication(t *testing.T) {
 	rc := replica.Client(t)
 	waitReplicas(t, mc, 1)
 
-	wantStatus(t, Redis(t.Context(), rc, Options{}), "redis_replica_read_only", Fail)
+	wantStatus(t, checkRedis(t, rc, Options{}), "redis_replica_read_only", Fail)
 	configSet(t, rc, "replica-read-only", "yes")
-	wantStatus(t, Redis(t.Context(), rc, Options{}), "redis_replica_read_only", OK)
+	wantStatus(t, checkRedis(t, rc, Options{}), "redis_replica_read_only", OK)
 
 	configSet(t, mc, "replica-read-only", "no")
-	rs := Redis(t.Context(), mc, Options{})
+	rs := checkRedis(t, mc, Options{})
 	wantStatus(t, rs, "redis_replica_read_only", Warn)
 	r := wantStatus(t, rs, "redis_failover", Warn)
 	if !strings.Contains(r.Seen, "1 connected replica") {
@@ -54,7 +54,7 @@ func TestRedisReplication(t *testing.T) {
 	}
 	configSet(t, mc, "replica-read-only", "yes")
 	configSet(t, mc, "min-replicas-to-write", "1")
-	rs = Redis(t.Context(), mc, Options{})
+	rs = checkRedis(t, mc, Options{})
 	wantStatus(t, rs, "redis_replica_read_only", OK)
 	wantStatus(t, rs, "redis_failover", OK)
 }
@@ -62,18 +62,18 @@ func TestRedisReplication(t *testing.T) {
 // No persistence WARNs; appendonly yes passes.
 func TestRedisPersistence(t *testing.T) {
 	c := testredis.Start(t).Client(t)
-	wantStatus(t, Redis(t.Context(), c, Options{}), "redis_persistence", Warn)
+	wantStatus(t, checkRedis(t, c, Options{}), "redis_persistence", Warn)
 	configSet(t, c, "appendonly", "yes")
-	wantStatus(t, Redis(t.Context(), c, Options{}), "redis_persistence", OK)
+	wantStatus(t, checkRedis(t, c, Options{}), "redis_persistence", OK)
 }
 
 // This host's clock set 10 s behind the server's WARNs; the true clock
 // passes.
 func TestRedisClock(t *testing.T) {
 	c := testredis.Start(t).Client(t)
-	wantStatus(t, Redis(t.Context(), c, Options{}), "redis_clock", OK)
+	wantStatus(t, checkRedis(t, c, Options{}), "redis_clock", OK)
 	behind := func() time.Time { return time.Now().Add(-10 * time.Second) }
-	r := wantStatus(t, Redis(t.Context(), c, Options{Now: behind}), "redis_clock", Warn)
+	r := wantStatus(t, checkRedis(t, c, Options{Now: behind}), "redis_clock", Warn)
 	if !strings.Contains(r.Seen, "offset 10") {
 		t.Fatalf("expected an offset of 10s, got %q", r.Seen)
 	}
@@ -103,7 +103,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	rs := Redis(ctx, user("svc", "svc-pass"), Options{})
+	rs := checkRedis(t, user("svc", "svc-pass"), Options{})
 	for _, check := range []string{"redis_eviction", "redis_replica_read_only", "redis_failover", "redis_persistence", "redis_cluster_coverage"} {
 		r := wantStatus(t, rs, check, Skip)
 		if !strings.Contains(r.Fix, "+config|get") || !strings.Contains(r.Seen, "NOPERM") {
@@ -112,7 +112,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 	}
 	wantStatus(t, rs, "redis_clock", OK)
 
-	rs = Redis(ctx, user("info", "info-pass"), Options{})
+	rs = checkRedis(t, user("info", "info-pass"), Options{})
 	wantStatus(t, rs, "redis_eviction", Fail)
 	wantStatus(t, rs, "redis_cluster_coverage", OK)
 	wantStatus(t, rs, "redis_persistence", Skip)
@@ -123,7 +123,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 func TestRedisCluster(t *testing.T) {
 	cl := testredis.StartCluster(t, 3)
 	c := cl.Client(t)
-	rs := Redis(t.Context(), c, Options{})
+	rs := checkRedis(t, c, Options{})
 	n := 0
 	for _, r := range rs {
 		if r.Check == "redis_cluster_coverage" {
@@ -137,7 +137,7 @@ func TestRedisCluster(t *testing.T) {
 		t.Fatalf("expected one coverage result per master (3), got %d: %+v", n, rs)
 	}
 	configSet(t, cl.Nodes[0].Client(t), "cluster-require-full-coverage", "no")
-	r := wantStatus(t, Redis(t.Context(), cl.Nodes[0].Client(t), Options{}), "redis_cluster_coverage", Warn)
+	r := wantStatus(t, checkRedis(t, cl.Nodes[0].Client(t), Options{}), "redis_cluster_coverage", Warn)
 	if !strings.Contains(r.Seen, "cluster-require-full-coverage no") {
 		t.Fatalf("expected the setting seen, got %q", r.Seen)
 	}
