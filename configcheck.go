@@ -3,7 +3,6 @@ package leasehold
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 )
@@ -76,14 +75,4 @@ func (l *Locker) reportConfig(ws []ConfigWarning, err error) {
 		log.Warn("leasehold: store setting can lose locks", slog.String("check", w.Check),
 			slog.String("seen", w.Seen), slog.String("fix", w.Fix))
 	}
-}
-
-// lostCause is the cause of a lease whose renewal the store answered with
-// err, which matches ErrNotOwned: ErrLeaseLost, wrapping err when the store
-// said more (redisstore.ErrEvicted: the lock was evicted).
-func lostCause(err error) error {
-	if err == ErrNotOwned { //nolint:errorlint // the bare sentinel says nothing more
-		return ErrLeaseLost
-	}
-	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
 }

@@ -369,3 +369,13 @@ func (ls *Lease) observeHeld(cause error) {
 	}
 	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause, Permit: ls.ops.permit()})
 }
+
+// lostCause is the cause of a lease whose renewal the store answered with
+// err, which matches ErrNotOwned: ErrLeaseLost, wrapping err when the store
+// said more (redisstore.ErrEvicted: the lock was evicted).
+func lostCause(err error) error {
+	if err == ErrNotOwned { // the bare sentinel: nothing more to say
+		return ErrLeaseLost
+	}
+	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+}
