@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -61,5 +62,32 @@ func TestEtcdSecurity(t *testing.T) {
 	r = wantStatus(t, Etcd(ctx, o.Client().(*clientv3.Client), Options{}), "etcd_security", Warn)
 	if r.Seen != "TLS on, authentication off" {
 		t.Fatalf("expected TLS on, got %+v", r)
+	}
+}
+
+// The member and version verdicts over statuses as etcd reports them: a
+// member that does not answer or lags by more than MaxRaftLag entries
+// WARNs, and so does a member older than 3.4. (A single test member is in
+// sync and current: TestEtcdSecurity covers the OK side on a real server.)
+func TestEtcdMemberVerdicts(t *testing.T) {
+	st := func(name, version string, index uint64) memberStatus {
+		return memberStatus{name: name, resp: &clientv3.StatusResponse{Version: version, RaftIndex: index}}
+	}
+	for _, tc := range []struct {
+		name             string
+		sts              []memberStatus
+		members, version Status
+	}{
+		{"in sync", []memberStatus{st("a", "3.5.9", 100), st("b", "3.5.9", 120), st("c", "3.5.9", 90)}, OK, OK},
+		{"one far behind", []memberStatus{st("a", "3.5.9", 5000), st("b", "3.5.9", 5000), st("c", "3.5.9", 3000)}, Warn, OK},
+		{"one down", []memberStatus{st("a", "3.4.23", 100), st("b", "3.4.23", 100), {name: "c", err: errors.New("context deadline exceeded")}}, Warn, OK},
+		{"old member", []memberStatus{st("a", "3.3.27", 100), st("b", "3.5.9", 100)}, OK, Warn},
+	} {
+		if got := etcdMembers(tc.sts); got.Status != tc.members {
+			t.Errorf("%s: expected etcd_members %s, got %+v", tc.name, tc.members, got)
+		}
+		if got := etcdVersion(tc.sts); got.Status != tc.version {
+			t.Errorf("%s: expected etcd_version %s, got %+v", tc.name, tc.version, got)
+		}
 	}
 }
