@@ -8,8 +8,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold"
+
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
 )
 
 // doctor exits 1 on a FAIL and 0 once the fix it printed is applied;
@@ -75,5 +78,13 @@ func TestDoctorPostgresCreatesNothing(t *testing.T) {
 	var n int
 	if err := srv.Pool(t).QueryRow(t.Context(), "SELECT count(*) FROM pg_class WHERE relname LIKE 'leasehold%'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("expected doctor to create nothing, got %d objects (%v)", n, err)
+	}
+}
+
+// run's story of a lease lost to eviction names the cause and the fix.
+func TestEndStoryEvicted(t *testing.T) {
+	cause := fmt.Errorf("%w: %w", leasehold.ErrLeaseLost, fmt.Errorf("%w: %w", leasehold.ErrNotOwned, redisstore.ErrEvicted))
+	if s := endStory(t.Context(), nil, "k", cause, 3); !strings.Contains(s, "evicted") || !strings.Contains(s, "noeviction") {
+		t.Fatalf("expected the eviction and its fix, got %q", s)
 	}
 }
