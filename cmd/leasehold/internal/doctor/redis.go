@@ -73,62 +73,35 @@ type redisFacts struct {
 var redisConfigNames = []string{"maxmemory", "maxmemory-policy", "replica-read-only", "min-replicas-to-write",
 	"min-replicas-max-lag", "appendonly", "save", "cluster-enabled", "cluster-require-full-coverage"}
 
-// redisConn is what the checks of one node call.
-type redisConn interface {
-	redis.Cmdable
-	Do(ctx context.Context, args ...any) *redis.Cmd
-}
-
-func readRedisFacts(ctx context.Context, c redisConn) redisFacts {
+// readRedisFacts reads every CONFIG parameter and the INFO sections the
+// checks need in one round trip (a pipeline: CONFIG GET of one parameter
+// works on every Redis version).
+func readRedisFacts(ctx context.Context, c redis.Cmdable) redisFacts {
+	p := c.Pipeline()
+	confs := make([]*redis.MapStringStringCmd, len(redisConfigNames))
+	for i, n := range redisConfigNames {
+		confs[i] = p.ConfigGet(ctx, n)
+	}
+	info := p.Info(ctx, "memory", "replication", "persistence", "cluster")
+	_, _ = p.Exec(ctx) // each command's error is read below
 	var f redisFacts
-	args := []any{"config", "get"}
-	for _, n := range redisConfigNames {
-		args = append(args, n)
+	f.conf = map[string]string{}
+	for _, cmd := range confs {
+		m, err := cmd.Result()
+		if err != nil {
+			f.conf, f.confErr = nil, err
+			break
+		}
+		for k, v := range m {
+			f.conf[k] = v
+		}
 	}
-	// Redis 7 takes many parameters in one CONFIG GET; older servers one.
-	var reply any
-	if reply, f.confErr = c.Do(ctx, args...).Result(); f.confErr == nil {
-		f.conf = configMap(reply)
-	} else if !strings.HasPrefix(f.confErr.Error(), "NOPERM") {
-		f.conf, f.confErr = configOneByOne(ctx, c)
-	}
-	raw, err := c.Info(ctx, "memory", "replication", "persistence", "cluster").Result()
+	raw, err := info.Result()
 	f.infoErr = err
 	if err == nil {
 		f.info = parseInfo(raw)
 	}
 	return f
-}
-
-// configMap reads a CONFIG GET reply: a map under RESP3, a flat list of
-// names and values under RESP2.
-func configMap(reply any) map[string]string {
-	conf := map[string]string{}
-	switch r := reply.(type) {
-	case map[any]any:
-		for k, v := range r {
-			conf[fmt.Sprint(k)] = fmt.Sprint(v)
-		}
-	case []any:
-		for i := 0; i+1 < len(r); i += 2 {
-			conf[fmt.Sprint(r[i])] = fmt.Sprint(r[i+1])
-		}
-	}
-	return conf
-}
-
-func configOneByOne(ctx context.Context, c redis.Cmdable) (map[string]string, error) {
-	conf := map[string]string{}
-	for _, name := range redisConfigNames {
-		m, err := c.ConfigGet(ctx, name).Result()
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range m {
-			conf[k] = v
-		}
-	}
-	return conf, nil
 }
 
 func parseInfo(raw string) map[string]string {
@@ -156,7 +129,7 @@ func (f redisFacts) get(conf, info string) (string, bool) {
 	return "", false
 }
 
-func redisNode(ctx context.Context, c redisConn, addr string, o Options) ([]Result, error) {
+func redisNode(ctx context.Context, c redis.Cmdable, addr string, o Options) ([]Result, error) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		if addr != "" {
 			err = fmt.Errorf("%s: %w", addr, err)
