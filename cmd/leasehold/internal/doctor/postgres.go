@@ -66,89 +66,103 @@ func pgError(check string, err error) Result {
 // Privileges). Missing privileges FAIL; missing objects FAIL when required
 // (the lock tables) and WARN otherwise (the semaphore tables).
 func pgPrivileges(ctx context.Context, db *pgxpool.Pool, check, schema string, objs pgObjects, required bool) Result {
-	var role string
-	var usage bool
+	var g grants
 	if err := db.QueryRow(ctx, `SELECT current_user, coalesce(has_schema_privilege(current_user, n.oid, 'USAGE'), false)
-		FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, schema).Scan(&role, &usage); err != nil {
+		FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, schema).Scan(&g.role, &g.usage); err != nil {
 		return pgError(check, err)
 	}
-	qrole := pgx.Identifier{role}.Sanitize()
-	var missing, lacking, grants []string
-	if !usage {
-		lacking = append(lacking, "USAGE on schema "+schema)
-		grants = append(grants, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", pgx.Identifier{schema}.Sanitize(), qrole))
+	if !g.usage {
+		g.lack("USAGE on schema "+schema, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", pgx.Identifier{schema}.Sanitize(), g.quotedRole()))
 	}
 	for _, t := range objs.tables {
-		qname := pgx.Identifier{schema, t.name}.Sanitize()
-		var exists bool
-		var have []string
-		err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-			coalesce(array(SELECT p FROM unnest(string_to_array($2, ', ')) p
-				WHERE to_regclass($1) IS NOT NULL AND has_table_privilege(current_user, to_regclass($1), p)), '{}')`,
-			qname, t.privileges).Scan(&exists, &have)
-		if err != nil {
+		if err := g.table(ctx, db, pgx.Identifier{schema, t.name}.Sanitize(), t.privileges); err != nil {
 			return pgError(check, err)
-		}
-		if !exists {
-			missing = append(missing, qname)
-			continue
-		}
-		if len(have) != len(strings.Split(t.privileges, ", ")) {
-			lacking = append(lacking, t.privileges+" on "+qname)
-			grants = append(grants, fmt.Sprintf("GRANT %s ON %s TO %s;", t.privileges, qname, qrole))
 		}
 	}
 	for _, f := range objs.funcs {
-		rows, err := db.Query(ctx, `SELECT p.oid::regprocedure::text, has_function_privilege(current_user, p.oid, 'EXECUTE')
-			FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2`, schema, f)
-		if err != nil {
+		if err := g.function(ctx, db, schema, f); err != nil {
 			return pgError(check, err)
-		}
-		found := false
-		for rows.Next() {
-			var sig string
-			var ok bool
-			if err := rows.Scan(&sig, &ok); err != nil {
-				rows.Close()
-				return pgError(check, err)
-			}
-			found = true
-			if !ok {
-				lacking = append(lacking, "EXECUTE on "+sig)
-				grants = append(grants, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s;", sig, qrole))
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return pgError(check, err)
-		}
-		if !found {
-			missing = append(missing, pgx.Identifier{schema, f}.Sanitize()+"()")
 		}
 	}
-	return privilegeResult(check, role, missing, lacking, grants, required)
+	return privilegeResult(check, g, required)
 }
 
-func privilegeResult(check, role string, missing, lacking, grants []string, required bool) Result {
+// grants collects what a role lacks and the statements that grant it.
+type grants struct {
+	role                         string
+	usage                        bool
+	missing, lacking, statements []string
+}
+
+func (g *grants) quotedRole() string { return pgx.Identifier{g.role}.Sanitize() }
+
+func (g *grants) lack(what, grant string) {
+	g.lacking = append(g.lacking, what)
+	g.statements = append(g.statements, grant)
+}
+
+// table checks the table qname and the privileges (comma-separated) on it.
+func (g *grants) table(ctx context.Context, db *pgxpool.Pool, qname, privileges string) error {
+	var exists bool
+	var have []string
+	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		coalesce(array(SELECT p FROM unnest(string_to_array($2, ', ')) p
+			WHERE to_regclass($1) IS NOT NULL AND has_table_privilege(current_user, to_regclass($1), p)), '{}')`,
+		qname, privileges).Scan(&exists, &have)
 	switch {
-	case len(lacking) > 0:
-		seen := "role " + role + " lacks " + strings.Join(lacking, "; ")
-		if len(missing) > 0 {
-			seen += "; missing " + strings.Join(missing, ", ")
+	case err != nil:
+		return err
+	case !exists:
+		g.missing = append(g.missing, qname)
+	case len(have) != len(strings.Split(privileges, ", ")):
+		g.lack(privileges+" on "+qname, fmt.Sprintf("GRANT %s ON %s TO %s;", privileges, qname, g.quotedRole()))
+	}
+	return nil
+}
+
+// function checks EXECUTE on every function named name in schema.
+func (g *grants) function(ctx context.Context, db *pgxpool.Pool, schema, name string) error {
+	rows, err := db.Query(ctx, `SELECT p.oid::regprocedure::text, has_function_privilege(current_user, p.oid, 'EXECUTE')
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2`, schema, name)
+	if err != nil {
+		return err
+	}
+	found := false
+	var sig string
+	var ok bool
+	_, err = pgx.ForEachRow(rows, []any{&sig, &ok}, func() error {
+		found = true
+		if !ok {
+			g.lack("EXECUTE on "+sig, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s;", sig, g.quotedRole()))
+		}
+		return nil
+	})
+	if err == nil && !found {
+		g.missing = append(g.missing, pgx.Identifier{schema, name}.Sanitize()+"()")
+	}
+	return err
+}
+
+func privilegeResult(check string, g grants, required bool) Result {
+	switch {
+	case len(g.lacking) > 0:
+		seen := "role " + g.role + " lacks " + strings.Join(g.lacking, "; ")
+		if len(g.missing) > 0 {
+			seen += "; missing " + strings.Join(g.missing, ", ")
 		}
 		return Result{Check: check, Status: Fail, Seen: seen,
 			Why: "every acquire, renewal or release that touches these objects fails with a permission error, so the service cannot take or keep a lock",
-			Fix: strings.Join(grants, " ")}
-	case len(missing) > 0 && required:
-		return Result{Check: check, Status: Fail, Seen: "missing " + strings.Join(missing, ", "),
+			Fix: strings.Join(g.statements, " ")}
+	case len(g.missing) > 0 && required:
+		return Result{Check: check, Status: Fail, Seen: "missing " + strings.Join(g.missing, ", "),
 			Why: "the store cannot take a lock without its tables and functions",
 			Fix: "run the store's migration once as a role with CREATE on the schema: open it with migrate (the default of leasehold's URLs and pgstore.Open), or run pgstore.MigrationSQL"}
-	case len(missing) > 0:
-		return Result{Check: check, Status: Warn, Seen: "missing " + strings.Join(missing, ", "),
+	case len(g.missing) > 0:
+		return Result{Check: check, Status: Warn, Seen: "missing " + strings.Join(g.missing, ", "),
 			Why: "semaphores (run --limit, Semaphore) fail with a configuration error until these exist; plain locks are unaffected",
 			Fix: "run pgstore.SemaphoreMigrationSQL once as a role with CREATE on the schema, or open the store with migrate"}
 	}
-	return Result{Check: check, Status: OK, Seen: "role " + role + " has every privilege the store needs"}
+	return Result{Check: check, Status: OK, Seen: "role " + g.role + " has every privilege the store needs"}
 }
 
 // pgDurability reports how the lock table survives a crash and a failover:
