@@ -31,7 +31,7 @@
 //	leasehold_leases_held{locker}                       gauge of leases held now (acquired or failed open, not yet ended), permits included
 //	leasehold_permits_held{locker}                      gauge of semaphore permits held now (a subset of leases_held)
 //	leasehold_permits_waiting{locker}                   gauge of Semaphore.Acquire calls waiting in a key's queue now
-//	leasehold_store_config_warnings{locker,check}       gauge: 1 when the locker's one check of its store found a setting that can lose locks (check: redis_eviction|other)
+//	leasehold_store_config_warnings{locker,check}       gauge: 1 when the locker's one check of its store found a setting that can lose locks (check: redis_eviction|pg_durability|other)
 //
 // Every series of a locker starts at zero the first time the locker is seen.
 // The first time is often the first event itself (a store error, a rejected
@@ -79,7 +79,7 @@ var (
 	StoreOps = []string{"acquire", "renew", "release", "inspect", "list", OtherLabel}
 	// ConfigChecks are the values of the check label of
 	// leasehold_store_config_warnings.
-	ConfigChecks = []string{"redis_eviction", OtherLabel}
+	ConfigChecks = []string{"redis_eviction", "pg_durability", OtherLabel}
 )
 
 // reasonErrs maps a lease's end cause to Reasons[i]; anything else is "other".
@@ -136,7 +136,7 @@ type lockerSeries struct {
 	leasesHeld    prometheus.Gauge
 	permitsHeld   prometheus.Gauge
 	permitsWait   prometheus.Gauge
-	configWarns   [2]prometheus.Gauge // by ConfigChecks
+	configWarns   [3]prometheus.Gauge // by ConfigChecks
 }
 
 // New returns an Observer whose metrics are registered with reg (e.g.
