@@ -75,7 +75,7 @@ func endStory(ctx context.Context, store leasehold.Store, key string, cause erro
 	case errors.Is(cause, leasehold.ErrLockerClosed):
 		return "run is shutting down"
 	case errors.Is(cause, redisstore.ErrEvicted):
-		return "lost: Redis evicted the lock under maxmemory, so another holder could take it meanwhile (set maxmemory-policy noeviction; see 'leasehold doctor')"
+		return "lost while Redis evicted keys under maxmemory: most likely the lock was evicted, and another holder could take it meanwhile (set maxmemory-policy noeviction; see 'leasehold doctor')"
 	case errors.Is(cause, leasehold.ErrLeaseLost):
 		return lostStory(ctx, store, key)
 	}
