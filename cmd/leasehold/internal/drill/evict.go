@@ -69,7 +69,7 @@ func (d *drill) injectEvict(ctx context.Context) string {
 	if !d.takenOver(pe) {
 		return fmt.Sprintf("%s; replica %d frozen before writing %s, which nobody took over", what, pe.replica, key)
 	}
-	return fmt.Sprintf("%s; replica %d, frozen before writing %s, was taken over after %v and then wrote with its old fence",
+	return fmt.Sprintf("%s; replica %d, frozen before writing %s, was taken over after %v; thawed, it writes with its old fence",
 		what, pe.replica, key, time.Since(start).Round(time.Millisecond))
 }
 

@@ -24,7 +24,7 @@ func TestRedisEvictionFault(t *testing.T) {
 		t.Fatalf("expected every invariant to hold, failed: %+v", rep.Failed())
 	}
 	if len(rep.History.Windows) != 1 || rep.History.Windows[0].Skipped || !strings.Contains(rep.History.Windows[0].Note, "evicted") ||
-		!strings.Contains(rep.History.Windows[0].Note, "then wrote with its old fence") {
+		!strings.Contains(rep.History.Windows[0].Note, "was taken over") {
 		t.Fatalf("expected the eviction injected and the job taken over, got %+v", rep.History.Windows)
 	}
 	if rejectedWrites(rep) == 0 {
