@@ -156,6 +156,7 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 		return nil, err
 	}
 	a.l.observe(Event{Kind: EventAcquire, Key: a.spec.key, Result: ResultAcquired, Fence: g.Fence, Duration: time.Since(a.start), Permit: a.ops.permit()})
+	a.l.checkConfigOnce()
 	if lease.debugOn() {
 		lease.log().DebugContext(lease.ctx, "leasehold: lease acquired", slog.Duration("waited", time.Since(a.start)))
 	}

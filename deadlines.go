@@ -147,8 +147,13 @@ func (ls *Lease) reportRenewal(sent time.Time, err error, out renewOutcome) {
 		return
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
-		ls.log().ErrorContext(ls.ctx, "leasehold: lease lost")
-		ls.endReport(ErrLeaseLost, EventLost)
+		cause := lostCause(err)
+		if cause == ErrLeaseLost {
+			ls.log().ErrorContext(ls.ctx, "leasehold: lease lost")
+		} else {
+			ls.log().ErrorContext(ls.ctx, "leasehold: lease lost", slog.Any("error", err))
+		}
+		ls.endReport(cause, EventLost)
 		return
 	}
 	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})

@@ -200,7 +200,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 		return nil
 	case errors.Is(err, ErrNotOwned):
 		ls.notOwned("renew")
-		ls.endReport(ErrLeaseLost, EventLost)
+		ls.endReport(lostCause(err), EventLost)
 		return fmt.Errorf("renew %q: %w", ls.key, ErrNotOwned)
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
@@ -368,4 +368,14 @@ func (ls *Lease) observeHeld(cause error) {
 		cause = context.Cause(ls.ctx)
 	}
 	ls.l.observe(Event{Kind: EventHeld, Key: ls.key, Fence: ls.fence, Duration: time.Since(ls.acquired), Err: cause, Permit: ls.ops.permit()})
+}
+
+// lostCause is the cause of a lease whose renewal the store answered with
+// err, which matches ErrNotOwned: ErrLeaseLost, wrapping err when the store
+// said more (redisstore.ErrEvicted: the lock was evicted).
+func lostCause(err error) error {
+	if err == ErrNotOwned { // the bare sentinel: nothing more to say
+		return ErrLeaseLost
+	}
+	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,8 +30,10 @@ type Locker struct {
 	closeAll context.CancelFunc
 	mu       sync.Mutex
 	closed   bool
-	bg       sync.WaitGroup // clean-up releases, joined by Close
-	waiting  sync.WaitGroup // Acquires waiting for their turn, joined by Close
+	// configChecked: the one ConfigChecker check was started.
+	configChecked atomic.Bool
+	bg            sync.WaitGroup // clean-up releases, joined by Close
+	waiting       sync.WaitGroup // Acquires waiting for their turn, joined by Close
 }
 
 // New returns a Locker over store. It validates opts and returns an error

@@ -53,6 +53,10 @@ const (
 	// (time since EventPermitWaiting), Fence on success, Err on error.
 	// Permit is set.
 	EventPermitWaitEnded
+	// EventConfigWarning is a store setting that can lose a lock, found by
+	// the Locker's one check of a ConfigChecker store: Op (the check's
+	// name, e.g. "redis_eviction"), Err (what was seen). Key is empty.
+	EventConfigWarning
 )
 
 var eventNames = [...]string{
@@ -73,6 +77,7 @@ var eventNames = [...]string{
 
 	EventPermitWaiting:   "permit_waiting",
 	EventPermitWaitEnded: "permit_wait_ended",
+	EventConfigWarning:   "config_warning",
 }
 
 // String returns a stable snake_case name.

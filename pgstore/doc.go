@@ -59,6 +59,9 @@
 // Options.Durable creates logged tables and commits durably instead: locks
 // survive a crash and reach streaming standbys, at the cost of WAL for
 // every acquire and release.
+// A Locker checks once, in the background after its first acquisition
+// (CheckConfig), and warns when an UNLOGGED lock table has a streaming
+// standby, or a Durable store's role commits with synchronous_commit off.
 //
 // # Clocks
 //

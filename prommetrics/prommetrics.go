@@ -31,6 +31,7 @@
 //	leasehold_leases_held{locker}                       gauge of leases held now (acquired or failed open, not yet ended), permits included
 //	leasehold_permits_held{locker}                      gauge of semaphore permits held now (a subset of leases_held)
 //	leasehold_permits_waiting{locker}                   gauge of Semaphore.Acquire calls waiting in a key's queue now
+//	leasehold_store_config_warnings{locker,check}       gauge: 1 when the locker's one check of its store found a setting that can lose locks (check: redis_eviction|pg_durability|other)
 //
 // Every series of a locker starts at zero the first time the locker is seen.
 // The first time is often the first event itself (a store error, a rejected
@@ -76,6 +77,9 @@ var (
 	NotOwnedOps = []string{"release", "renew", OtherLabel}
 	// StoreOps are the values of the op label of leasehold_store_errors_total.
 	StoreOps = []string{"acquire", "renew", "release", "inspect", "list", OtherLabel}
+	// ConfigChecks are the values of the check label of
+	// leasehold_store_config_warnings.
+	ConfigChecks = []string{"redis_eviction", "pg_durability", OtherLabel}
 )
 
 // reasonErrs maps a lease's end cause to Reasons[i]; anything else is "other".
@@ -105,6 +109,7 @@ type Observer struct {
 	leasesHeld    *prometheus.GaugeVec
 	permitsHeld   *prometheus.GaugeVec
 	permitsWait   *prometheus.GaugeVec
+	configWarns   *prometheus.GaugeVec
 
 	lockers   bounded[lockerSeries]
 	resources bounded[prometheus.Counter]
@@ -131,6 +136,7 @@ type lockerSeries struct {
 	leasesHeld    prometheus.Gauge
 	permitsHeld   prometheus.Gauge
 	permitsWait   prometheus.Gauge
+	configWarns   [3]prometheus.Gauge // by ConfigChecks
 }
 
 // New returns an Observer whose metrics are registered with reg (e.g.
@@ -151,10 +157,10 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			Namespace: o.Namespace, Name: name, Help: help, Buckets: b, ConstLabels: o.ConstLabels,
 		}, append([]string{"locker"}, labels...))
 	}
-	gauge := func(name, help string) *prometheus.GaugeVec {
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: o.Namespace, Name: name, Help: help, ConstLabels: o.ConstLabels,
-		}, []string{"locker"})
+		}, append([]string{"locker"}, labels...))
 	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -198,11 +204,13 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			"Semaphore permits held now: acquired (or failed open) and not yet ended."),
 		permitsWait: gauge("permits_waiting",
 			"Semaphore acquisitions waiting in a key's queue now."),
+		configWarns: gauge("store_config_warnings",
+			"1 when the locker's one check of its store's settings found one that can lose locks without an error, by check (see leasehold doctor).", "check"),
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
 		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.misconfigured, m.staleWrites, m.leasesHeld,
-		m.permitsHeld, m.permitsWait,
+		m.permitsHeld, m.permitsWait, m.configWarns,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register metrics: %w", err)
@@ -247,6 +255,9 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 	for i, op := range StoreOps {
 		s.storeErrors[i] = m.storeErrors.WithLabelValues(name, op)
 	}
+	for i, c := range ConfigChecks {
+		s.configWarns[i] = m.configWarns.WithLabelValues(name, c)
+	}
 	return s
 }
 
@@ -274,7 +285,7 @@ func (m *Observer) Observe(e leasehold.Event) {
 		leasehold.EventRenewed, leasehold.EventRenewFailed, leasehold.EventAbandoned,
 		leasehold.EventLost, leasehold.EventExpired, leasehold.EventMaxHold,
 		leasehold.EventNotOwned, leasehold.EventHeld, leasehold.EventStoreError,
-		leasehold.EventPermitWaiting, leasehold.EventPermitWaitEnded:
+		leasehold.EventPermitWaiting, leasehold.EventPermitWaitEnded, leasehold.EventConfigWarning:
 	default:
 		// EventReleased is counted through EventHeld{reason="released"};
 		// other kinds are unknown to this version.
@@ -332,6 +343,8 @@ func (s *lockerSeries) count(e leasehold.Event) {
 		s.maxHold.Inc()
 	case leasehold.EventNotOwned:
 		s.notOwned[opIndex(NotOwnedOps, e.Op)].Inc()
+	case leasehold.EventConfigWarning:
+		s.configWarns[opIndex(ConfigChecks, e.Op)].Set(1)
 	case leasehold.EventStoreError:
 		s.storeErrors[opIndex(StoreOps, e.Op)].Inc()
 		if errors.Is(e.Err, leasehold.ErrMisconfigured) {

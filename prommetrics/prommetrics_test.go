@@ -38,8 +38,8 @@ const (
 // seriesPerLocker is the number of series one locker name creates: 3 acquire
 // results + 7 held reasons + renew + 7 plain counters + 3 not-owned ops + 6
 // store ops + the leases-held gauge + misconfigured + the permits-held and
-// permits-waiting gauges.
-const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 + 2
+// permits-waiting gauges + 3 config-warning checks.
+const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 + 2 + 3
 
 var errRenewDown = errors.New("injected renew failure")
 

@@ -114,6 +114,17 @@
 // too; &leasehold:* covers the notification channels. Cluster clients also
 // need +cluster|slots +cluster|shards +readonly to discover the topology.
 //
+// # Eviction
+//
+// A Redis with maxmemory and any policy but noeviction can evict a held
+// lock's key (every lock key has a TTL, so volatile-* policies take them
+// first), and a second holder then acquires it while the first still runs.
+// A Locker reads INFO memory once, in the background after its first
+// acquisition (CheckConfig), and warns when the server can evict; a renewal
+// that finds its lock gone after evicted_keys rose returns ErrEvicted beside
+// leasehold.ErrNotOwned. Both need +info, which the ACL above leaves out:
+// add it to let the store check, or run `leasehold doctor` as an operator.
+//
 // Build the go-redis client with ContextTimeoutEnabled: true, so that the
 // Locker's deadlines bound every call on a dead connection; go-redis
 // otherwise waits for its own ReadTimeout. Pass a Sentinel failover client's

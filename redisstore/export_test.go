@@ -4,3 +4,6 @@ package redisstore
 // feeds it a real CROSSSLOT error (the store's own key names cannot produce
 // one).
 func (s *Store) Classify(op, key string, err error) error { return s.fail(op, key, err) }
+
+// EvictedSeen is evicted_keys + 1 as the store last read it, 0 before.
+func (s *Store) EvictedSeen() int64 { return s.evictedSeen.Load() }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,6 +123,10 @@ type Store struct {
 
 	track  tracker // locks and queue entries to release at Close
 	notify notifier
+
+	// evictedSeen is INFO's evicted_keys + 1 as last read (CheckConfig, a
+	// lost renewal); 0 until read, and always 0 for a user without INFO.
+	evictedSeen atomic.Int64
 }
 
 // New returns a Store over client. It does not contact Redis; the first
@@ -332,7 +337,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case err != nil:
 		return s.fail("renew", key, err)
 	case n != 1:
-		return leasehold.ErrNotOwned
+		return s.lost(ctx)
 	}
 	s.track.renewed(key, token, ttl)
 	return nil
@@ -369,6 +374,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 			break
 		}
 	}
+	var lost error
 	for i, c := range cmds {
 		if c == nil {
 			continue
@@ -378,7 +384,10 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 		case err != nil:
 			errs[i] = s.fail("renew", reqs[i].Key, err)
 		case n != 1:
-			errs[i] = leasehold.ErrNotOwned
+			if lost == nil {
+				lost = s.lost(ctx)
+			}
+			errs[i] = lost
 		default:
 			errs[i] = nil
 			s.track.renewed(reqs[i].Key, reqs[i].Token, reqs[i].TTL)

@@ -218,7 +218,7 @@ Exit statuses:
 	a.logs.register(pf)
 
 	root.AddCommand(a.runCmd(), a.inspectCmd(), a.lsCmd(), a.releaseCmd(), a.calibrateCmd(), a.drillCmd(), a.benchCmd(), a.setupCmd())
-	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.permitsCmd())
+	root.AddCommand(a.leaderCmd(), a.electCmd(), a.versionCmd(), a.permitsCmd(), a.doctorCmd())
 	root.AddCommand(a.benchChildCmd()) // hidden: one replica of bench --contention
 	return root
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/redisstore"
 )
 
 // runResult is what `run --json` prints on stdout after the command ends:
@@ -73,6 +74,8 @@ func endStory(ctx context.Context, store leasehold.Store, key string, cause erro
 		return "--max-hold reached: renewal stopped by policy"
 	case errors.Is(cause, leasehold.ErrLockerClosed):
 		return "run is shutting down"
+	case errors.Is(cause, redisstore.ErrEvicted):
+		return "lost while Redis evicted keys under maxmemory: most likely the lock was evicted, and another holder could take it meanwhile (set maxmemory-policy noeviction; see 'leasehold doctor')"
 	case errors.Is(cause, leasehold.ErrLeaseLost):
 		return lostStory(ctx, store, key)
 	}

@@ -69,6 +69,10 @@ crashes and restarts it, and for --faults failover adds a streaming standby it p
 etcd-server) puts the drill's redis-server (or a 3-member etcd cluster) and the replicas in
 network namespaces and cuts a holder's node (or its etcd member) off for 3 x TTL; without
 root or ip the drill refuses it (exit status 2).
+--faults evict (not in "all"; --store redis-server) freezes a holder right before its write,
+makes Redis evict the locks (maxmemory with volatile-ttl under a cache's writes, which
+leasehold doctor reports as redis_eviction), lets another replica take the job and thaws the
+holder: its lease still looks valid, so it writes with its old fence and the register rejects it.
 --processes runs each replica as a child process of this program (on Redis only): a pause
 is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
 		Example: `  leasehold drill
@@ -78,6 +82,7 @@ is then SIGSTOP/SIGCONT of the holder's process and a crash a SIGKILL.`,
   leasehold drill --store redis-sentinel --faults pause,failover  # own Sentinel group, a failover
   leasehold drill --store redis://127.0.0.1:6379/0 --faults pause,outage,crash,latency,lostreply
   leasehold drill --store redis-server --processes           # replicas as processes: SIGSTOP, SIGKILL
+  leasehold drill --store redis-server --faults evict        # a lock evicted under maxmemory
   leasehold drill --store etcd-server                        # own etcd process, every fault
   leasehold drill --store postgres-server --faults pause,restart,failover  # own primary + standby
   leasehold drill --workload election --store redis-server   # leader election through every fault

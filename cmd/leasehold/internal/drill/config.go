@@ -57,6 +57,12 @@ const (
 	// StoreRedisServer, root and the `ip` command, and is not part of
 	// AllFaults.
 	FaultPartition Fault = "partition"
+	// FaultEvict freezes a holder right before its write, makes the
+	// drill's own redis-server evict the locks under memory pressure
+	// (maxmemory with volatile-ttl and a cache's writes), lets another
+	// replica take the job, then thaws the holder, whose lease still looks
+	// valid. It needs StoreRedisServer and is not part of AllFaults.
+	FaultEvict Fault = "evict"
 )
 
 // AllFaults lists every fault that every store can take, in injection
@@ -65,7 +71,7 @@ const (
 var AllFaults = []Fault{FaultPause, FaultOutage, FaultCrash, FaultLatency, FaultLostReply, FaultRestart}
 
 // knownFaults is every fault in injection order.
-var knownFaults = append(slices.Clone(AllFaults), FaultFailover, FaultPartition)
+var knownFaults = append(slices.Clone(AllFaults), FaultFailover, FaultPartition, FaultEvict)
 
 // ParseFaults parses a comma-separated fault list; "all" means AllFaults and
 // "none" or "" means no faults. Order and duplicates are normalized to the
@@ -386,6 +392,8 @@ func (c Config) checkSentinel() error {
 		return invalid("the failover fault needs replicas to fail over to: use --store %s (the drill starts a "+
 			"master, two replicas and three sentinels) or --store %s (a primary and a streaming standby)",
 			StoreRedisSentinel, StorePostgresServer)
+	case slices.Contains(c.Faults, FaultEvict) && c.kind() != storeOwnRedis:
+		return invalid("the evict fault changes maxmemory on the drill's own Redis: use --store %s", StoreRedisServer)
 	case c.Processes && c.kind() == storeOwnSentinel:
 		return invalid("--processes does not run on --store %s yet: its worker processes reach one Redis "+
 			"address; drop --processes", StoreRedisSentinel)

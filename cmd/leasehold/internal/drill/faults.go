@@ -87,6 +87,8 @@ func (d *drill) injectOne(ctx context.Context, f Fault) string {
 		return d.injectFailover(ctx)
 	case FaultPartition:
 		return d.injectPartition(ctx)
+	case FaultEvict:
+		return d.injectEvict(ctx)
 	}
 	return "unknown fault"
 }

@@ -17,6 +17,7 @@ var replicaColors = []string{"#4e79a7", "#59a14f", "#b07aa1", "#f28e2b", "#76b7b
 var faultColors = map[Fault]string{
 	FaultPause: "#9467bd", FaultOutage: "#d62728", FaultCrash: "#000000",
 	FaultLatency: "#ff7f0e", FaultLostReply: "#17becf", FaultRestart: "#8c564b", FaultFailover: "#e377c2",
+	FaultEvict: "#bcbd22",
 }
 
 // Layout of the timeline, in SVG units.
