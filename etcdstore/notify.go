@@ -559,7 +559,7 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 		return leasehold.Handoff{}, false
 	}
 	r := ref{key, token}
-	req, ok := s.sess.adopt(r, g.lease, g.ttl)
+	req, ok := s.sess.adopt(r, g.ttl)
 	if !ok {
 		return leasehold.Handoff{}, false
 	}
