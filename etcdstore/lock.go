@@ -101,6 +101,9 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
 		if !st.mayOwn && v.lock != nil && ownedBy(v.lock, req.Token) {
 			forced = true // ask again with the retry check
+			if ql != 0 {  // and delete, at Release, the entry this answer put
+				s.sess.track(s.sess.waiting, r, req.QueueTTL)
+			}
 			continue
 		}
 		left := time.Duration(-1) // unknown
@@ -390,8 +393,9 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 const maxTxnOps = 128
 
 // RenewBatch implements leasehold.BatchRenewer: one transaction renews up
-// to maxTxnOps locks (one nested, token-checked transaction each, as
-// Renew), plus one per lock whose TTL changed.
+// to maxTxnOps/2 locks (one nested, token-checked transaction each, as
+// Renew; etcd counts a nested transaction's operations against what its
+// parent leaves), plus one per lock whose TTL changed.
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	var chunk []int
@@ -403,7 +407,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 		if _, errs[i] = ttlSeconds(r.TTL); errs[i] != nil {
 			continue
 		}
-		if len(chunk) == maxTxnOps || keys[r.Key] { // etcd refuses a key twice in one transaction
+		if len(chunk) == maxTxnOps/2 || keys[r.Key] { // etcd refuses a key twice in one transaction
 			s.renewChunk(ctx, reqs, chunk, errs)
 			chunk, keys = nil, map[string]bool{}
 		}
