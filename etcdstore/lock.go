@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -135,41 +134,17 @@ func (s *Store) wrapLease(ctx context.Context, op, key string, err error, ids ..
 // that etcd writes and refuses.
 const takeoverSlack = 2 * time.Millisecond
 
-// takeoverEarly is how much earlier than the takeover the head is told to
-// come back (Grant.Remaining) and woken by its watch: Go's timers fire up
-// to a millisecond late in a process with nothing else to do (the
-// runtime's poller sleeps in whole milliseconds), so a retry timed at the
-// takeover itself would send it that much later. takeOver then waits the
-// rest precisely (waitUntil). Less than takeoverSlack by more than a
-// timer's lateness.
-const takeoverEarly = 1500 * time.Microsecond
-
-// spinWindow is how long before its deadline waitUntil stops sleeping on a
-// timer (which may wake up to a millisecond late) and yields the processor
-// in a loop instead.
-const spinWindow = 1500 * time.Microsecond
-
-// waitUntil returns true at 'at', within microseconds, or false when ctx
-// ends first. It sleeps on a timer until spinWindow before 'at' and spends
-// the rest yielding the processor: at most about a millisecond of CPU, once
-// per takeover.
-func waitUntil(ctx context.Context, at time.Time) bool {
-	if d := time.Until(at) - spinWindow; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		}
+// sleepUntil returns true at 'at' (or later, by the timer's lateness), or
+// false when ctx ends first.
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
-	for time.Now().Before(at) {
-		if ctx.Err() != nil {
-			return false
-		}
-		runtime.Gosched()
-	}
-	return true
 }
 
 // tryTakeOver runs takeOver for a waiting acquire and, when it took the
@@ -201,7 +176,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 // so far (each was given by a write of the key, at or before that mod
 // revision) and not greater than this transaction's revision, below every
 // later create revision. An acquire up to takeoverSlack early waits
-// (waitUntil, bounded by ctx); a renewal seen meanwhile moves the mod
+// (bounded by ctx); a renewal seen meanwhile moves the mod
 // revision, and the guard fails. ok is false, with nothing sent, when the
 // lock is not known to be expired, and when the guard failed (the caller's
 // acquire then sees what changed).
@@ -211,7 +186,7 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l cl
 	if !known {
 		return g, false, nil
 	}
-	if time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
+	if time.Until(at) > takeoverSlack || !sleepUntil(ctx, at) {
 		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
@@ -462,14 +437,18 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 		}
 		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
 		req := leasehold.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}
+		mod := resp.Header.Revision // for Release; unknown after a rewrite
+		if _, was, _, _, _ := lockFields(prev.GetValue()); was != r.TTL {
+			mod = 0
+		}
+		s.sess.moved(ref{r.Key, r.Token}, mod)
 		errs[i] = s.retried(ctx, req, ids[r.TTL], prev, resp.Header.Revision)
 	}
 }
 
 // Release implements leasehold.Store: one transaction deletes the lock if
 // it holds token and nobody waits, and the token's queue entry in any case
-// (a waiter that gives up leaves the queue) when this store queued it. The
-// shared lease stays for the store's other and next locks.
+// (a waiter that gives up leaves the queue) when this store queued it.
 //
 // When someone waits, the release hands the key to the head of the queue
 // (leasehold.Granter): the lock is overwritten with the head's token,
@@ -556,13 +535,8 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		// gone since passes it (an empty range compares as zero) and is
 		// not deleted: releasedBy answers ErrNotHeld.
 		ks, ke := s.keyRange(key)
-		// Sent alone, or batched with other releases of this store
-		// (relBatch).
-		c := &relCall{key: key, cmp: clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke), then: free, els: reads()}
-		if err := s.rel.do(ctx, c, s.sendReleases, s.detachRelease); err != nil {
-			return released{}, err
-		}
-		return s.releasedBy(key, token, &clientv3.TxnResponse{Succeeded: c.succeeded, Responses: c.responses}, false, false), nil
+		txn = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)).
+			Then(free...).Else(reads()...)
 	default: // nobody waits, at the first level; else read, without
 		// nesting: the token is checked on the answer
 		ours := mine(k, token)

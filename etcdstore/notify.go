@@ -403,9 +403,8 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 
 // arm sets the expiry timer to fire at 'at', or stops it (zero at). The
 // session's clock for the takeover (lockSeen) starts no later than the
-// watch's (lockAt), so the head's acquire at 'at' (takeoverEarly before the
-// lock's TTL by the watch's clock) comes at most takeoverEarly early, plus
-// the timer's lateness late, and takeOver waits out the rest.
+// watch's (lockAt), so the head's acquire at 'at' (the lock's TTL by the
+// watch's clock) is not early.
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
@@ -415,9 +414,8 @@ func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 }
 
 // headExpiry returns when the head should be woken for the takeover of the
-// held lock, unchanged since the watch saw it: takeoverEarly before it
-// reaches its TTL, if a waiter subscribed here heads its queue; zero
-// otherwise.
+// held lock, unchanged since the watch saw it: when it reaches its TTL, if
+// a waiter subscribed here heads its queue; zero otherwise.
 func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -427,7 +425,7 @@ func (kw *keyWatch) headExpiry() time.Time {
 	}
 	for sb := range kw.subs {
 		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
-			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
+			return kw.lockAt.Add(kw.lockTTL)
 		}
 	}
 	return time.Time{}
@@ -540,9 +538,8 @@ func (kw *keyWatch) newHolder() {
 
 // Granted implements leasehold.Granter: the grant a release made to token
 // for key, seen by the key's watch while token's WaitRelease subscription
-// was open. The store then tracks the lock as its own (deleted at its TTL
-// from now unless renewed) and token's queue entry as gone. ok is false
-// when no grant was seen, or the lock is not on this store's lease.
+// was open. ok is false when no grant was seen, or token does not wait
+// here.
 func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	w := &s.watches
 	w.mu.Lock()

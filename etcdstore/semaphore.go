@@ -751,8 +751,8 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 }
 
 // permitRemaining is the time left on a holder's lease, capped by the
-// permit's TTL when known (ttl > 0: the shared lease outlives the permit by
-// up to a second). etcd reports whole seconds rounded down; a live lease
+// permit's TTL when known (ttl > 0: the lease outlives the permit by up to
+// leaseSlack). etcd reports whole seconds rounded down; a live lease
 // with less than a second left reports 1ms (0 would mean "a permit is
 // free").
 func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {

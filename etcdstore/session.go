@@ -285,6 +285,16 @@ func (ss *session) setHead(r ref, mod int64, next *headEntry) {
 	}
 }
 
+// moved records that r's lock was rewritten at revision mod (0: unknown)
+// by its holder, when the store knows the lock.
+func (ss *session) moved(r ref, mod int64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if t := ss.held[r]; t != nil && t.mod != 0 {
+		t.mod = mod
+	}
+}
+
 // headOf returns what setHead recorded for lock r (0, nil if nothing).
 func (ss *session) headOf(r ref) (int64, *headEntry) {
 	ss.mu.Lock()
@@ -358,9 +368,7 @@ func (ss *session) mayQueue(r ref) bool {
 // takeoverAt), counted from sent as Grant.Remaining is, -1 when the lock
 // is free or that is unknown. Counted from seen, a Locker that retries at
 // its own send time + Remaining would come back one request latency before
-// the takeover is allowed, and spend a raft write on learning so. It is
-// takeoverEarly short, so that a late timer still brings the head back
-// before the takeover, which takeOver then waits for.
+// the takeover is allowed, and spend a raft write on learning so.
 func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL time.Duration) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -383,7 +391,7 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	if mod == 0 {
 		return -1
 	}
-	return max(t.lockSeen.Add(t.lockTTL).Sub(sent)-takeoverEarly, 0)
+	return max(t.lockSeen.Add(t.lockTTL).Sub(sent), 0)
 }
 
 // sighting is a lock write a waiter's key watch saw: the lock at mod
