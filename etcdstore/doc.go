@@ -80,9 +80,9 @@
 // # Semaphores
 //
 // A permit (AcquirePermit; keys under SemaphorePrefix) is a holder key on the
-// current lease of its TTL, as a lock; waiters are queue entries on leases of
-// their own, kept alive by their refreshes. A waiter whose turn comes takes
-// over holders it saw unchanged for their TTL, as for locks.
+// current lease of its TTL, as a lock, and so is a waiter's queue entry (its
+// refresh moves it to the current lease of the queue TTL). A waiter whose
+// turn comes takes over holders it saw unchanged for their TTL, as for locks.
 //
 // Errors: a request that gets no answer within Options.RequestTimeout fails
 // with ErrUnavailable (a store failure, never contention); etcd's auth and

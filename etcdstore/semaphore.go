@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
@@ -35,8 +33,8 @@ const maxPermitRetries = 32
 //	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value NUL, the permit's TTL in ms, NUL, the
 //	                            identity; on the store's current lease of the TTL (as
 //	                            locks are); its create revision is the permit's fence
-//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on a lease of the
-//	                            queue TTL; queue order is create revision order
+//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on the current lease
+//	                            of the queue TTL; queue order is create revision order
 //	PREFIX#sem/LEN:KEY/g        the guard: value the last limit; every grant and
 //	                            every new waiter rewrites it, and a grant's
 //	                            transaction requires it unchanged since its read
@@ -168,8 +166,7 @@ type permitAttempt struct {
 	s    *Store
 	req  leasehold.PermitRequest
 	id   clientv3.LeaseID
-	qid  clientv3.LeaseID // the queue entry's lease granted by a join that lost, for the next
-	next *semState        // what a transaction that lost brought back, for the next try
+	next *semState // what a transaction that lost brought back, for the next try
 }
 
 // try makes one attempt; done is false when the semaphore changed between
@@ -392,7 +389,7 @@ func (c *semBounds) released(key string) {
 func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
-		ok, next, err := s.queue(ctx, req, st, pos, &pa.qid)
+		ok, next, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
 			pa.next = next
 			return leasehold.Grant{}, ok, err
@@ -414,49 +411,37 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 	return g, true, leasehold.ErrNotAcquired
 }
 
-// queue appends req.Token to the queue on a lease of the queue TTL (a new
-// waiter rewrites the guard, so a grant read before it cannot overtake it),
-// or refreshes its entry with a keep-alive of that lease (the entry keeps
-// its create revision, its place). ok is false when the semaphore changed
-// since st was read; next is then the semaphore as it is now, when the
-// transaction brought it back. A join's lease is granted once per
-// AcquirePermit (*qid), reused by the joins that follow one that lost.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int, qid *clientv3.LeaseID) (ok bool, next *semState, err error) {
+// queue appends req.Token to the queue on the current lease of the queue
+// TTL (a new waiter rewrites the guard, so a grant read before it cannot
+// overtake it), or moves its entry to that lease (the entry keeps its
+// create revision, its place). ok is false when the semaphore changed since
+// st was read; next is then the semaphore as it is now, when the
+// transaction brought it back.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
-	if pos >= 0 {
-		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return false, nil, nil // the entry just expired: join again
-		case err != nil:
-			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
-		}
-		return true, nil, nil
-	}
-	secs, err := ttlSeconds(req.QueueTTL)
+	qid, err := s.sess.leases.get(ctx, req.QueueTTL)
 	if err != nil {
-		return true, nil, err
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	if *qid == clientv3.NoLease {
-		lg, err := s.cli.Grant(ctx, secs)
+	if pos >= 0 {
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(qk), "=", st.queue[pos].CreateRevision)).
+			Then(clientv3.OpPut(qk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(qid))).
+			Commit()
 		if err != nil {
-			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+			return true, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, qid)
 		}
-		*qid = lg.ID
+		return resp.Succeeded, nil, nil // not: the entry just expired, join again
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(append(unchangedCmps(p, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))...).
-		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(*qid)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(*qid)),
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(qid)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(qid)),
 			clientv3.OpGet(p+"h/", clientv3.WithPrefix())).
 		Else(semReads(p)...).
 		Commit()
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		*qid = clientv3.NoLease // the retries outlasted it: grant another
-		return false, nil, nil
-	}
 	if err != nil {
-		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, qid)
 	}
 	s.sems.drop(req.Key) // the guard changed
 	if !resp.Succeeded {
