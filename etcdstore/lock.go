@@ -66,36 +66,14 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
 		if err != nil {
-			// It may have applied (lost reply): the next acquire checks
-			// for our own lock; etcd expires it otherwise.
-			s.sess.track(s.sess.held, r, req.TTL)
-			if ql != 0 {
-				s.sess.track(s.sess.waiting, r, req.QueueTTL)
-			}
-			return leasehold.Grant{}, s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
+			return leasehold.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
 		}
-		if resp.Succeeded { // taken
-			s.sess.track(s.sess.held, r, req.TTL)
-			s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
-			s.sess.untrack(s.sess.waiting, r)
-			// All puts of a transaction carry its revision, the header's.
-			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		if g, done, err := s.acquired(ctx, req, l, st, resp); done {
+			return g, err
 		}
 		rs := resp.Responses
 		if st.mayOwn {
-			inner := rs[0].GetResponseTxn()
-			if inner.GetSucceeded() { // our own lock: a retry
-				s.sess.track(s.sess.held, r, req.TTL)
-				prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-				if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
-					if errors.Is(err, leasehold.ErrNotOwned) {
-						err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
-					}
-					return leasehold.Grant{}, err
-				}
-				return leasehold.Grant{Fence: fenceOf(prev)}, nil
-			}
-			rs = inner.GetResponses()
+			rs = rs[0].GetResponseTxn().GetResponses()
 		}
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
 		if !st.mayOwn && v.lock != nil && ownedBy(v.lock, req.Token) {
@@ -115,6 +93,46 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		}
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
+}
+
+// acquireFailed returns the error of an acquire transaction that may have
+// applied (a lost reply): the store remembers that the token may hold the
+// lock and wait in the queue, so that its next acquire checks for them
+// (etcd expires them otherwise).
+func (s *Store) acquireFailed(ctx context.Context, req leasehold.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
+	r := ref{req.Key, req.Token}
+	s.sess.track(s.sess.held, r, req.TTL)
+	if ql != 0 {
+		s.sess.track(s.sess.waiting, r, req.QueueTTL)
+	}
+	return s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
+}
+
+// acquired finishes an acquire whose transaction took the lock, or found
+// it holding the token (st.mayOwn: a retry); done is false otherwise.
+func (s *Store) acquired(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g leasehold.Grant, done bool, err error) {
+	r := ref{req.Key, req.Token}
+	if resp.Succeeded { // taken
+		s.sess.track(s.sess.held, r, req.TTL)
+		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
+		s.sess.untrack(s.sess.waiting, r)
+		// All puts of a transaction carry its revision, the header's.
+		return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	if !st.mayOwn || !inner.GetSucceeded() {
+		return g, false, nil
+	}
+	// Our own lock: a retry.
+	s.sess.track(s.sess.held, r, req.TTL)
+	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+		if errors.Is(err, leasehold.ErrNotOwned) {
+			err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
+		}
+		return g, true, err
+	}
+	return leasehold.Grant{Fence: fenceOf(prev)}, true, nil
 }
 
 // wrapLease is wrap for a request that wrote on leases ids: when etcd
