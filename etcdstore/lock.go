@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -152,17 +153,35 @@ func (s *Store) wrapLease(ctx context.Context, op, key string, err error, ids ..
 // that etcd writes and refuses.
 const takeoverSlack = 2 * time.Millisecond
 
-// sleepUntil returns true at 'at' (or later, by the timer's lateness), or
-// false when ctx ends first.
-func sleepUntil(ctx context.Context, at time.Time) bool {
-	t := time.NewTimer(time.Until(at))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+// takeoverEarly is how much earlier than the takeover the head is told to
+// come back (Grant.Remaining) and woken by its watch: Go's timers fire up
+// to a millisecond late in a process with nothing else to do, and later on
+// a busy machine, so a retry timed at the takeover itself would send it that
+// much later. takeOver then waits the rest precisely (waitUntil). Less than
+// takeoverSlack by more than a timer's lateness.
+const takeoverEarly = 1500 * time.Microsecond
+
+// waitUntil returns true at 'at', within microseconds, or false when ctx
+// ends first. It sleeps on a timer until takeoverEarly before 'at' and
+// spends the rest yielding the processor: at most about a millisecond of
+// CPU, once per takeover.
+func waitUntil(ctx context.Context, at time.Time) bool {
+	if d := time.Until(at) - takeoverEarly; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
 	}
+	for time.Now().Before(at) {
+		if ctx.Err() != nil {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
 }
 
 // tryTakeOver runs takeOver for a waiting acquire and, when it took the
@@ -194,7 +213,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 // so far (each was given by a write of the key, at or before that mod
 // revision) and not greater than this transaction's revision, below every
 // later create revision. An acquire up to takeoverSlack early waits
-// (bounded by ctx); a renewal seen meanwhile moves the mod
+// (waitUntil, bounded by ctx); a renewal seen meanwhile moves the mod
 // revision, and the guard fails. ok is false, with nothing sent, when the
 // lock is not known to be expired, and when the guard failed (the caller's
 // acquire then sees what changed).
@@ -204,7 +223,7 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l cl
 	if !known {
 		return g, false, nil
 	}
-	if time.Until(at) > takeoverSlack || !sleepUntil(ctx, at) {
+	if time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
 		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)

@@ -368,8 +368,9 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 
 // arm sets the expiry timer to fire at 'at', or stops it (zero at). The
 // session's clock for the takeover (lockSeen) starts no later than the
-// watch's (lockAt), so the head's acquire at 'at' (the lock's TTL by the
-// watch's clock) is not early.
+// watch's (lockAt), so the head's acquire at 'at' (takeoverEarly before the
+// lock's TTL by the watch's clock) comes at most takeoverEarly early, plus
+// the timer's lateness late, and takeOver waits out the rest.
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
@@ -379,8 +380,9 @@ func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 }
 
 // headExpiry returns when the head should be woken for the takeover of the
-// held lock, unchanged since the watch saw it: when it reaches its TTL, if
-// a waiter subscribed here heads its queue; zero otherwise.
+// held lock, unchanged since the watch saw it: takeoverEarly before it
+// reaches its TTL, if a waiter subscribed here heads its queue; zero
+// otherwise.
 func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -390,7 +392,7 @@ func (kw *keyWatch) headExpiry() time.Time {
 	}
 	for sb := range kw.subs {
 		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
-			return kw.lockAt.Add(kw.lockTTL)
+			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
 		}
 	}
 	return time.Time{}

@@ -368,7 +368,9 @@ func (ss *session) mayQueue(r ref) bool {
 // takeoverAt), counted from sent as Grant.Remaining is, -1 when the lock
 // is free or that is unknown. Counted from seen, a Locker that retries at
 // its own send time + Remaining would come back one request latency before
-// the takeover is allowed, and spend a raft write on learning so.
+// the takeover is allowed, and spend a raft write on learning so. It is
+// takeoverEarly short, so that a late timer still brings the head back
+// before the takeover, which takeOver then waits for.
 func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL time.Duration) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -391,7 +393,7 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	if mod == 0 {
 		return -1
 	}
-	return max(t.lockSeen.Add(t.lockTTL).Sub(sent), 0)
+	return max(t.lockSeen.Add(t.lockTTL).Sub(sent)-takeoverEarly, 0)
 }
 
 // sighting is a lock write a waiter's key watch saw: the lock at mod
