@@ -572,8 +572,13 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		// gone since passes it (an empty range compares as zero) and is
 		// not deleted: releasedBy answers ErrNotHeld.
 		ks, ke := s.keyRange(key)
-		txn = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)).
-			Then(free...).Else(reads()...)
+		// Sent alone, or batched with other releases of this store
+		// (relBatch).
+		c := &relCall{key: key, cmp: clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke), then: free, els: reads()}
+		if err := s.rel.do(ctx, c, s.sendReleases, s.detachRelease); err != nil {
+			return released{}, err
+		}
+		return s.releasedBy(key, token, &clientv3.TxnResponse{Succeeded: c.succeeded, Responses: c.responses}, false, false), nil
 	default: // nobody waits, at the first level; else read, without
 		// nesting: the token is checked on the answer
 		ours := mine(k, token)

@@ -61,6 +61,7 @@ type Store struct {
 	sess    *session
 	watches watches
 	sems    semBounds // see semaphore.go
+	rel     relBatch
 
 	closeOnce sync.Once
 }

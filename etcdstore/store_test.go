@@ -275,17 +275,19 @@ func TestReleaseByModRevision(t *testing.T) {
 	}
 }
 
-// Releases from 16 goroutines of one store each answer for their own lock:
+// Releases from 16 goroutines of one store go in batches (fewer release
+// transactions than releases) and each still answers for its own lock:
 // deleted, or ErrNotHeld for a lock deleted behind the store's back.
-func TestConcurrentReleases(t *testing.T) {
+func TestConcurrentReleasesBatch(t *testing.T) {
 	c := testetcd.Start(t)
 	cli := c.Client(t)
-	s := newStore(t, c)
+	s, n := countingStore(t, c)
 	ctx := ctxFor(t, 60*time.Second)
 	base := uniqueKey(t, "b")
 	const goroutines, rounds = 16, 30
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines*rounds)
+	n.take()
 	for i := range goroutines {
 		wg.Go(func() {
 			for j := range rounds {
@@ -317,11 +319,16 @@ func TestConcurrentReleases(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	txns := n.take()["/etcdserverpb.KV/Txn"]
+	if txns >= 2*goroutines*rounds {
+		t.Errorf("%d acquires and releases on 16 goroutines: expected the releases batched (fewer than %d transactions), got %d", goroutines*rounds, 2*goroutines*rounds, txns)
+	}
 	for i := range goroutines {
 		if _, err := s.Inspect(ctx, fmt.Sprintf("%s%d", base, i)); !errors.Is(err, leasehold.ErrNotHeld) {
 			t.Errorf("key %d after the releases: expected ErrNotHeld, got %v", i, err)
 		}
 	}
+	t.Logf("%d transactions for %d acquires and releases", txns, goroutines*rounds)
 }
 
 // An acquire retried through another Store (its process dialled etcd anew

@@ -1,0 +1,175 @@
+package etcdstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Uncontended releases (one comparison by mod revision, see releaseOnce)
+// are sent alone while fewer than maxRelInFlight of them are in flight;
+// beyond that they queue, and when a request in flight returns, the first
+// queued release sends the queue as one transaction of nested transactions
+// (one per lock, each with its own comparison; at most maxRelBatch, one per
+// key). One goroutine alone never waits; 16 goroutines releasing distinct
+// keys send about one release request for three releases. Measured
+// (BENCHMARKS.md, session 6): with one request in flight the batches grow
+// but the releases wait for each other; with four the batches shrink; two
+// gave the most cycles per second.
+const (
+	maxRelInFlight = 2
+	maxRelBatch    = 64 // etcd's default --max-txn-ops is 128
+)
+
+// relBatch is the queue of uncontended releases.
+type relBatch struct {
+	mu       sync.Mutex
+	queue    []*relCall
+	inFlight int // requests sent (alone or batched) and not answered
+}
+
+// relCall is one release: its key, comparison and branches, and, once its
+// request is answered, the answer (done is closed). lead: done was closed
+// to make it send the queue instead.
+type relCall struct {
+	key       string
+	cmp       clientv3.Cmp
+	then, els []clientv3.Op
+	done      chan struct{}
+	lead      bool
+	succeeded bool
+	responses []*etcdserverpb.ResponseOp
+	err       error
+}
+
+// sendFunc sends the calls of one request (a batch or one call alone) and
+// sets their answers; ctx bounds it.
+type sendFunc func(ctx context.Context, calls []*relCall) error
+
+// do runs c: sends it alone, or queues it and waits for the request that
+// carries it, or for its turn to send the queue. detach makes the context of
+// a request that carries other callers' releases: it must not end with c's
+// own ctx. It returns ctx's error when ctx ends first (the release may then
+// have been applied, as after a lost reply).
+func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach func(context.Context) (context.Context, context.CancelFunc)) error {
+	b.mu.Lock()
+	if b.inFlight < maxRelInFlight {
+		b.inFlight++
+		b.mu.Unlock()
+		err := send(ctx, []*relCall{c})
+		b.next()
+		return err
+	}
+	c.done = make(chan struct{}) // only a queued call is answered through it
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		if i := slices.Index(b.queue, c); i >= 0 { // not sent: leave the queue
+			b.queue = slices.Delete(b.queue, i, i+1)
+			b.mu.Unlock()
+			return ctx.Err()
+		}
+		lead := c.lead
+		b.mu.Unlock()
+		if lead { // our turn came: pass it on
+			b.next()
+			return ctx.Err()
+		}
+		select {
+		case <-c.done: // answered meanwhile
+			return c.err
+		default: // in a request in flight: its answer is lost to us
+			return ctx.Err()
+		}
+	}
+	if !c.lead {
+		return c.err
+	}
+	// Our turn: send the queue (we were taken out of it), with us first.
+	b.mu.Lock()
+	batch, keys := []*relCall{c}, map[string]bool{c.key: true}
+	for i := 0; i < len(b.queue) && len(batch) < maxRelBatch; {
+		if q := b.queue[i]; !keys[q.key] {
+			keys[q.key] = true
+			batch = append(batch, q)
+			b.queue = slices.Delete(b.queue, i, i+1)
+			continue
+		}
+		i++ // the same key twice in one transaction: etcd refuses it; next time
+	}
+	b.mu.Unlock()
+	sctx, cancel := detach(ctx)
+	err := send(sctx, batch)
+	cancel()
+	for _, q := range batch[1:] {
+		if err != nil {
+			q.err = err
+		}
+		close(q.done)
+	}
+	b.next()
+	if err != nil {
+		return err
+	}
+	return c.err
+}
+
+// next is called when a request in flight was answered: the first queued
+// call (if any) gets the turn to send the queue, and the request's slot.
+func (b *relBatch) next() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		return
+	}
+	n := b.queue[0]
+	b.queue = b.queue[1:]
+	n.lead = true
+	close(n.done)
+}
+
+// sendReleases is the sendFunc of a Store: one call alone is the plain
+// transaction (compare, then, else); several are one transaction whose then
+// branch nests one transaction per call.
+func (s *Store) sendReleases(ctx context.Context, calls []*relCall) error {
+	if len(calls) == 1 {
+		c := calls[0]
+		resp, err := s.cli.Txn(ctx).If(c.cmp).Then(c.then...).Else(c.els...).Commit()
+		if err != nil {
+			return err
+		}
+		c.succeeded, c.responses = resp.Succeeded, resp.Responses
+		return nil
+	}
+	ops := make([]clientv3.Op, len(calls))
+	for i, c := range calls {
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{c.cmp}, c.then, c.els)
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return err
+	}
+	for i, c := range calls {
+		inner := resp.Responses[i].GetResponseTxn()
+		c.succeeded, c.responses = inner.GetSucceeded(), inner.GetResponses()
+	}
+	return nil
+}
+
+// detachRelease is the context of a request that carries other callers'
+// releases: it does not end with the sender's ctx, only at RequestTimeout
+// (or with the store's session when there is none).
+func (s *Store) detachRelease(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := context.WithoutCancel(ctx)
+	if s.timeout > 0 {
+		return context.WithTimeoutCause(d, s.timeout, errTimeout)
+	}
+	return context.WithCancel(s.sess.ctx)
+}
