@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -78,7 +79,10 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		}
-		if e.err != nil {
+		switch {
+		case e.err != nil && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)):
+			continue // the context of the caller that granted ended, not ours
+		case e.err != nil:
 			return 0, e.err
 		}
 		if time.Until(e.until) > ttl {
