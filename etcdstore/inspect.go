@@ -149,8 +149,7 @@ func (s *Store) facts(kv *mvccpb.KeyValue) map[string]string {
 }
 
 // ForceRelease implements leasehold.ForceReleaser: it deletes the lock
-// whoever holds it. The holder's shared lease stays (its other locks live
-// on); the holder's next Renew answers ErrNotOwned.
+// whoever holds it; the holder's next Renew answers ErrNotOwned.
 func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {

@@ -3,32 +3,33 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Acquire implements leasehold.Store in one transaction on the store's
-// shared lease for req.TTL (see the package doc): if the lock holds
-// req.Token (a retry after a lost reply) it is kept, with the same fence;
-// else, if the key is free and the queue rule allows it, the lock is created
-// and the token's queue entry deleted; else the lock and queue are read and,
-// for a waiting acquire, the token's queue entry is created if absent. A
-// TryAcquire that loses makes one more request (LeaseTimeToLive) to report
-// the holder's remaining TTL; a waiting acquire reports the holder's TTL
-// instead, an upper bound that costs no request (WaitRelease wakes the head
-// at the exact expiry).
+// Acquire implements leasehold.Store in one transaction (see the package
+// doc): if the lock holds req.Token (a retry after a lost reply) it is kept,
+// with the same fence, on the current lease of req.TTL; else, if the key is
+// free and the queue rule allows it, the lock is created and the token's
+// queue entry deleted; else the lock and queue are read and, for a waiting
+// acquire (QueueTTL > 0), the token's queue entry is written on the current
+// lease of the queue TTL (a rewrite keeps its create revision: its place).
+// A TryAcquire that loses makes one more request (LeaseTimeToLive) to
+// report the holder's remaining TTL.
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
 	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
 		return leasehold.Grant{}, err
 	}
-	secs, err := ttlSeconds(req.TTL)
-	if err != nil {
+	if _, err := ttlSeconds(req.TTL); err != nil {
 		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -36,16 +37,17 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		return leasehold.Grant{}, err
 	}
 	defer end()
-	l, err := s.sess.get(ctx, secs, req.TTL)
+	l, err := s.sess.leases.get(ctx, req.TTL)
+	var ql clientv3.LeaseID
+	if err == nil && req.QueueTTL > 0 {
+		ql, err = s.sess.leases.get(ctx, req.QueueTTL)
+	}
 	if err != nil {
 		return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
 	}
-	var ql *lease
-	if req.QueueTTL > 0 {
-		qsecs, _ := ttlSeconds(req.QueueTTL)
-		if ql, err = s.sess.get(ctx, qsecs, req.QueueTTL); err != nil {
-			s.sess.put(l)
-			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+	if ql != 0 {
+		if g, done, err := s.tryTakeOver(ctx, req, l); done {
+			return g, err
 		}
 	}
 	return s.acquire(ctx, req, l, ql)
@@ -53,120 +55,97 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 
 // acquire runs the acquire transaction: once, or twice when the first
 // answer shows the token at the head of the queue of a free key that this
-// store did not know it headed. It owns the references to l and ql.
-func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, error) {
+// store did not know it headed, or holding the lock though this store did
+// not know it (a retry through another Store, or a forgotten acquire).
+func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
-	if ql != nil {
-		if g, ok := s.stillBehind(req, ql); ok {
-			s.sess.put(l)
-			return g, leasehold.ErrNotAcquired
-		}
-		if g, done, err := s.tryTakeOver(ctx, req, l, ql); done {
-			return g, err
-		}
-	}
 	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
 		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
 		st.mayOwn = st.mayOwn || forced
-		known := st.mayOwn
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
 		if err != nil {
-			// It may have applied (lost reply): the session deletes the
-			// lock and entry when their deadlines pass, unless the
-			// caller's retry or Release comes first.
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			if ql != nil {
-				s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-			}
-			return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+			return leasehold.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
 		}
-		if resp.Succeeded { // taken
-			s.sess.track(s.sess.held, r, l, req.TTL)
-			s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
-			s.putQueue(r, ql)
-			s.sess.untrack(s.sess.waiting, r)
-			// All puts of a transaction carry its revision, the header's.
-			return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, nil
+		if g, done, err := s.acquired(ctx, req, l, st, resp); done {
+			return g, err
 		}
 		rs := resp.Responses
-		if known {
-			inner := rs[0].GetResponseTxn()
-			if inner.GetSucceeded() { // our own lock: a retry
-				s.sess.track(s.sess.held, r, l, req.TTL)
-				s.putQueue(r, ql)
-				prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-				if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
-					return leasehold.Grant{}, err
-				}
-				return leasehold.Grant{Fence: fenceOf(prev)}, nil
-			}
-			rs = inner.GetResponses()
+		if st.mayOwn {
+			rs = rs[0].GetResponseTxn().GetResponses()
 		}
-		rng := rs[len(rs)-1].GetResponseRange()
-		v := s.view(req.Key, req.Token, rng.GetKvs(), resp.Header.Revision)
-		if !known && v.lock != nil && ownedBy(v.lock, req.Token) {
-			// The lock holds a token this store did not know it sent (a
-			// grant or acquire it forgot, or another Store with the same
-			// token): ask again with the retry check. Release deletes the
-			// queue entry this answer put.
-			forced = true
-			if ql != nil {
-				s.sess.track(s.sess.waiting, r, ql, req.QueueTTL) // takes ql's reference
-				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
-					s.sess.put(l)
-					return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-				}
+		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
+		if !st.mayOwn && v.lock != nil && ownedBy(v.lock, req.Token) {
+			forced = true // ask again with the retry check
+			if ql != 0 {  // and delete, at Release, the entry this answer put
+				s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			}
 			continue
 		}
 		left := time.Duration(-1) // unknown
-		if ql != nil {
-			t := s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
+		if ql != 0 {
+			t := s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
 			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
-				// We head the queue of a free key: take it now.
-				if ql, err = s.sess.get(ctx, ql.secs, req.QueueTTL); err != nil {
-					s.sess.put(l)
-					return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-				}
-				continue
+				continue // we head the queue of a free key: take it now
 			}
 		}
-		s.sess.put(l)
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
 }
 
-// stillBehind answers a waiting acquire without a request when the token's
-// queue entry waits behind another one and another token holds the lock,
-// as the key's live watch shows them (watches.behind) with the entry this
-// store wrote or saw (same create revision): the acquire transaction would
-// find the entry and write nothing, so what is left to do is this store's
-// own deadline for the entry, which it moves (track takes ql's reference).
-// That is the Locker's refresh of a waiter's place every WaiterTTL/3;
-// without this, each waiter costs etcd a raft write a second. The model may
-// lag etcd: a release or expiry it has not seen yet wakes the waiter when it
-// does (WaitRelease). The head of the queue always asks etcd (its retries
-// time and make the takeover).
-func (s *Store) stillBehind(req leasehold.AcquireRequest, ql *lease) (leasehold.Grant, bool) {
+// acquireFailed returns the error of an acquire transaction that may have
+// applied (a lost reply): the store remembers that the token may hold the
+// lock and wait in the queue, so that its next acquire checks for them
+// (etcd expires them otherwise).
+func (s *Store) acquireFailed(ctx context.Context, req leasehold.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
 	r := ref{req.Key, req.Token}
-	rev, l, left := s.sess.waitingEntry(r)
-	if rev == 0 || l != ql {
-		return leasehold.Grant{}, false
+	s.sess.track(s.sess.held, r, req.TTL)
+	if ql != 0 {
+		s.sess.track(s.sess.waiting, r, req.QueueTTL)
 	}
-	ahead, holder, ttl, ok := s.watches.behind(r, s.entryKey(req.Key, req.Token), rev)
-	if !ok {
-		return leasehold.Grant{}, false
+	return s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
+}
+
+// acquired finishes an acquire whose transaction took the lock, or found
+// it holding the token (st.mayOwn: a retry); done is false otherwise.
+func (s *Store) acquired(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g leasehold.Grant, done bool, err error) {
+	r := ref{req.Key, req.Token}
+	if resp.Succeeded { // taken
+		s.sess.track(s.sess.held, r, req.TTL)
+		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
+		s.sess.untrack(s.sess.waiting, r)
+		// All puts of a transaction carry its revision, the header's.
+		return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 	}
-	s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-	g := leasehold.Grant{Ahead: ahead, Holder: holder, Remaining: ttl} // as contended reports it
-	if left >= 0 && ttl > 0 {
-		g.Remaining = max(left, time.Millisecond)
+	inner := resp.Responses[0].GetResponseTxn()
+	if !st.mayOwn || !inner.GetSucceeded() {
+		return g, false, nil
 	}
-	return g, true
+	// Our own lock: a retry.
+	s.sess.track(s.sess.held, r, req.TTL)
+	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+		if errors.Is(err, leasehold.ErrNotOwned) {
+			err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
+		}
+		return g, true, err
+	}
+	return leasehold.Grant{Fence: fenceOf(prev)}, true, nil
+}
+
+// wrapLease is wrap for a request that wrote on leases ids: when etcd
+// answers that a lease does not exist (revoked by someone else), the store
+// stops using it.
+func (s *Store) wrapLease(ctx context.Context, op, key string, err error, ids ...clientv3.LeaseID) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		for _, id := range ids {
+			s.sess.leases.expired(id)
+		}
+	}
+	return s.wrap(ctx, op, key, err)
 }
 
 // takeoverSlack is how early a waiter's retry may come before its takeover
@@ -176,24 +155,18 @@ const takeoverSlack = 2 * time.Millisecond
 
 // takeoverEarly is how much earlier than the takeover the head is told to
 // come back (Grant.Remaining) and woken by its watch: Go's timers fire up
-// to a millisecond late in a process with nothing else to do (the
-// runtime's poller sleeps in whole milliseconds), so a retry timed at the
-// takeover itself would send it that much later. takeOver then waits the
-// rest precisely (waitUntil). Less than takeoverSlack by more than a
-// timer's lateness.
+// to a millisecond late in a process with nothing else to do, and later on
+// a busy machine, so a retry timed at the takeover itself would send it that
+// much later. takeOver then waits the rest precisely (waitUntil). Less than
+// takeoverSlack by more than a timer's lateness.
 const takeoverEarly = 1500 * time.Microsecond
 
-// spinWindow is how long before its deadline waitUntil stops sleeping on a
-// timer (which may wake up to a millisecond late) and yields the processor
-// in a loop instead.
-const spinWindow = 1500 * time.Microsecond
-
 // waitUntil returns true at 'at', within microseconds, or false when ctx
-// ends first. It sleeps on a timer until spinWindow before 'at' and spends
-// the rest yielding the processor: at most about a millisecond of CPU, once
-// per takeover.
+// ends first. It sleeps on a timer until takeoverEarly before 'at' and
+// spends the rest yielding the processor: at most about a millisecond of
+// CPU, once per takeover.
 func waitUntil(ctx context.Context, at time.Time) bool {
-	if d := time.Until(at) - spinWindow; d > 0 {
+	if d := time.Until(at) - takeoverEarly; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -212,19 +185,16 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 }
 
 // tryTakeOver runs takeOver for a waiting acquire and, when it took the
-// lock or failed (done), records the outcome; it then owns the references
-// to l and ql.
-func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease) (leasehold.Grant, bool, error) {
+// lock or failed (done), records the outcome.
+func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (leasehold.Grant, bool, error) {
 	r := ref{req.Key, req.Token}
 	g, ok, err := s.takeOver(ctx, req, l)
 	switch {
 	case err != nil: // it may have applied: tracked as after an acquire
-		s.sess.track(s.sess.held, r, l, req.TTL)
-		s.sess.track(s.sess.waiting, r, ql, req.QueueTTL)
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire", req.Key, err)
+		s.sess.track(s.sess.held, r, req.TTL)
+		return leasehold.Grant{}, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
 	case ok:
-		s.sess.track(s.sess.held, r, l, req.TTL)
-		s.putQueue(r, ql)
+		s.sess.track(s.sess.held, r, req.TTL)
 		s.sess.untrack(s.sess.waiting, r)
 		return g, true, nil
 	}
@@ -233,21 +203,21 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 
 // takeOver takes the lock that req's token waits for when the token heads
 // its queue and has seen the lock unchanged for its whole TTL
-// (session.takeoverAt): the holder died or hangs, and its shared lease may
-// live on for up to a second (or as long as its process keeps other locks).
-// One transaction, guarded by the lock's mod revision (any renewal or new
-// holder since moved it), the token's queue entry (same create revision)
-// and the entry being the oldest, overwrites the lock with the token's and
-// deletes the entry. Overwriting keeps the key's create revision, so the
-// new lock carries its fence in its value: the old lock's mod revision plus
-// one, greater than every fence of the key so far (each was given by a
-// write of the key, at or before that mod revision) and not greater than
-// this transaction's revision, below every later create revision. An
-// acquire up to takeoverSlack early waits (waitUntil, bounded by ctx); a renewal seen
-// meanwhile moves the mod revision, and the guard fails. ok is false, with
-// nothing sent, when the lock is not known to be expired, and when the
-// guard failed (the caller's acquire then sees what changed).
-func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *lease) (g leasehold.Grant, ok bool, err error) {
+// (session.takeoverAt): the holder died or hangs, and its lease may live on
+// for up to leaseSlack more. One transaction, guarded by the lock's mod
+// revision (any renewal or new holder since moved it), the token's queue
+// entry (same create revision) and the entry being the oldest, overwrites
+// the lock with the token's and deletes the entry. Overwriting keeps the
+// key's create revision, so the new lock carries its fence in its value:
+// the old lock's mod revision plus one, greater than every fence of the key
+// so far (each was given by a write of the key, at or before that mod
+// revision) and not greater than this transaction's revision, below every
+// later create revision. An acquire up to takeoverSlack early waits
+// (waitUntil, bounded by ctx); a renewal seen meanwhile moves the mod
+// revision, and the guard fails. ok is false, with nothing sent, when the
+// lock is not known to be expired, and when the guard failed (the caller's
+// acquire then sees what changed).
+func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (g leasehold.Grant, ok bool, err error) {
 	r := ref{req.Key, req.Token}
 	mod, entry, at, known := s.sess.takeoverAt(r)
 	if !known {
@@ -263,7 +233,7 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *l
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
 			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
 			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
-		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l.id)),
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l)),
 			clientv3.OpDelete(e)).
 		Commit()
 	if err != nil {
@@ -272,44 +242,28 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l *l
 	return leasehold.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
 }
 
-// retried finishes the retry of an acquire that found the token holding
-// the lock (prev, before the retry moved it to l at revision rev without
-// touching its value, which may carry the fence): when the TTL changed, the
-// value is rewritten with the new one, which waiters time a takeover by.
-func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l *lease, prev *mvccpb.KeyValue, rev int64) error {
+// retried finishes the retry of an acquire (or a renewal) that found the
+// token holding the lock (prev, before the retry moved it to l at revision
+// rev without touching its value, which may carry the fence): when the TTL
+// changed, the value is rewritten with the new one, which waiters time a
+// takeover by.
+func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, prev *mvccpb.KeyValue, rev int64) error {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
 	if was == req.TTL {
 		return nil
 	}
-	ok, err := s.rewriteLock(ctx, req.Key, lockValue(req.Token, req.TTL, holder, fence), l, rev)
+	k := s.lockKey(req.Key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, holder, fence), clientv3.WithLease(l))).
+		Commit()
 	switch {
 	case err != nil:
-		return s.wrap(ctx, "acquire", req.Key, err)
-	case !ok:
-		return s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
+		return s.wrapLease(ctx, "acquire", req.Key, err, l)
+	case !resp.Succeeded:
+		return leasehold.ErrNotOwned // it changed meanwhile: released, expired or taken
 	}
 	return nil
-}
-
-// rewriteLock writes value to the lock of key on lease l if its mod
-// revision is still mod. It reports whether it did.
-func (s *Store) rewriteLock(ctx context.Context, key, value string, l *lease, mod int64) (bool, error) {
-	k := s.lockKey(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
-		Then(clientv3.OpPut(k, value, clientv3.WithLease(l.id))).
-		Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
-}
-
-// putQueue drops the reference to a queue lease that was not used.
-func (s *Store) putQueue(_ ref, ql *lease) {
-	if ql != nil {
-		s.sess.put(ql)
-	}
 }
 
 // acquireTxn sends req's acquire transaction (see Acquire in the package
@@ -317,13 +271,12 @@ func (s *Store) putQueue(_ ref, ql *lease) {
 // may own the lock, the transaction has no retry check (a token this store
 // never sent cannot hold the lock): a smaller request, which etcd decodes,
 // logs and applies at a cost that shows in the uncontended cycle.
-func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql *lease, st standing) (*clientv3.TxnResponse, error) {
-	myRev, known := st.rev, st.mayOwn
+func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
+	myRev := st.rev
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
-	val := lockValue(req.Token, req.TTL, req.Holder, 0)
 	// Free: no lock and no queue, one comparison over the key's range.
 	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ks), "=", 0).WithRange(ke)}
 	if myRev > 0 { // or no lock, and we head the queue: every entry is ours or younger
@@ -334,19 +287,11 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 		}
 	}
 	var lost []clientv3.Op
-	entry := func() clientv3.Op {
-		return clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql.id))
-	}
-	switch {
-	case ql != nil && !known: // no entry of ours can exist: put it
-		lost = append(lost, entry())
-	case ql != nil: // keep the entry's create revision: its place
-		lost = append(lost, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), "=", 0)},
-			[]clientv3.Op{entry()}, nil))
+	if ql != 0 { // a rewrite keeps the entry's create revision: its place
+		lost = append(lost, clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql)))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
-	take := []clientv3.Op{clientv3.OpPut(k, val, clientv3.WithLease(l.id))}
+	take := []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, 0), clientv3.WithLease(l))}
 	if myRev > 0 || st.mayQueue {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
@@ -354,7 +299,7 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 		take = append(take, headRead(qs, qe))
 	}
 	txn := s.cli.Txn(ctx).If(free...).Then(take...)
-	if !known {
+	if !st.mayOwn {
 		return txn.Else(lost...).Commit()
 	}
 	// The common case first: a free key is taken at the first level, the
@@ -362,7 +307,7 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	return txn.
 		Else(clientv3.OpTxn(mine(k, req.Token),
 			// The value stays: it may carry the fence (see retried).
-			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l.id), clientv3.WithPrevKV())},
+			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
 			lost)).
 		Commit()
 }
@@ -447,173 +392,100 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Dur
 	return d
 }
 
-// Renew implements leasehold.Store with one linearizable read (a read-only
-// transaction) that checks the token and the lock's lease and counts the
-// key's waiters: the shared lease is kept alive by the store (and covers ttl
-// from now, or Renew sends a keep-alive first), so an uncontended renewal is
-// no write. When the TTL changed, or someone waits for the key, a second,
-// token-checked transaction writes the lock (its fence stays): on the lease
-// of the new TTL, and with a new mod revision that tells the waiters the
-// holder is alive (see the package doc, Takeover). Renew also moves the
-// store's deadline of the lock.
+// Renew implements leasehold.Store: one token-checked transaction moves the
+// lock to the current lease of ttl (its value, and so its fence, stays), or
+// answers ErrNotOwned. The write also moves the lock's mod revision, which
+// tells the waiters that the holder is alive (see the package doc,
+// Takeover). When the TTL changed, a second transaction rewrites the value.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	ctx, end, l, err := s.renewStart(ctx, "renew", key, token, ttl)
-	if err != nil {
-		return err
-	}
-	defer end()
-	r := ref{key, token}
-	t := s.sess.lookupHeld(r) // before the read: a sweep after it is seen
-	resp, err := s.cli.Txn(ctx).Then(s.renewReads(key)...).Commit()
-	if err != nil {
-		s.sess.put(l)
-		return s.wrap(ctx, "renew", key, err)
-	}
-	return s.finishRenew(ctx, r, t, l, ttl, resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
-}
-
-// renewStart is the preamble of Renew and RenewPermit: it checks the
-// names and the TTL, bounds ctx by the request timeout (call end when
-// done) and takes a reference to the store's lease for ttl, which the
-// caller then owns.
-func (s *Store) renewStart(ctx context.Context, op, key, token string, ttl time.Duration) (context.Context, context.CancelFunc, *lease, error) {
-	if err := checkNames(key, token, ""); err != nil {
-		return nil, nil, nil, err
-	}
-	secs, err := ttlSeconds(ttl)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	l, err := s.sess.get(ctx, secs, ttl)
-	if err != nil {
-		err = s.wrap(ctx, op, key, err)
-		end()
-		return nil, nil, nil, err
-	}
-	return ctx, end, l, nil
-}
-
-// renewReads are the reads of a renewal: the lock, and how many waiters
-// its queue has. A read-only transaction: a linearizable read, no raft
-// entry.
-func (s *Store) renewReads(key string) []clientv3.Op {
-	qs, qe := s.queueRange(key)
-	return []clientv3.Op{clientv3.OpGet(s.lockKey(key)), clientv3.OpGet(qs, clientv3.WithRange(qe), clientv3.WithCountOnly())}
-}
-
-// finishRenew checks what a renewal read of r's lock showed, writes the
-// lock if needed, and records the new deadline. It owns the reference to l.
-//
-// The lock is written (token-checked by its mod revision) when it moves to
-// another lease or TTL, and whenever its queue has a waiter: the write
-// moves the lock's mod revision, which tells the waiters that the holder
-// is alive. A waiter at the head takes over a lock it has seen unchanged
-// for its TTL (see session.takeoverAt); a renewal that read an empty queue
-// needs no write, since every waiter that comes later sees the lock only
-// after that read.
-func (s *Store) finishRenew(ctx context.Context, r ref, t *tracked, l *lease, ttl time.Duration, lock, queue *etcdserverpb.RangeResponse) error {
-	var kv *mvccpb.KeyValue
-	if kvs := lock.GetKvs(); len(kvs) == 1 {
-		kv = kvs[0]
-	}
-	tok, was, holder, fence, _ := lockFields(kv.GetValue())
-	if kv == nil || tok != r.token {
-		s.sess.put(l)
-		s.sess.untrack(s.sess.held, r)
-		return leasehold.ErrNotOwned
-	}
-	if clientv3.LeaseID(kv.Lease) != l.id || was != ttl || queue.GetCount() > 0 {
-		ok, err := s.rewriteLock(ctx, r.key, lockValue(r.token, ttl, holder, fence), l, kv.ModRevision)
-		if err != nil {
-			s.sess.put(l)
-			return s.wrap(ctx, "renew", r.key, err)
-		}
-		if !ok {
-			s.sess.put(l)
-			return leasehold.ErrNotOwned // it changed: released, expired or taken
-		}
-	}
-	if !s.sess.renewed(s.sess.held, r, t, l, ttl) {
-		return leasehold.ErrNotOwned // the session swept it meanwhile
-	}
-	return nil
+	return s.RenewBatch(ctx, []leasehold.RenewRequest{{Key: key, Token: token, TTL: ttl}})[0]
 }
 
 // maxTxnOps stays under etcd's default --max-txn-ops (128).
 const maxTxnOps = 128
 
-// RenewBatch implements leasehold.BatchRenewer: one read-only transaction
-// reads every lock (token and lease check) and its waiter count, so a batch
-// costs one round trip however many leases it holds (plus one transaction
-// per lock whose TTL changed or that has waiters, as in Renew).
+// RenewBatch implements leasehold.BatchRenewer: one transaction renews up
+// to maxTxnOps/2 locks (one nested, token-checked transaction each, as
+// Renew; etcd counts a nested transaction's operations against what its
+// parent leaves), plus one per lock whose TTL changed.
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
-	const per = maxTxnOps / 2 // two reads per lock
-	for start := 0; start < len(reqs); start += per {
-		end := min(start+per, len(reqs))
-		s.renewChunk(ctx, reqs[start:end], errs[start:end])
-	}
-	return errs
-}
-
-func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest, errs []error) {
-	ctx, end, err := s.begin(parent)
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return
-	}
-	defer end()
-	type item struct {
-		i int
-		t *tracked
-		l *lease
-	}
-	var items []item
-	var ops []clientv3.Op
+	var chunk []int
+	keys := map[string]bool{}
 	for i, r := range reqs {
 		if errs[i] = checkNames(r.Key, r.Token, ""); errs[i] != nil {
 			continue
 		}
-		secs, err := ttlSeconds(r.TTL)
-		if err != nil {
-			errs[i] = err
+		if _, errs[i] = ttlSeconds(r.TTL); errs[i] != nil {
 			continue
 		}
-		t := s.sess.lookupHeld(ref{r.Key, r.Token})
-		l, err := s.sess.get(ctx, secs, r.TTL)
-		if err != nil {
-			errs[i] = s.wrap(ctx, "renew", r.Key, err)
-			continue
+		if len(chunk) == maxTxnOps/2 || keys[r.Key] { // etcd refuses a key twice in one transaction
+			s.renewChunk(ctx, reqs, chunk, errs)
+			chunk, keys = nil, map[string]bool{}
 		}
-		items = append(items, item{i, t, l})
-		ops = append(ops, s.renewReads(r.Key)...)
+		chunk, keys[r.Key] = append(chunk, i), true
 	}
-	if len(ops) == 0 {
+	if len(chunk) > 0 {
+		s.renewChunk(ctx, reqs, chunk, errs)
+	}
+	return errs
+}
+
+// renewChunk renews reqs[i] for every i in chunk, in one transaction.
+func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest, chunk []int, errs []error) {
+	fail := func(err error) {
+		for _, i := range chunk {
+			errs[i] = err
+		}
+	}
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		fail(err)
 		return
 	}
+	defer end()
+	ids := map[time.Duration]clientv3.LeaseID{}
+	ops := make([]clientv3.Op, len(chunk))
+	for j, i := range chunk {
+		r := reqs[i]
+		id, ok := ids[r.TTL]
+		if !ok {
+			if id, err = s.sess.leases.get(ctx, r.TTL); err != nil {
+				fail(s.wrap(ctx, "renew", r.Key, err))
+				return
+			}
+			ids[r.TTL] = id
+		}
+		k := s.lockKey(r.Key)
+		ops[j] = clientv3.OpTxn(mine(k, r.Token),
+			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())}, nil)
+	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	for j, it := range items {
-		r := reqs[it.i]
-		if err != nil {
-			s.sess.put(it.l)
-			errs[it.i] = s.wrap(ctx, "renew", r.Key, err)
+	if err != nil {
+		fail(s.wrapLease(ctx, "renew", reqs[chunk[0]].Key, err, slices.Collect(maps.Values(ids))...))
+		return
+	}
+	for j, i := range chunk {
+		r := reqs[i]
+		inner := resp.Responses[j].GetResponseTxn()
+		if !inner.GetSucceeded() {
+			errs[i] = leasehold.ErrNotOwned
 			continue
 		}
-		lock, queue := resp.Responses[2*j].GetResponseRange(), resp.Responses[2*j+1].GetResponseRange()
-		errs[it.i] = s.finishRenew(ctx, ref{r.Key, r.Token}, it.t, it.l, r.TTL, lock, queue)
+		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
+		req := leasehold.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}
+		mod := resp.Header.Revision // for Release; unknown after a rewrite
+		if _, was, _, _, _ := lockFields(prev.GetValue()); was != r.TTL {
+			mod = 0
+		}
+		s.sess.moved(ref{r.Key, r.Token}, mod)
+		errs[i] = s.retried(ctx, req, ids[r.TTL], prev, resp.Header.Revision)
 	}
 }
 
 // Release implements leasehold.Store: one transaction deletes the lock if
 // it holds token and nobody waits, and the token's queue entry in any case
-// (a waiter that gives up leaves the queue) when this store queued it. The
-// shared lease stays for the store's other and next locks.
+// (a waiter that gives up leaves the queue) when this store queued it.
 //
 // When someone waits, the release hands the key to the head of the queue
 // (leasehold.Granter): the lock is overwritten with the head's token,

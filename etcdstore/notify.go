@@ -141,9 +141,6 @@ type keyWatch struct {
 	lockTTL time.Duration
 	lockTok string // the holder's token, "" when free or unknown
 	holder  string // and its identity
-	// live: the watch is confirmed and followed, so the model is etcd's
-	// state as of some recent revision (see watches.behind).
-	live bool
 	// Grants a release made to subscribed waiters (the lock written with
 	// their token), by token, until Granted takes them.
 	grants map[string]grantSeen
@@ -258,9 +255,7 @@ func (kw *keyWatch) run(snap *queueSnap) {
 			}
 			continue
 		}
-		kw.setLive(true)
 		done := kw.follow(ctx, wch)
-		kw.setLive(false)
 		cancel()
 		drain(wch)
 		if done {
@@ -268,36 +263,6 @@ func (kw *keyWatch) run(snap *queueSnap) {
 		}
 		kw.signalAll() // the watch broke: every waiter re-checks
 	}
-}
-
-func (kw *keyWatch) setLive(live bool) {
-	w := &kw.s.watches
-	w.mu.Lock()
-	kw.live = live
-	w.mu.Unlock()
-}
-
-// behind reports whether waiter r, subscribed to the key's live watch, waits
-// in the model with its entry (create revision rev) behind another one while
-// another token holds the lock, and then how many entries are ahead of it,
-// the holder's identity and the lock's TTL.
-func (w *watches) behind(r ref, entry string, rev int64) (ahead int, holder string, ttl time.Duration, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	kw := w.keys[r.key]
-	if kw == nil || !kw.live || !kw.held || kw.lockTok == "" || kw.lockTok == r.token || kw.queue[entry] != rev {
-		return 0, "", 0, false
-	}
-	subscribed := false
-	for sb := range kw.subs {
-		subscribed = subscribed || (sb.r == r && !sb.observer)
-	}
-	for _, at := range kw.queue {
-		if at < rev {
-			ahead++
-		}
-	}
-	return ahead, kw.holder, kw.lockTTL, subscribed && ahead > 0
 }
 
 // remove takes kw out of the store's watches.
@@ -540,9 +505,8 @@ func (kw *keyWatch) newHolder() {
 
 // Granted implements leasehold.Granter: the grant a release made to token
 // for key, seen by the key's watch while token's WaitRelease subscription
-// was open. The store then tracks the lock as its own (deleted at its TTL
-// from now unless renewed) and token's queue entry as gone. ok is false
-// when no grant was seen, or the lock is not on this store's lease.
+// was open. ok is false when no grant was seen, or token does not wait
+// here.
 func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	w := &s.watches
 	w.mu.Lock()
@@ -559,7 +523,7 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 		return leasehold.Handoff{}, false
 	}
 	r := ref{key, token}
-	req, ok := s.sess.adopt(r, g.lease, g.ttl)
+	req, ok := s.sess.adopt(r, g.ttl)
 	if !ok {
 		return leasehold.Handoff{}, false
 	}

@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
@@ -33,19 +31,18 @@ const maxPermitRetries = 32
 // "#sem/", so that List never mistakes them for locks:
 //
 //	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value NUL, the permit's TTL in ms, NUL, the
-//	                            identity; on the store's shared lease of the TTL (as
+//	                            identity; on the store's current lease of the TTL (as
 //	                            locks are); its create revision is the permit's fence
-//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on a lease of the
-//	                            queue TTL; queue order is create revision order
+//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on the current lease
+//	                            of the queue TTL; queue order is create revision order
 //	PREFIX#sem/LEN:KEY/g        the guard: value the last limit; every grant and
 //	                            every new waiter rewrites it, and a grant's
 //	                            transaction requires it unchanged since its read
 //
 // LEN is len(KEY) in bytes, so no key's keys are a prefix of another's.
-// A holder the store stops renewing is deleted by the store at its TTL (see
-// the package doc); when the store's process is gone, by a waiter at its
-// TTL (takeOver) or by etcd with the shared lease; waiters are deleted by
-// etcd when their own lease runs out: no sweeper process.
+// A holder nobody renews is deleted by etcd with its lease, at most
+// leaseSlack after its TTL, or by a waiter at its TTL (takeOver); waiters
+// are deleted by etcd when their own lease runs out: no sweeper process.
 func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
@@ -115,10 +112,9 @@ func semStateOf(resp *clientv3.TxnResponse) semState {
 // use the store's bound of it from its last read or grant, see semBounds),
 // then commit the grant in a transaction that requires the guard unchanged
 // since the read (retried with jitter when another grant or a new waiter got in
-// between). The holder key goes on the store's shared lease for the TTL, as
-// a lock does (no LeaseGrant per permit: an uncontended acquire and release
-// are two transactions), and the store deletes it when its deadline passes
-// unrenewed (see permitTracks). The fence is the holder key's create
+// between). The holder key goes on the store's current lease for the TTL,
+// as a lock does (no LeaseGrant per permit: an uncontended acquire and
+// release are two transactions). The fence is the holder key's create
 // revision. Expiry only ever lowers the count, so a stale read never admits
 // too many.
 func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
@@ -128,7 +124,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
 		return leasehold.Grant{}, err
 	}
-	secs, err := ttlSeconds(req.TTL)
+	_, err := ttlSeconds(req.TTL)
 	if err != nil {
 		return leasehold.Grant{}, err
 	}
@@ -137,12 +133,11 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		return leasehold.Grant{}, err
 	}
 	defer end()
-	l, err := s.sess.get(ctx, secs, req.TTL)
+	id, err := s.sess.leases.get(ctx, req.TTL)
 	if err != nil {
 		return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	pa := &permitAttempt{s: s, req: req, l: l}
-	defer pa.finish()
+	pa := &permitAttempt{s: s, req: req, id: id}
 	for attempt := range maxPermitRetries {
 		g, done, err := pa.try(ctx)
 		if err != nil || done {
@@ -165,33 +160,13 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
-// permitAttempt is one AcquirePermit: its request and the store's shared
-// lease for its TTL, referenced until finish.
+// permitAttempt is one AcquirePermit: its request and the lease for its
+// TTL.
 type permitAttempt struct {
 	s    *Store
 	req  leasehold.PermitRequest
-	l    *lease
-	held bool             // the reference to l went to the permit's track
-	qid  clientv3.LeaseID // the queue entry's lease granted by a join that lost, for the next
-	next *semState        // what a transaction that lost brought back, for the next try
-}
-
-// written records that a grant transaction was sent for the token (err is
-// its error): the permit is tracked on the attempt's lease, so that the
-// store deletes it at its deadline unless renewed. A transaction without an
-// answer may have applied, so it is tracked as well.
-func (pa *permitAttempt) written(err error, won bool) {
-	if (err != nil || won) && !pa.held {
-		pa.held = true
-		pa.s.sems.hold(pa.s.sess, ref{pa.req.Key, pa.req.Token}, pa.l, pa.req.TTL)
-	}
-}
-
-// finish drops the reference to the lease when no permit took it.
-func (pa *permitAttempt) finish() {
-	if !pa.held {
-		pa.s.sess.put(pa.l)
-	}
+	id   clientv3.LeaseID
+	next *semState // what a transaction that lost brought back, for the next try
 }
 
 // try makes one attempt; done is false when the semaphore changed between
@@ -213,7 +188,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		}
 		return pa.refused(ctx, st, pos, ahead)
 	}
-	id, val := pa.l.id, permitValue(req.TTL, req.Holder)
+	id, val := pa.id, permitValue(req.TTL, req.Holder)
 	if mine != nil {
 		// Our own retry after a lost reply: rewrite the key on the lease of
 		// this TTL (its create revision, the fence, stays).
@@ -221,7 +196,6 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
 			Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpDelete(qk)).
 			Commit()
-		pa.written(err, err == nil && resp.Succeeded)
 		if err != nil {
 			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
@@ -232,7 +206,6 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
 		Else(semReads(p)...).
 		Commit()
-	pa.written(err, err == nil && resp.Succeeded)
 	if err != nil {
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
@@ -332,7 +305,7 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit { // 0: no guard, nothing to compare
 		return leasehold.Grant{}, false, nil
 	}
-	id := pa.l.id
+	id := pa.id
 	p := s.SemaphorePrefix(req.Key)
 	hk, gk := p+"h/"+req.Token, p+"g"
 	resp, err := s.cli.Txn(ctx).
@@ -340,7 +313,6 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 		Then(clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
 		Else(semReads(p)...).
 		Commit()
-	pa.written(err, err == nil && resp.Succeeded)
 	switch {
 	case err != nil:
 		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
@@ -371,13 +343,9 @@ type semBound struct {
 // repeat (a deleted and recreated guard gets a new one); a bound taken with
 // no guard (revision 0) is never used, since the guard may have come and
 // gone since.
-//
-// It also holds the store's permit tracks (see permitTracks), under the
-// same mutex.
 type semBounds struct {
-	mu sync.Mutex
-	m  map[string]semBound
-	permitTracks
+	mu     sync.Mutex
+	m      map[string]semBound
 	sights permitSights // see takeOver
 }
 
@@ -421,7 +389,7 @@ func (c *semBounds) released(key string) {
 func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
-		ok, next, err := s.queue(ctx, req, st, pos, &pa.qid)
+		ok, next, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
 			pa.next = next
 			return leasehold.Grant{}, ok, err
@@ -443,49 +411,37 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 	return g, true, leasehold.ErrNotAcquired
 }
 
-// queue appends req.Token to the queue on a lease of the queue TTL (a new
-// waiter rewrites the guard, so a grant read before it cannot overtake it),
-// or refreshes its entry with a keep-alive of that lease (the entry keeps
-// its create revision, its place). ok is false when the semaphore changed
-// since st was read; next is then the semaphore as it is now, when the
-// transaction brought it back. A join's lease is granted once per
-// AcquirePermit (*qid), reused by the joins that follow one that lost.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int, qid *clientv3.LeaseID) (ok bool, next *semState, err error) {
+// queue appends req.Token to the queue on the current lease of the queue
+// TTL (a new waiter rewrites the guard, so a grant read before it cannot
+// overtake it), or moves its entry to that lease (the entry keeps its
+// create revision, its place). ok is false when the semaphore changed since
+// st was read; next is then the semaphore as it is now, when the
+// transaction brought it back.
+func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
-	if pos >= 0 {
-		_, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(st.queue[pos].Lease))
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return false, nil, nil // the entry just expired: join again
-		case err != nil:
-			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
-		}
-		return true, nil, nil
-	}
-	secs, err := ttlSeconds(req.QueueTTL)
+	qid, err := s.sess.leases.get(ctx, req.QueueTTL)
 	if err != nil {
-		return true, nil, err
+		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
-	if *qid == clientv3.NoLease {
-		lg, err := s.cli.Grant(ctx, secs)
+	if pos >= 0 {
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(qk), "=", st.queue[pos].CreateRevision)).
+			Then(clientv3.OpPut(qk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(qid))).
+			Commit()
 		if err != nil {
-			return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+			return true, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, qid)
 		}
-		*qid = lg.ID
+		return resp.Succeeded, nil, nil // not: the entry just expired, join again
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(append(unchangedCmps(p, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))...).
-		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(*qid)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(*qid)),
+		Then(clientv3.OpPut(qk, req.Holder, clientv3.WithLease(qid)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(qid)),
 			clientv3.OpGet(p+"h/", clientv3.WithPrefix())).
 		Else(semReads(p)...).
 		Commit()
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		*qid = clientv3.NoLease // the retries outlasted it: grant another
-		return false, nil, nil
-	}
 	if err != nil {
-		return true, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+		return true, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, qid)
 	}
 	s.sems.drop(req.Key) // the guard changed
 	if !resp.Succeeded {
@@ -501,71 +457,57 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	return true, nil, nil
 }
 
-// RenewPermit implements leasehold.Semaphorer with one linearizable read of
-// the holder key: the store's shared lease for ttl is kept alive by the
-// store (and covers ttl from now, or a keep-alive is sent first), so an
-// unchanged permit needs no write. A permit on another lease (another TTL,
-// or an earlier version's own lease) or with another TTL recorded is
-// rewritten on this one, guarded by its mod revision (its fence stays).
-// Renew moves the store's deadline of the permit; a permit the store swept
-// meanwhile is lost (ErrNotOwned).
+// RenewPermit implements leasehold.Semaphorer: one transaction moves the
+// holder key to the current lease of ttl (its create revision, the fence,
+// stays), or answers ErrNotOwned; when the TTL changed, a second one
+// rewrites the value. The write moves the key's mod revision, which tells
+// the waiters that the holder is alive (see takeOver).
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	ctx, end, l, err := s.renewStart(ctx, "renew permit", key, token, ttl)
+	if err := checkNames(key, token, ""); err != nil {
+		return err
+	}
+	if _, err := ttlSeconds(ttl); err != nil {
+		return err
+	}
+	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer end()
-	r := ref{key, token}
-	t := s.sems.lookup(r) // before the read: a sweep after it is seen
-	if err := s.renewPermit(ctx, r, l, ttl); err != nil {
-		s.sess.put(l)
-		if errors.Is(err, leasehold.ErrNotOwned) {
-			s.sems.release(s.sess, r)
-		}
-		return err
-	}
-	if !s.sems.renewed(s.sess, r, t, l, ttl) {
-		return leasehold.ErrNotOwned // the store swept it meanwhile
-	}
-	return nil
-}
-
-// renewPermit reads r's holder key and the semaphore's waiter count (a
-// read-only transaction) and rewrites the key on l when its lease or TTL
-// differ, or when someone waits: the new mod revision tells the waiters
-// that the holder is alive (see takeOver).
-func (s *Store) renewPermit(ctx context.Context, r ref, l *lease, ttl time.Duration) error {
-	p := s.SemaphorePrefix(r.key)
-	hk := p + "h/" + r.token
-	get, err := s.cli.Txn(ctx).Then(clientv3.OpGet(hk), clientv3.OpGet(p+"q/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	id, err := s.sess.leases.get(ctx, ttl)
 	if err != nil {
-		return s.wrap(ctx, "renew permit", r.key, err)
+		return s.wrap(ctx, "renew permit", key, err)
 	}
-	kvs := get.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
+	hk := s.SemaphorePrefix(key) + "h/" + token
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(hk), ">", 0)).
+		Then(clientv3.OpPut(hk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		return s.wrapLease(ctx, "renew permit", key, err, id)
+	}
+	if !resp.Succeeded {
 		return leasehold.ErrNotOwned
 	}
-	kv := kvs[0]
-	was, holder := permitFields(kv.Value)
-	if clientv3.LeaseID(kv.Lease) == l.id && was == ttl && get.Responses[1].GetResponseRange().GetCount() == 0 {
+	was, holder := permitFields(resp.Responses[0].GetResponsePut().GetPrevKv().GetValue())
+	if was == ttl {
 		return nil
 	}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(hk), "=", kv.ModRevision)).
-		Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(l.id))).
+	resp, err = s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(hk), "=", resp.Header.Revision)).
+		Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(id))).
 		Commit()
 	switch {
 	case err != nil:
-		return s.wrap(ctx, "renew permit", r.key, err)
+		return s.wrapLease(ctx, "renew permit", key, err, id)
 	case !resp.Succeeded:
-		return leasehold.ErrNotOwned // released or swept meanwhile
+		return leasehold.ErrNotOwned // released or taken over meanwhile
 	}
 	return nil
 }
 
 // ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
-// holder key and the token's queue entry (the shared lease stays for the
-// store's other and next permits and locks). Waiters watching the
+// holder key and the token's queue entry. Waiters watching the
 // semaphore (WaitPermit) see the deletes.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
@@ -581,7 +523,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err != nil {
 		return s.wrap(ctx, "release permit", key, err)
 	}
-	s.sems.release(s.sess, ref{key, token})
+	s.sems.forget(ref{key, token})
 	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
@@ -794,8 +736,8 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 }
 
 // permitRemaining is the time left on a holder's lease, capped by the
-// permit's TTL when known (ttl > 0: the shared lease outlives the permit by
-// up to a second). etcd reports whole seconds rounded down; a live lease
+// permit's TTL when known (ttl > 0: the lease outlives the permit by up to
+// leaseSlack). etcd reports whole seconds rounded down; a live lease
 // with less than a second left reports 1ms (0 would mean "a permit is
 // free").
 func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
@@ -811,123 +753,6 @@ func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl ti
 		d = min(d, ttl)
 	}
 	return d
-}
-
-// permitTracks bounds how long a permit on a shared lease outlives its
-// holder, as the session does for locks: the store records the deadline of
-// every permit it granted or renewed (its TTL after the reply, later than
-// the holder's own expiry guard) and deletes the holder key when the
-// deadline passes (within a session tick, 50 ms), again every tick while
-// etcd does not answer. Each track keeps a reference to the permit's lease,
-// so that the session does not revoke it as idle. A renewal that read the
-// permit while its sweep was in flight is not trusted (the delete may apply
-// after the read). When the store's process is gone, etcd deletes the
-// permit with the shared lease, at most TTL+1 s after the last keep-alive.
-type permitTracks struct {
-	held  map[ref]*permitTrack
-	swept map[ref]bool         // sweeps in flight
-	retry map[ref]*permitTrack // sweeps etcd did not answer, tried again next tick
-}
-
-// permitTrack is a permit this store wrote.
-type permitTrack struct {
-	lease    *lease
-	deadline time.Time
-}
-
-// hold records (or refreshes) r's permit on l, taking over the caller's
-// reference to l; ttl from now is its deadline.
-func (c *semBounds) hold(ss *session, r ref, l *lease, ttl time.Duration) {
-	c.mu.Lock()
-	if c.held == nil {
-		c.held, c.swept, c.retry = map[ref]*permitTrack{}, map[ref]bool{}, map[ref]*permitTrack{}
-	}
-	old, retried := c.held[r], c.retry[r]
-	c.held[r] = &permitTrack{lease: l, deadline: time.Now().Add(ttl)}
-	delete(c.retry, r)
-	c.mu.Unlock()
-	for _, t := range []*permitTrack{old, retried} {
-		if t != nil {
-			ss.put(t.lease)
-		}
-	}
-}
-
-// lookup returns r's track (nil if none), to be passed to renewed after
-// the renewal's read.
-func (c *semBounds) lookup(r ref) *permitTrack {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.held[r]
-}
-
-// renewed records a successful renewal read of r on l (its reference taken
-// over). It returns false, dropping the reference, when the store swept r
-// since t was looked up or is sweeping it.
-func (c *semBounds) renewed(ss *session, r ref, t *permitTrack, l *lease, ttl time.Duration) bool {
-	c.mu.Lock()
-	lost := c.swept[r] || (t != nil && c.held[r] != t)
-	c.mu.Unlock()
-	if lost {
-		ss.put(l)
-		return false
-	}
-	c.hold(ss, r, l, ttl)
-	return true
-}
-
-// release forgets r's permit.
-func (c *semBounds) release(ss *session, r ref) {
-	c.mu.Lock()
-	old, retried := c.held[r], c.retry[r]
-	delete(c.held, r)
-	delete(c.retry, r)
-	delete(c.sights, r)
-	c.mu.Unlock()
-	for _, t := range []*permitTrack{old, retried} {
-		if t != nil {
-			ss.put(t.lease)
-		}
-	}
-}
-
-// expiredPermits takes the permits past their deadline at now, and the
-// sweeps to try again, marking them swept.
-func (c *semBounds) expiredPermits(now time.Time) []ref {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []ref
-	for r, t := range c.held {
-		if now.After(t.deadline) {
-			delete(c.held, r)
-			c.retry[r] = t
-		}
-	}
-	for r := range c.retry {
-		if !c.swept[r] {
-			c.swept[r] = true
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// sweepPermit deletes r's holder key, whose deadline passed. The key holds
-// r's token, so no other permit can be deleted. The track keeps its lease
-// reference until etcd answered.
-func (s *Store) sweepPermit(ctx context.Context, r ref) {
-	_, err := s.cli.Delete(ctx, s.SemaphorePrefix(r.key)+"h/"+r.token)
-	c := &s.sems
-	c.mu.Lock()
-	delete(c.swept, r)
-	t := c.retry[r]
-	if err == nil {
-		delete(c.retry, r)
-	}
-	c.mu.Unlock()
-	if err == nil && t != nil {
-		s.sess.put(t.lease)
-	}
 }
 
 // Takeover of a dead holder's permit at its TTL, as for locks (see the
@@ -1056,10 +881,9 @@ func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead i
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 	}
-	ops = append(ops, clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(pa.l.id)),
-		clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(pa.l.id)), clientv3.OpDelete(qk))
+	ops = append(ops, clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(pa.id)),
+		clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(pa.id)), clientv3.OpDelete(qk))
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
-	pa.written(err, err == nil && resp.Succeeded)
 	switch {
 	case err != nil:
 		return leasehold.Grant{}, true, true, s.wrap(ctx, "acquire permit", req.Key, err)

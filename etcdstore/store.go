@@ -77,8 +77,8 @@ var (
 )
 
 // New returns a Store over an existing client. Close revokes the store's
-// leases and stops its background goroutine but leaves the client open: it
-// is the caller's.
+// leases and ends its watches but leaves the client open: it is the
+// caller's.
 func New(client *clientv3.Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOptions)
@@ -97,12 +97,11 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close revokes every etcd lease the store granted (which deletes the locks
-// and queue entries still attached to them), stops the background goroutine
-// and closes the client when the store dialled it (Open). Revoking is
-// bounded by two seconds; a lease that could not be revoked expires on its
-// own after its TTL, since nobody keeps it alive any more. Close is
-// idempotent.
+// Close revokes every etcd lease the store granted that may still live
+// (which deletes the locks and queue entries still on them), ends the key
+// watches and closes the client when the store dialled it (Open). Revoking
+// is bounded by two seconds; a lease that could not be revoked expires on
+// its own. Close is idempotent.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {

@@ -82,7 +82,8 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	}
 }
 
-// Locks whose TTLs round up to the same whole seconds share one etcd lease,
+// Locks whose TTLs round up to the same whole seconds, acquired within the
+// second a lease serves, share the current etcd lease of that class,
 // granted for those seconds plus one.
 func TestLocksShareOneLeasePerTTL(t *testing.T) {
 	_, cli, s, ctx := startStore(t, 20*time.Second)
@@ -91,7 +92,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		ttl     time.Duration
 		granted int64
 	}{
-		{999 * time.Millisecond, 2}, // long enough to read its lease before the store ends it
+		{999 * time.Millisecond, 2}, // long enough to read its lease before etcd ends it
 		{time.Second, 2},
 		{1500 * time.Millisecond, 3},
 		{2 * time.Second, 3},

@@ -1,0 +1,160 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	// leaseSlack is added to a TTL's whole seconds when a lease is granted:
+	// a lease is used for new writes while it still lives a full TTL, so
+	// for about this long after its grant.
+	leaseSlack = 1 // seconds
+	// closeTimeout bounds the revokes of Close.
+	closeTimeout = 2 * time.Second
+)
+
+// leases are the store's etcd leases. No lease is ever kept alive: etcd
+// expires each one at its TTL after its grant, and every lock, permit and
+// queue entry on it with it, unless its owner moved it to a newer lease
+// (an Acquire or Renew writes the key on the current lease of its TTL). So
+// what its owner stops renewing, etcd deletes, whatever this process
+// remembers or forgets.
+//
+// One lease per TTL class (whole seconds) is current at a time, shared by
+// every write of that class while it has more than the write's TTL left: a
+// lease granted for the TTL's seconds plus leaseSlack serves about a
+// second, then the next write of the class grants the next one (concurrent
+// writers share the grant). Close revokes the leases that may still live.
+type leases struct {
+	s      *Store
+	mu     sync.Mutex
+	cur    map[int64]*epoch // by granted seconds
+	live   []*epoch         // granted and maybe not expired: Close revokes them
+	closed bool
+}
+
+// epoch is one granted lease.
+type epoch struct {
+	ready chan struct{} // closed when the grant is answered
+	// Set before ready is closed:
+	id    clientv3.LeaseID
+	until time.Time // lower bound of etcd's expiry: grant sent + its TTL
+	err   error
+}
+
+// get returns a lease that lives at least ttl from now, granting one when
+// the current lease of ttl's class has less left.
+func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return 0, err
+	}
+	secs += leaseSlack
+	for {
+		ls.mu.Lock()
+		if ls.closed {
+			ls.mu.Unlock()
+			return 0, ErrClosed
+		}
+		e := ls.cur[secs]
+		fresh := e != nil && e.usable(ttl)
+		if !fresh {
+			e = &epoch{ready: make(chan struct{})}
+			ls.cur[secs] = e
+		}
+		ls.mu.Unlock()
+		if !fresh {
+			ls.grant(ctx, e, secs)
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+		switch {
+		case e.err != nil && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)):
+			continue // the context of the caller that granted ended, not ours
+		case e.err != nil:
+			return 0, e.err
+		}
+		if time.Until(e.until) > ttl {
+			return e.id, nil
+		}
+		// A grant slower than the slack: grant again.
+	}
+}
+
+// usable reports whether e is being granted or lives beyond ttl from now;
+// leases.mu is held.
+func (e *epoch) usable(ttl time.Duration) bool {
+	select {
+	case <-e.ready:
+		return e.err == nil && time.Until(e.until) > ttl
+	default:
+		return true
+	}
+}
+
+// grant grants e's lease for secs.
+func (ls *leases) grant(ctx context.Context, e *epoch, secs int64) {
+	sent := time.Now()
+	g, err := ls.s.cli.Grant(ctx, secs)
+	ls.mu.Lock()
+	closed := ls.closed
+	switch {
+	case err != nil:
+		e.err = ls.s.wrap(ctx, "grant lease", "", err)
+	case closed:
+		e.err = ErrClosed
+	default:
+		e.id, e.until = g.ID, sent.Add(time.Duration(g.TTL)*time.Second)
+		now := time.Now()
+		ls.live = slices.DeleteFunc(ls.live, func(o *epoch) bool { return o.until.Add(time.Second).Before(now) })
+		ls.live = append(ls.live, e)
+	}
+	if e.err != nil && ls.cur[secs] == e {
+		delete(ls.cur, secs)
+	}
+	close(e.ready)
+	ls.mu.Unlock()
+	if closed && err == nil {
+		rctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_, _ = ls.s.cli.Revoke(rctx, g.ID)
+		cancel()
+	}
+}
+
+// expired forgets lease id as the current lease of its class after etcd
+// answered that it does not exist (revoked by someone else).
+func (ls *leases) expired(id clientv3.LeaseID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for secs, e := range ls.cur {
+		if e.id == id {
+			delete(ls.cur, secs)
+		}
+	}
+}
+
+// close revokes every lease that may still live, which deletes whatever is
+// still on them.
+func (ls *leases) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	live := ls.live
+	ls.live, ls.cur = nil, map[int64]*epoch{}
+	ls.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, e := range live {
+		wg.Go(func() { _, _ = ls.s.cli.Revoke(ctx, e.id) })
+	}
+	wg.Wait()
+}
