@@ -150,7 +150,15 @@ func (a *attempt) request() AcquireRequest {
 	return req
 }
 
+// granted turns the store's grant into a lease, unless ctx ended: a caller
+// whose context ended never gets a lease, so a grant that raced its giving
+// up is released by the Locker and the caller gets ctx's error (matching
+// ErrNotAcquired too).
 func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease, error) {
+	if cerr := ctx.Err(); cerr != nil {
+		a.l.background(ctx, a.ops, a.spec.key, a.token)
+		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
+	}
 	lease, err := a.l.newLease(ctx, a.spec, grant{token: a.token, fence: g.Fence, sent: sent, gate: a.gate})
 	if err != nil {
 		return nil, err
@@ -225,7 +233,8 @@ func (a *attempt) gaveUp() error {
 // applied (an acquire whose reply was lost, our place in the queue), then
 // follows OnStoreError. A deadline after the store had shown another owner is
 // contention; without such an answer it is a store failure. Fail-open never
-// applies after another owner was seen, nor to a misconfigured store.
+// applies after another owner was seen, nor to a misconfigured store, nor
+// once ctx ended: the error then also matches ctx's error.
 func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
 	l, key := a.l, a.spec.key
 	l.background(ctx, a.ops, key, a.token)
@@ -235,7 +244,10 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	serr := storeErr("acquire", key, err)
 	l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
 	l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(a.start), Err: err})
-	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(serr, cerr) {
+		return nil, joinErrors(serr, cerr)
+	}
+	if l.opts.OnStoreError != FailOpen || a.seen || ctx.Err() != nil || errors.Is(err, ErrMisconfigured) {
 		return nil, serr
 	}
 	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})
