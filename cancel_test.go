@@ -35,9 +35,11 @@ func (s *lateGrants) AcquirePermit(ctx context.Context, req leasehold.PermitRequ
 // error, through every entry point.
 func TestGrantThatRacedCancellationIsReleased(t *testing.T) {
 	calls := map[string]func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error){
-		"TryAcquire": func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) { return l.TryAcquire(ctx, "k") },
-		"Acquire":    func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) { return l.Acquire(ctx, "k") },
-		"Hold":       func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) { return l.Hold(ctx, "k", 0) },
+		"TryAcquire": func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) {
+			return l.TryAcquire(ctx, "k")
+		},
+		"Acquire": func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) { return l.Acquire(ctx, "k") },
+		"Hold":    func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) { return l.Hold(ctx, "k", 0) },
 		"Do": func(ctx context.Context, l *leasehold.Locker) (*leasehold.Lease, error) {
 			return nil, l.Do(ctx, "k", func(context.Context, *leasehold.Lease) error {
 				t.Error("Do: fn ran for a caller whose context ended")
