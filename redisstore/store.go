@@ -399,8 +399,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	base := s.base(key)
-	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence"},
-		base+":wake", s.sharded, token, s.retention.Milliseconds()).Int64()
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released"},
+		base+":wake", s.sharded, token, s.retention.Milliseconds(), releasedMemory.Milliseconds()).Int64()
 	if err != nil {
 		return s.fail("release", key, err)
 	}
@@ -413,6 +413,12 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	return leasehold.ErrNotHeld
 }
+
+// releasedMemory is how long PREFIX{TAG}:released remembers the token of a
+// release that left waiters queued, so that a retry of that release (its
+// reply lost, resent by go-redis) answers nil, not ErrNotOwned: longer than
+// a Locker's ReleaseTimeout (default 2 s) and go-redis's retries of one call.
+const releasedMemory = 10 * time.Second
 
 // ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
 // whoever holds it, wakes the head waiter and returns what it deleted. A
