@@ -90,3 +90,12 @@ func TestConformanceCustomPrefix(t *testing.T) {
 		Slack: time.Second,
 	})
 }
+
+// TestLiveness runs storetest's randomized liveness test: each replica is a
+// Store over a client of its own, as a separate process has.
+func TestLiveness(t *testing.T) {
+	srv := testredis.Start(t)
+	storetest.RunLiveness(t, storetest.Harness{
+		New: func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+	}, 0)
+}
