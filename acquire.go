@@ -93,7 +93,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	reqCtx := ctx // the store requests' context
 	for {
 		sent := time.Now()
-		g, err := a.ops.acquire(reqCtx, a.request())
+		g, err := a.send(reqCtx, a.request())
 		switch {
 		case err == nil:
 			return a.granted(ctx, g, sent)
@@ -132,6 +132,40 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			return a.failed(ctx, sent, err)
 		}
 	}
+}
+
+// inFlightGrace is how long an acquire request in flight when its caller's
+// context ends may still take to answer.
+const inFlightGrace = 250 * time.Millisecond
+
+// send sends one acquire request. When ctx ends while the request is in
+// flight, the request gets inFlightGrace more to answer: a grant that comes
+// back then is released after it (see granted). Cancelled at once, the
+// request could still be applied by the server after the clean-up release
+// sent beside it, and leave a lock without owner until its TTL.
+func (a *attempt) send(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if ctx.Done() == nil {
+		return a.ops.acquire(ctx, req)
+	}
+	var rctx context.Context
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(inFlightGrace))
+	} else {
+		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(inFlightGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-rctx.Done(): // answered
+		}
+	})
+	defer stop()
+	return a.ops.acquire(rctx, req)
 }
 
 // boundByLocker returns ctx, also ended when the Locker closes, and the
