@@ -345,7 +345,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
-	send := func(eval bool) {
+	send := func(ctx context.Context, eval bool) {
 		pipe := s.c.Pipeline()
 		for i, r := range reqs {
 			if err := checkKey(r.Key); err != nil {
@@ -362,10 +362,12 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 	}
-	send(false)
+	send(ctx, false)
 	for _, c := range cmds {
 		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			send(true)
+			rctx, cancel := reloadContext(ctx)
+			send(rctx, true)
+			cancel()
 			break
 		}
 	}
