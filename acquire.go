@@ -149,7 +149,7 @@ func (a *attempt) send(ctx context.Context, req AcquireRequest) (Grant, error) {
 	}
 	var rctx context.Context
 	var cancel context.CancelFunc
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := ctx.Deadline(); ok { // clients that time out by the deadline (go-redis ContextTimeoutEnabled) see the grace too
 		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(inFlightGrace))
 	} else {
 		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -278,10 +278,13 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	serr := storeErr("acquire", key, err)
 	l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
 	l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(a.start), Err: err})
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(serr, cerr) {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(serr, cerr) {
+			return nil, serr
+		}
 		return nil, joinErrors(serr, cerr)
 	}
-	if l.opts.OnStoreError != FailOpen || a.seen || ctx.Err() != nil || errors.Is(err, ErrMisconfigured) {
+	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
 		return nil, serr
 	}
 	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})
