@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,6 +147,59 @@ func TestElectionRunWonAsItsContextEndedLeavesNoLeader(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("expected no leader after Run returned, got %+v 5 s later (TTL 1 min)", ld)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// slowApply is a memstore that applies an acquire delay after it was sent,
+// whether or not the sender still waits for the answer: a server that
+// received the request and runs it late.
+type slowApply struct {
+	*memstore.Store
+	delay time.Duration
+	wg    sync.WaitGroup
+}
+
+func (s *slowApply) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	type result struct {
+		g   leasehold.Grant
+		err error
+	}
+	done := make(chan result, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		time.Sleep(s.delay)
+		g, err := s.Store.Acquire(context.Background(), req)
+		done <- result{g, err}
+	}()
+	select {
+	case r := <-done:
+		return r.g, r.err
+	case <-ctx.Done():
+		return leasehold.Grant{}, ctx.Err()
+	}
+}
+
+// An acquire whose caller gives up while the request is in flight, and that
+// the server applies shortly after: the Locker waits for that answer and
+// releases the grant after it. Its clean-up release sent at once would have
+// run before the grant, which then stayed until its TTL.
+func TestAcquireAppliedAfterTheCallerGaveUpIsReleased(t *testing.T) {
+	store := &slowApply{Store: memstore.New(), delay: 50 * time.Millisecond}
+	l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Minute})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	lease, err := l.TryAcquire(ctx, "k")
+	if lease != nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("expected no lease and context.DeadlineExceeded, got lease=%v, %v", lease != nil, err)
+	}
+	store.wg.Wait() // the server applied the acquire
+	deadline := time.Now().Add(5 * time.Second)
+	for held(t, store.Store) {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant applied after the caller gave up is still held 5 s later (TTL 1 min)")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
