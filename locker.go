@@ -74,7 +74,9 @@ func (l *Locker) Store() Store { return l.store }
 // Under FailOpen a store failure returns a degraded, local-only lease.
 // A caller whose ctx ended never gets a lease, degraded or not: it gets an
 // error matching ctx.Err(), and a grant that raced the end of ctx is released
-// by the Locker.
+// by the Locker. A store request in flight when ctx ends gets up to 250 ms
+// more to answer, so that the release follows the grant: the call returns
+// that much later at most.
 //
 // The lease is renewed automatically until Release; its Context is cancelled
 // when ownership can no longer be trusted.
