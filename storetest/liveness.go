@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,9 @@ func (lr *liveRound) run(n int) {
 	t := lr.t
 	for i := range livenessKeys {
 		lr.keys = append(lr.keys, lr.r.key(t, fmt.Sprintf("round%d:key%d", n, i)))
+	}
+	for _, w := range lr.lossy {
+		w.forget()
 	}
 	lr.track = newIdleTracker(livenessWaiterTTL + time.Second + lr.r.h.Slack)
 	lockers := make([]*leasehold.Locker, len(lr.lossy))
@@ -227,6 +231,20 @@ func (lr *liveRound) checkNoOrphans(n int) {
 	}
 }
 
+// history describes what happened to the calls of token, in every replica.
+func (lr *liveRound) history(token string) string {
+	var out []string
+	for i, w := range lr.lossy {
+		for _, h := range w.history(token) {
+			out = append(out, fmt.Sprintf("replica %d: %s", i, h))
+		}
+	}
+	if len(out) == 0 {
+		return "none seen"
+	}
+	return strings.Join(out, "; ")
+}
+
 // probe describes what key holds: "" when it is free with no queue.
 func (lr *liveRound) probe(key string) string {
 	t := lr.t
@@ -235,7 +253,7 @@ func (lr *liveRound) probe(key string) string {
 	info, err := s.Inspect(ctx, key)
 	switch {
 	case err == nil:
-		return fmt.Sprintf("a lock held by %.8s… (%v left, %d waiting)", info.Token, info.Remaining.Round(time.Millisecond), info.Waiting)
+		return fmt.Sprintf("a lock held by %.8s… (%v left, %d waiting; its calls: %s)", info.Token, info.Remaining.Round(time.Millisecond), info.Waiting, lr.history(info.Token))
 	case !errors.Is(err, leasehold.ErrNotHeld):
 		t.Fatalf("Inspect(%q): %v", key, err)
 	}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -18,12 +19,39 @@ type lossyStore struct {
 	s    leasehold.Store
 	loss float64 // probability of losing a reply
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu   sync.Mutex
+	rng  *rand.Rand
+	hist map[string][]string // token -> what happened to its calls, for failure messages
 }
 
 func newLossy(s leasehold.Store, loss float64, seed uint64) *lossyStore {
-	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373))}
+	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373)), hist: map[string][]string{}}
+}
+
+// note records what happened to a call of token.
+func (w *lossyStore) note(token, what string, start time.Time, ctx context.Context, err error) {
+	ended := ""
+	if ctx.Err() != nil {
+		ended = ", its context ended"
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hist[token] = append(w.hist[token], fmt.Sprintf("%s %s→%s (%v%s): %v",
+		what, start.Format("15:04:05.000"), time.Now().Format("05.000"), time.Since(start).Round(time.Millisecond), ended, err))
+}
+
+// history returns what happened to the calls of token.
+func (w *lossyStore) history(token string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hist[token]
+}
+
+// forget drops the history.
+func (w *lossyStore) forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	clear(w.hist)
 }
 
 func (w *lossyStore) lost() bool {
@@ -33,9 +61,15 @@ func (w *lossyStore) lost() bool {
 }
 
 func (w *lossyStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	start := time.Now()
 	g, err := w.s.Acquire(ctx, req)
 	if w.lost() {
-		return leasehold.Grant{}, errLostReply
+		err = errors.Join(errLostReply, err)
+		g = leasehold.Grant{}
+	}
+	w.note(req.Token, fmt.Sprintf("acquire(queue %v)", req.QueueTTL), start, ctx, err)
+	if errors.Is(err, errLostReply) {
+		return g, errLostReply
 	}
 	return g, err
 }
@@ -45,8 +79,13 @@ func (w *lossyStore) Renew(ctx context.Context, key, token string, ttl time.Dura
 }
 
 func (w *lossyStore) Release(ctx context.Context, key, token string) error {
+	start := time.Now()
 	err := w.s.Release(ctx, key, token)
 	if w.lost() {
+		err = errors.Join(errLostReply, err)
+	}
+	w.note(token, "release", start, ctx, err)
+	if errors.Is(err, errLostReply) {
 		return errLostReply
 	}
 	return err
