@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,6 +227,12 @@ func (lr *liveRound) checkNoOrphans(n int) {
 		}
 		lr.stats.orphans.Add(1)
 		orphaned = true
+		if os.Getenv("LEASEHOLD_LIVENESS_TRACE") != "" {
+			for i, w := range lr.lossy {
+				calls := w.calls(key)
+				t.Logf("replica %d, last calls on %q:\n%s", i, key, strings.Join(calls[max(0, len(calls)-15):], "\n"))
+			}
+		}
 		t.Logf("round %d: %q: %s after every owner was gone; it went %v later",
 			n, key, first, time.Since(found).Round(time.Millisecond))
 	}

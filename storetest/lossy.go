@@ -22,22 +22,32 @@ type lossyStore struct {
 	mu   sync.Mutex
 	rng  *rand.Rand
 	hist map[string][]string // token -> what happened to its calls, for failure messages
+	keys map[string][]string // key -> every call, for failure messages
 }
 
 func newLossy(s leasehold.Store, loss float64, seed uint64) *lossyStore {
-	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373)), hist: map[string][]string{}}
+	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373)), hist: map[string][]string{}, keys: map[string][]string{}}
 }
 
 // note records what happened to a call of token.
-func (w *lossyStore) note(token, what string, start time.Time, ctx context.Context, err error) {
+func (w *lossyStore) note(key, token, what string, start time.Time, ctx context.Context, err error) {
 	ended := ""
 	if ctx.Err() != nil {
 		ended = ", its context ended"
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.hist[token] = append(w.hist[token], fmt.Sprintf("%s %s→%s (%v%s): %v",
-		what, start.Format("15:04:05.000"), time.Now().Format("05.000"), time.Since(start).Round(time.Millisecond), ended, err))
+	line := fmt.Sprintf("%s %s→%s (%v%s): %v",
+		what, start.Format("15:04:05.000"), time.Now().Format("05.000"), time.Since(start).Round(time.Millisecond), ended, err)
+	w.hist[token] = append(w.hist[token], line)
+	w.keys[key] = append(w.keys[key], fmt.Sprintf("%.8s %s", token, line))
+}
+
+// calls returns every call on key.
+func (w *lossyStore) calls(key string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keys[key]
 }
 
 // history returns what happened to the calls of token.
@@ -52,6 +62,7 @@ func (w *lossyStore) forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	clear(w.hist)
+	clear(w.keys)
 }
 
 func (w *lossyStore) lost() bool {
@@ -67,7 +78,7 @@ func (w *lossyStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) 
 		err = errors.Join(errLostReply, err)
 		g = leasehold.Grant{}
 	}
-	w.note(req.Token, fmt.Sprintf("acquire(queue %v)", req.QueueTTL), start, ctx, err)
+	w.note(req.Key, req.Token, fmt.Sprintf("acquire(queue %v)", req.QueueTTL), start, ctx, err)
 	if errors.Is(err, errLostReply) {
 		return g, errLostReply
 	}
@@ -84,7 +95,7 @@ func (w *lossyStore) Release(ctx context.Context, key, token string) error {
 	if w.lost() {
 		err = errors.Join(errLostReply, err)
 	}
-	w.note(token, "release", start, ctx, err)
+	w.note(key, token, "release", start, ctx, err)
 	if errors.Is(err, errLostReply) {
 		return errLostReply
 	}
