@@ -53,7 +53,9 @@ const (
 // two) left one: an acquire cancelled in flight can be applied after its
 // clean-up release, and the server's expiry is then what ends it. Keys whose lease
 // ended without a release in a round (abandoned, lost, expired) are exempt
-// from the first check. Both bounds add h.Slack and a second.
+// from the first check. Both bounds add h.Slack and a second. A failure names
+// what happened to the orphan's calls; with LEASEHOLD_LIVENESS_TRACE set, the
+// run also logs every call on an orphan's key.
 func RunLiveness(t *testing.T, h Harness, d time.Duration) {
 	t.Helper()
 	if h.New == nil {
