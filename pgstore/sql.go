@@ -451,10 +451,11 @@ BEGIN
 			CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
 		INTO res, f, cfg;
 	IF NOT FOUND THEN
-		-- A waiter that leaves may be being granted the key by a release
-		-- that has not committed (its new row is not in this snapshot):
-		-- wait for whoever holds the key's row, then look again with a new
-		-- snapshot, so a grant to p_token is released, not left to expire.
+		-- p_token's own fast acquire (a plain UPDATE of the free row, which
+		-- takes the row but not the advisory lock) may not have committed
+		-- yet, its caller having given up: wait for whoever holds the
+		-- key's row, then look again with a new snapshot, so that such a
+		-- grant is released, not left to expire.
 		PERFORM 1 FROM {locks} l WHERE l.key = p_key FOR UPDATE;
 		DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
 			RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
