@@ -93,7 +93,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	reqCtx := ctx // the store requests' context
 	for {
 		sent := time.Now()
-		g, err := a.ops.acquire(reqCtx, a.request())
+		g, err := a.send(reqCtx, a.request())
 		switch {
 		case err == nil:
 			return a.granted(ctx, g, sent)
@@ -134,6 +134,40 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	}
 }
 
+// inFlightGrace is how long an acquire request in flight when its caller's
+// context ends may still take to answer.
+const inFlightGrace = 250 * time.Millisecond
+
+// send sends one acquire request. When ctx ends while the request is in
+// flight, the request gets inFlightGrace more to answer: a grant that comes
+// back then is released after it (see granted). Cancelled at once, the
+// request could still be applied by the server after the clean-up release
+// sent beside it, and leave a lock without owner until its TTL.
+func (a *attempt) send(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if ctx.Done() == nil {
+		return a.ops.acquire(ctx, req)
+	}
+	var rctx context.Context
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok { // clients that time out by the deadline (go-redis ContextTimeoutEnabled) see the grace too
+		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(inFlightGrace))
+	} else {
+		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(inFlightGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-rctx.Done(): // answered
+		}
+	})
+	defer stop()
+	return a.ops.acquire(rctx, req)
+}
+
 // boundByLocker returns ctx, also ended when the Locker closes, and the
 // function that frees it.
 func (a *attempt) boundByLocker(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -150,7 +184,15 @@ func (a *attempt) request() AcquireRequest {
 	return req
 }
 
+// granted turns the store's grant into a lease, unless ctx ended: a caller
+// whose context ended never gets a lease, so a grant that raced its giving
+// up is released by the Locker and the caller gets ctx's error (matching
+// ErrNotAcquired too).
 func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease, error) {
+	if cerr := ctx.Err(); cerr != nil {
+		a.l.background(ctx, a.ops, a.spec.key, a.token)
+		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
+	}
 	lease, err := a.l.newLease(ctx, a.spec, grant{token: a.token, fence: g.Fence, sent: sent, gate: a.gate})
 	if err != nil {
 		return nil, err
@@ -226,7 +268,8 @@ func (a *attempt) gaveUp() error {
 // applied (an acquire whose reply was lost, our place in the queue), then
 // follows OnStoreError. A deadline after the store had shown another owner is
 // contention; without such an answer it is a store failure. Fail-open never
-// applies after another owner was seen, nor to a misconfigured store.
+// applies after another owner was seen, nor to a misconfigured store, nor
+// once ctx ended: the error then also matches ctx's error.
 func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
 	l, key := a.l, a.spec.key
 	l.background(ctx, a.ops, key, a.token)
@@ -236,6 +279,12 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	serr := storeErr("acquire", key, err)
 	l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
 	l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(a.start), Err: err})
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(serr, cerr) {
+			return nil, serr
+		}
+		return nil, joinErrors(serr, cerr)
+	}
 	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
 		return nil, serr
 	}

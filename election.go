@@ -253,6 +253,10 @@ func (e *Election) Run(ctx context.Context) error {
 		lease, err := e.Campaign(ctx)
 		switch {
 		case ctx.Err() != nil:
+			if lease != nil {
+				// Campaign won as ctx ended: hand the key on.
+				_ = e.Resign(context.WithoutCancel(ctx))
+			}
 			return ctx.Err()
 		case errors.Is(err, ErrLockerClosed):
 			return err

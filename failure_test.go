@@ -56,10 +56,12 @@ func TestFailOpenOnAHungStoreButNeverWhenMisconfigured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()
 		l, rec, _ := newLocker(t, store, leasehold.Options{OnStoreError: leasehold.FailOpen})
-		stallAcquires(store)
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		lease, err := l.TryAcquire(ctx, "hung")
-		cancel()
+		// The store's own request timeout ends the call, not the caller's
+		// context (a caller whose context ended gets no lease).
+		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+			return memstore.Fault{Delay: 300 * time.Millisecond, Err: context.DeadlineExceeded}
+		})
+		lease, err := l.TryAcquire(t.Context(), "hung")
 		if err != nil || !lease.Degraded() {
 			t.Fatalf("expected a degraded lease when the store gave no answer, got %v, %v", lease, err)
 		}

@@ -75,6 +75,11 @@ func (l *Locker) Store() Store { return l.store }
 // (in this process or another) or waiters are queued for it, and a
 // *StoreError (matching ErrStore) when the store fails under FailClosed.
 // Under FailOpen a store failure returns a degraded, local-only lease.
+// A caller whose ctx ended never gets a lease, degraded or not: it gets an
+// error matching ctx.Err(), and a grant that raced the end of ctx is released
+// by the Locker. A store request in flight when ctx ends gets up to 250 ms
+// more to answer, so that the release follows the grant: the call returns
+// that much later at most.
 //
 // The lease is renewed automatically until Release; its Context is cancelled
 // when ownership can no longer be trusted.
@@ -89,7 +94,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // notification, or at the holder's exact remaining TTL when it is next in
 // line, and polls every WaitCap only as a safety net. A waiter that gives up
 // leaves the queue. Store failures follow OnStoreError at once; they are not
-// retried. Without a deadline on ctx Acquire may wait forever.
+// retried. Without a deadline on ctx Acquire may wait forever. As with
+// TryAcquire, a caller whose ctx ended never gets a lease.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return l.acquire(ctx, leaseSpec{key: key, ttl: l.opts.TTL, kind: renewed, wait: true})
 }

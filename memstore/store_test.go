@@ -40,3 +40,12 @@ func hang(s *memstore.Store, match func(memstore.Op) bool) (undo func()) {
 	})
 	return func() { s.SetFaults(nil) }
 }
+
+// TestLiveness runs storetest's randomized liveness test: replicas share one
+// store, as goroutines of one process do.
+func TestLiveness(t *testing.T) {
+	storetest.RunLiveness(t, storetest.Harness{
+		New:     storetest.OnePerTest(func(*testing.T) leasehold.Store { return memstore.New() }),
+		Replica: func(t *testing.T, s leasehold.Store) leasehold.Store { return s },
+	}, 20*time.Second)
+}

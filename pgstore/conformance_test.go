@@ -206,3 +206,12 @@ func fencesAhead(t testing.TB, db *pgxpool.Pool, s *pgstore.Store) {
 		t.Fatalf("move the fence floor ahead: %v", err)
 	}
 }
+
+// TestLiveness runs storetest's randomized liveness test: each replica is a
+// Store with its own pool and LISTEN connection over one database.
+func TestLiveness(t *testing.T) {
+	srv := testpg.Start(t)
+	storetest.RunLiveness(t, storetest.Harness{
+		New: func(t *testing.T) leasehold.Store { return open(t, srv.DSN(), pgstore.Options{}) },
+	}, 0)
+}

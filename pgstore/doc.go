@@ -28,6 +28,9 @@
 // or to anyone when the queue is empty), and either grants or reports the
 // holder's remaining TTL, identity and the waiters ahead (joining the queue
 // when QueueTTL > 0). A retry with the same token returns the same fence.
+// The release statement takes the same advisory lock before the row, so the
+// acquires and releases of a key that has waiters run one after the other
+// (the plain UPDATE sent alone for a free key takes only the row).
 //
 // # Fences
 //

@@ -115,11 +115,13 @@ WHERE NOT EXISTS (SELECT 1 FROM u)`
 	// row after its lock: an enqueuer sets it under that lock. Release ($1
 	// key, $2 token, $3 channel, $4 durable) in one statement: the fast
 	// release, or the release function when it did not apply; the second
-	// column says whether the fast release applied (the row was kept).
+	// column says whether the fast release applied (the row was kept). It
+	// takes the key's advisory lock first, as the release function and the
+	// acquire do (advisory lock, then row: see acquireSQL).
 	s.releaseFastSQL = `UPDATE ` + n.locks + ` l SET token = '', holder = '', expires_at = clock_timestamp()
 	WHERE l.key = $1 AND l.token = $2 AND NOT l.waited AND l.expires_at > clock_timestamp()
 		AND ($3::boolean OR set_config('synchronous_commit', 'off', true) IS NOT NULL)`
-	s.releaseSQL = `WITH u AS (` + strings.ReplaceAll(s.releaseFastSQL, "$3::boolean", "$4::boolean") + `
+	s.releaseSQL = `WITH u AS (` + strings.Replace(strings.ReplaceAll(s.releaseFastSQL, "$3::boolean", "$4::boolean"), "WHERE l.key = $1", "WHERE "+keyLock+"l.key = $1", 1) + `
 	RETURNING 0 AS res
 )
 SELECT res, true FROM u
@@ -434,15 +436,32 @@ DECLARE
 	g_chan  text;
 	v_fence bigint;
 BEGIN
-	-- No advisory lock: the DELETE takes the row, and an acquirer that
-	-- waits for it sees the floor, the queue and a granted row as this
-	-- release left them.
+	-- The key's advisory lock serializes this release with every acquire
+	-- and release of the key, so each sees the queue and the lock as the
+	-- one before left them: without it, a waiter leaving (p_token holds
+	-- nothing) beside a release that grants it the key, or beside an
+	-- acquire that makes a new holder whose release then reads the queue
+	-- before the leaving waiter's entry is gone, left the key granted to a
+	-- waiter that was gone, until its queue deadline.
+	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
 	now_ts := clock_timestamp();
 	now_us := (extract(epoch FROM now_ts) * 1000000)::bigint;
 	DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
 		RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
 			CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
 		INTO res, f, cfg;
+	IF NOT FOUND THEN
+		-- p_token's own fast acquire (a plain UPDATE of the free row, which
+		-- takes the row but not the advisory lock) may not have committed
+		-- yet, its caller having given up: wait for whoever holds the
+		-- key's row, then look again with a new snapshot, so that such a
+		-- grant is released, not left to expire.
+		PERFORM 1 FROM {locks} l WHERE l.key = p_key FOR UPDATE;
+		DELETE FROM {locks} l WHERE l.key = p_key AND l.token = p_token
+			RETURNING CASE WHEN l.expires_at > now_ts THEN 0 ELSE 2 END, l.fence,
+				CASE WHEN p_durable OR l.fence >= now_us THEN '' ELSE set_config('synchronous_commit', 'off', true) END
+			INTO res, f, cfg;
+	END IF;
 	IF NOT FOUND THEN
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM {locks} l WHERE l.key = p_key AND l.expires_at > now_ts) THEN 1 ELSE 2 END,
 			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key),

@@ -14,6 +14,9 @@
 //	                        expires FenceRetention (default 24 h) after the lock's TTL
 //	leasehold:{TAG}:queue   hash: the FIFO waiter queue, TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER"
 //	                        ("#" -> last SEQ); expires with its last live waiter
+//	leasehold:{TAG}:released string: the token of the last release that left
+//	                        waiters queued, for 10 s, so a retry of that release
+//	                        (its reply lost) answers nil, not ErrNotOwned
 //	leasehold:{TAG}:wake    pub/sub channel (sharded on a Cluster), every
 //	                        waiter: "" when a release left nobody queued
 //	leasehold:{TAG}:wake:ID one per waiting process (ID in its queue entry):

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -110,10 +111,34 @@ type fcaller interface {
 // run runs sc: EVALSHA (EVAL on NOSCRIPT) by default, FCALL of its function
 // with Options.Functions.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if s.fcall == nil {
-		return sc.Run(ctx, s.c, keys, args...)
+	if s.fcall != nil {
+		return functionMissing(s.fcall.FCall(ctx, functionName(sc), keys, args...))
 	}
-	return functionMissing(s.fcall.FCall(ctx, functionName(sc), keys, args...))
+	cmd := sc.EvalSha(ctx, s.c, keys, args...)
+	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return cmd
+	}
+	rctx, cancel := reloadContext(ctx)
+	defer cancel()
+	return sc.Eval(rctx, s.c, keys, args...)
+}
+
+// scriptReloadTimeout bounds the EVAL that follows a NOSCRIPT once the
+// call's own context has ended.
+const scriptReloadTimeout = 2 * time.Second
+
+// reloadContext returns the context of the EVAL that follows a NOSCRIPT
+// answer (Redis lost its script cache: a restart, a failover, SCRIPT FLUSH):
+// ctx while it lasts, else ctx's values bounded by scriptReloadTimeout. The
+// EVAL loads the script for every later call; were it skipped whenever the
+// EVALSHA used up ctx (a deadline shorter than two round trips, such as a
+// short TTL's RenewTimeout over a slow link), no call would ever load it
+// and every renewal would fail until the lease is abandoned.
+func reloadContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), scriptReloadTimeout)
 }
 
 // runPiped queues sc on pipe: EVAL or EVALSHA (eval chooses), or FCALL.

@@ -1,10 +1,15 @@
 -- release: compare-and-DEL, leave the queue, and hand the key to the head
 -- waiter, in one round trip.
--- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key
+-- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key, KEYS[4] released key
 -- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub, ARGV[3] token,
--- ARGV[4] fence key retention ms (added to the granted TTL)
+-- ARGV[4] fence key retention ms (added to the granted TTL), ARGV[5] how long
+-- the released key remembers the token (ms)
 -- Returns 1 when the token held the lock (now deleted), 2 when another token
 -- holds it (left alone), 0 when nobody holds it.
+-- A release that leaves waiters queued records its token in the released
+-- key: a retry of it (go-redis resends a script whose reply was lost) that
+-- then finds the head holding the key, or the key taken by anyone, answers
+-- 1 as the release it repeats did, instead of 2.
 -- When the key is free afterwards and the head is new (after a release, or
 -- when the departing token was the head), the head is granted the key here:
 -- the lock is set to its token and holder with PX = min(its TTL, its queue
@@ -26,6 +31,7 @@ if v then
     res = 2
   end
 end
+if res ~= 1 and redis.call('GET', KEYS[4]) == token then return 1 end -- a retry of an applied release
 if redis.call('EXISTS', KEYS[2]) == 0 then
   if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
     if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
@@ -35,6 +41,7 @@ end
 
 -- @lib
 
+if res == 1 then redis.call('SET', KEYS[4], token, 'PX', ARGV[5]) end
 local now, nowms = clock()
 local live = load_queue(KEYS[2], nowms, true)
 local pos, ahead = find(live, token)

@@ -350,7 +350,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
-	send := func(eval bool) {
+	send := func(ctx context.Context, eval bool) {
 		pipe := s.c.Pipeline()
 		for i, r := range reqs {
 			if err := checkKey(r.Key); err != nil {
@@ -367,10 +367,12 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 	}
-	send(false)
+	send(ctx, false)
 	for _, c := range cmds {
 		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			send(true)
+			rctx, cancel := reloadContext(ctx)
+			send(rctx, true)
+			cancel()
 			break
 		}
 	}
@@ -408,8 +410,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	base := s.base(key)
-	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence"},
-		base+":wake", s.sharded, token, s.retention.Milliseconds()).Int64()
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released"},
+		base+":wake", s.sharded, token, s.retention.Milliseconds(), releasedMemory.Milliseconds()).Int64()
 	if err != nil {
 		return s.fail("release", key, err)
 	}
@@ -422,6 +424,12 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	return leasehold.ErrNotHeld
 }
+
+// releasedMemory is how long PREFIX{TAG}:released remembers the token of a
+// release that left waiters queued, so that a retry of that release (its
+// reply lost, resent by go-redis) answers nil, not ErrNotOwned: longer than
+// a Locker's ReleaseTimeout (default 2 s) and go-redis's retries of one call.
+const releasedMemory = 10 * time.Second
 
 // ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
 // whoever holds it, wakes the head waiter and returns what it deleted. A

@@ -48,8 +48,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// leftovers lists the Redis keys (fence counters excepted: they are the
-// documented state that stays) and the subscribed channels, plain and
+// leftovers lists the Redis keys (fence counters and release records
+// excepted: they are the documented state that stays, the records for 10 s)
+// and the subscribed channels, plain and
 // sharded, whose names contain t's name as storetest writes it into keys:
 // what the stores of t's subtests left behind.
 func leftovers(t *testing.T, c redis.UniversalClient) []string {
@@ -59,7 +60,7 @@ func leftovers(t *testing.T, c redis.UniversalClient) []string {
 	var out []string
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); strings.Contains(k, mark) && !strings.HasSuffix(k, ":fence") {
+		if k := iter.Val(); strings.Contains(k, mark) && !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":released") {
 			out = append(out, "key "+k)
 		}
 	}
@@ -88,4 +89,13 @@ func TestConformanceCustomPrefix(t *testing.T) {
 		},
 		Slack: time.Second,
 	})
+}
+
+// TestLiveness runs storetest's randomized liveness test: each replica is a
+// Store over a client of its own, as a separate process has.
+func TestLiveness(t *testing.T) {
+	srv := testredis.Start(t)
+	storetest.RunLiveness(t, storetest.Harness{
+		New: func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+	}, 0)
 }

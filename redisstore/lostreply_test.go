@@ -1,0 +1,159 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// scriptHook runs after with the command of the next script call with an
+// argument that contains mark, once armed: after the script ran in Redis and before its
+// reply reaches the store.
+type scriptHook struct {
+	mark  string
+	armed atomic.Bool
+	after func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+}
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil || !isScript(cmd, h.mark) || !h.armed.CompareAndSwap(true, false) {
+			return err // NOSCRIPT included: the script did not run
+		}
+		return h.after(ctx, cmd, next)
+	}
+}
+
+// isScript reports whether cmd is a script call (EVALSHA, EVAL, FCALL) with
+// a key or argument that contains mark.
+func isScript(cmd redis.Cmder, mark string) bool {
+	switch cmd.Name() {
+	case "evalsha", "eval", "fcall":
+	default:
+		return false
+	}
+	for _, a := range cmd.Args()[3:] {
+		if s, ok := a.(string); ok && strings.Contains(s, mark) {
+			return true
+		}
+	}
+	return false
+}
+
+// hookedLocker returns a Locker over a Store of its own client with h.
+func hookedLocker(t *testing.T, srv *testredis.Server, h redis.Hook, opts leasehold.Options) (*leasehold.Locker, *redisstore.Store) {
+	t.Helper()
+	c := newClient(t, srv.Addr)
+	if h != nil {
+		c.AddHook(h)
+	}
+	s := newStore(t, c, redisstore.Options{})
+	lk, err := leasehold.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk, s
+}
+
+// #27 (4): the reply of a release that handed the key to the head waiter is
+// lost and go-redis sends the script again (MaxRetries); the retry finds the
+// head holding the key. Release must still answer nil: its own release was
+// applied. The hook resends the script as go-redis's retry does.
+func TestRetriedReleaseAfterHandOffIsNotNotOwned(t *testing.T) {
+	srv := testredis.Start(t)
+	h := &scriptHook{mark: "}:wake", after: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		return next(ctx, cmd) // the first reply is lost; this is the retry's
+	}}
+	a, _ := hookedLocker(t, srv, h, leasehold.Options{TTL: 10 * time.Second})
+	b, bs := hookedLocker(t, srv, nil, leasehold.Options{TTL: 10 * time.Second})
+	ctx := t.Context()
+	for round := range 5 {
+		held, err := a.TryAcquire(ctx, "retried")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := acquireAsync(ctx, b, "retried")
+		waitWaiting(t, bs, "retried", 1)
+		h.armed.Store(true)
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("round %d: expected Release to answer nil when the retry of a lost reply finds its own release applied, got %v", round, err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("round %d: the waiter: %v", round, r.err)
+		}
+		if err := r.ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitWaiting waits until key has n waiters queued.
+func waitWaiting(t *testing.T, s *redisstore.Store, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := s.Inspect(t.Context(), key)
+		if err == nil && info.Waiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q: expected %d waiter(s) within 10 s, got %+v, %v", key, n, info, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// #28 (2) against Redis: an acquire applied by Redis whose caller's context
+// ends before the reply arrives gives no lease; the Locker releases the
+// grant long before its TTL.
+func TestGrantThatRacedCancellationIsReleased(t *testing.T) {
+	srv := testredis.Start(t)
+	var cancel context.CancelFunc
+	h := &scriptHook{mark: "}:fence", after: func(context.Context, redis.Cmder, redis.ProcessHook) error {
+		cancel()
+		return nil
+	}}
+	for _, policy := range []leasehold.StorePolicy{leasehold.FailClosed, leasehold.FailOpen} {
+		lk, s := hookedLocker(t, srv, h, leasehold.Options{TTL: time.Minute, OnStoreError: policy})
+		for name, call := range map[string]func(ctx context.Context) (*leasehold.Lease, error){
+			"TryAcquire": func(ctx context.Context) (*leasehold.Lease, error) { return lk.TryAcquire(ctx, "raced") },
+			"Acquire":    func(ctx context.Context) (*leasehold.Lease, error) { return lk.Acquire(ctx, "raced") },
+		} {
+			ctx, stop := context.WithCancel(t.Context())
+			cancel = stop
+			h.armed.Store(true)
+			lease, err := call(ctx)
+			stop()
+			if lease != nil || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%v %s: expected no lease and context.Canceled, got lease=%v, %v", policy, name, lease != nil, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, err := s.Inspect(t.Context(), "raced")
+				if errors.Is(err, leasehold.ErrNotHeld) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%v %s: the grant is still held 5 s after the caller gave up (TTL 1 min): %v", policy, name, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+}

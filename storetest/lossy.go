@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// lossyStore forwards every call and capability to a store and loses the
+// reply of a fraction of the Acquire and Release calls after the store
+// applied them, as a network that drops a reply would: the caller gets
+// errLostReply and must clean up after a request that took effect.
+type lossyStore struct {
+	s    leasehold.Store
+	loss float64 // probability of losing a reply
+
+	mu   sync.Mutex
+	rng  *rand.Rand
+	hist map[string][]string // token -> what happened to its calls, for failure messages
+	keys map[string][]string // key -> every call, for failure messages
+}
+
+func newLossy(s leasehold.Store, loss float64, seed uint64) *lossyStore {
+	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373)), hist: map[string][]string{}, keys: map[string][]string{}}
+}
+
+// note records what happened to a call of token.
+func (w *lossyStore) note(key, token, what string, start time.Time, ctx context.Context, err error) {
+	ended := ""
+	if ctx.Err() != nil {
+		ended = ", its context ended"
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	line := fmt.Sprintf("%s %s→%s (%v%s): %v",
+		what, start.Format("15:04:05.000"), time.Now().Format("05.000"), time.Since(start).Round(time.Millisecond), ended, err)
+	w.hist[token] = append(w.hist[token], line)
+	w.keys[key] = append(w.keys[key], fmt.Sprintf("%.8s %s", token, line))
+}
+
+// calls returns every call on key.
+func (w *lossyStore) calls(key string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keys[key]
+}
+
+// history returns what happened to the calls of token.
+func (w *lossyStore) history(token string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hist[token]
+}
+
+// forget drops the history.
+func (w *lossyStore) forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	clear(w.hist)
+	clear(w.keys)
+}
+
+func (w *lossyStore) lost() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rng.Float64() < w.loss
+}
+
+func (w *lossyStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+	start := time.Now()
+	g, err := w.s.Acquire(ctx, req)
+	if w.lost() {
+		err = errors.Join(errLostReply, err)
+		g = leasehold.Grant{}
+	}
+	w.note(req.Key, req.Token, fmt.Sprintf("acquire(queue %v)", req.QueueTTL), start, ctx, err)
+	if errors.Is(err, errLostReply) {
+		return g, errLostReply
+	}
+	return g, err
+}
+
+func (w *lossyStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return w.s.Renew(ctx, key, token, ttl)
+}
+
+func (w *lossyStore) Release(ctx context.Context, key, token string) error {
+	start := time.Now()
+	err := w.s.Release(ctx, key, token)
+	if w.lost() {
+		err = errors.Join(errLostReply, err)
+	}
+	w.note(key, token, "release", start, ctx, err)
+	if errors.Is(err, errLostReply) {
+		return errLostReply
+	}
+	return err
+}
+
+func (w *lossyStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+	return w.s.(leasehold.Inspector).Inspect(ctx, key)
+}
+
+func (w *lossyStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+	return w.s.(leasehold.Inspector).List(ctx, prefix)
+}
+
+var errNoNotifier = errors.New("storetest: the store cannot notify")
+
+func (w *lossyStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	n, ok := w.s.(leasehold.Notifier)
+	if !ok {
+		return nil, nil, errNoNotifier
+	}
+	return n.WaitRelease(ctx, key, token)
+}
+
+func (w *lossyStore) Granted(key, token string) (leasehold.Handoff, bool) {
+	if g, ok := w.s.(leasehold.Granter); ok {
+		return g.Granted(key, token)
+	}
+	return leasehold.Handoff{}, false
+}
+
+func (w *lossyStore) Live(key string) bool {
+	g, ok := w.s.(leasehold.Granter)
+	return ok && g.Live(key)
+}
+
+func (w *lossyStore) Resumes(key, token string) bool {
+	r, ok := w.s.(leasehold.Resumer)
+	return ok && r.Resumes(key, token)
+}
+
+func (w *lossyStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+	if b, ok := w.s.(leasehold.BatchRenewer); ok {
+		return b.RenewBatch(ctx, reqs)
+	}
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		errs[i] = w.s.Renew(ctx, r.Key, r.Token, r.TTL)
+	}
+	return errs
+}
+
+var (
+	_ leasehold.Inspector    = (*lossyStore)(nil)
+	_ leasehold.Notifier     = (*lossyStore)(nil)
+	_ leasehold.Granter      = (*lossyStore)(nil)
+	_ leasehold.Resumer      = (*lossyStore)(nil)
+	_ leasehold.BatchRenewer = (*lossyStore)(nil)
+)
