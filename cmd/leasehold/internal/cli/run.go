@@ -283,6 +283,8 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			return Exit(o.conflictCode, "%s", notAcquired(err, o))
 		case errors.Is(err, leasehold.ErrMisconfigured):
 			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st.Desc, err))
+		case errors.Is(err, leasehold.ErrStore) && o.onStoreError == "fail-open":
+			return Exit(ExitUnavailable, "acquire %q: store %s did not answer within --wait: %s; the command did not run (fail-open applies only to a store that fails before the wait ends)", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrStore):
 			return Exit(ExitUnavailable, "acquire %q: store %s unavailable: %s; --on-store-error is fail-closed, so the command did not run", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):
