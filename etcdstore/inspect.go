@@ -65,9 +65,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	return infos, nil
 }
 
-// describe turns sorted kvs of locks and queue entries into LockInfos with
-// their remaining TTL and queue, leaving out locks whose lease has expired
-// (etcd deletes them in a moment) and reporting undecodable locks in bad.
+// describe turns sorted kvs of locks and queue entries into LockInfos,
+// leaving out locks whose lease expired and reporting undecodable ones in bad.
 func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []leasehold.LockInfo, bad []string, err error) {
 	ttls := map[int64]int64{} // lease -> TTL
 	var cur *leasehold.LockInfo

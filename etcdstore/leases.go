@@ -12,25 +12,17 @@ import (
 
 const (
 	// leaseSlack is added to a TTL's whole seconds when a lease is granted:
-	// a lease is used for new writes while it still lives a full TTL, so
-	// for about this long after its grant.
+	// it serves new writes while it lives a full TTL, about this long.
 	leaseSlack = 1 // seconds
 	// closeTimeout bounds the revokes of Close.
 	closeTimeout = 2 * time.Second
 )
 
-// leases are the store's etcd leases. No lease is ever kept alive: etcd
-// expires each one at its TTL after its grant, and every lock, permit and
-// queue entry on it with it, unless its owner moved it to a newer lease
-// (an Acquire or Renew writes the key on the current lease of its TTL). So
-// what its owner stops renewing, etcd deletes, whatever this process
-// remembers or forgets.
-//
-// One lease per TTL class (whole seconds) is current at a time, shared by
-// every write of that class while it has more than the write's TTL left: a
-// lease granted for the TTL's seconds plus leaseSlack serves about a
-// second, then the next write of the class grants the next one (concurrent
-// writers share the grant). Close revokes the leases that may still live.
+// leases are the store's etcd leases, never kept alive: every write puts
+// its key on the current lease of its TTL class (whole seconds), so etcd
+// deletes what its owner stops writing (docs/etcd.md, "Expiry is etcd's").
+// A class's lease is current while it has more than the write's TTL left;
+// concurrent writers share the next grant.
 type leases struct {
 	s      *Store
 	mu     sync.Mutex
