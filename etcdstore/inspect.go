@@ -166,7 +166,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	tok, ttl, holder, _, _ := lockFields(kv.Value)
 	info := leasehold.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
 	if kv.Lease != 0 {
-		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl)
+		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, 0)
 	}
 	info.Facts["forced"] = "deleted the lock key"
 	return info, nil

@@ -22,10 +22,7 @@ import (
 // its queue entry, keeping its place. A losing TryAcquire makes one more
 // request (LeaseTimeToLive) for Grant.Remaining.
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
-		return leasehold.Grant{}, err
-	}
-	if _, err := ttlSeconds(req.TTL); err != nil {
+	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -331,17 +328,20 @@ func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v k
 		g.Remaining = max(left, time.Millisecond)
 	}
 	if req.QueueTTL == 0 && v.lock.Lease != 0 { // a try: the lease's time left
-		g.Remaining = s.remaining(ctx, clientv3.LeaseID(v.lock.Lease), ttl)
+		g.Remaining = s.remaining(ctx, clientv3.LeaseID(v.lock.Lease), ttl, 0)
 	}
 	return g
 }
 
-// remaining returns the time left on lease id capped by ttl (when > 0), 0
-// when unknown or expired. etcd reports whole seconds, rounded down.
-func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
+// remaining returns the time left on lease id (whole seconds, rounded
+// down), capped by ttl > 0: floor when under a second, 0 when gone or unknown.
+func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl, floor time.Duration) time.Duration {
 	r, err := s.cli.TimeToLive(ctx, id)
-	if err != nil || r.TTL <= 0 {
+	switch {
+	case err != nil || r.TTL < 0:
 		return 0
+	case r.TTL == 0:
+		return floor
 	}
 	d := time.Duration(r.TTL) * time.Second
 	if ttl > 0 {
@@ -369,10 +369,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	var chunk []int
 	keys := map[string]bool{}
 	for i, r := range reqs {
-		if errs[i] = checkNames(r.Key, r.Token, ""); errs[i] != nil {
-			continue
-		}
-		if _, errs[i] = ttlSeconds(r.TTL); errs[i] != nil {
+		if errs[i] = checkRequest(r.Key, r.Token, "", r.TTL); errs[i] != nil {
 			continue
 		}
 		if len(chunk) == maxTxnOps/2 || keys[r.Key] { // etcd refuses a key twice in one transaction

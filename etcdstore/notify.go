@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -33,23 +34,15 @@ const (
 // WaitRelease returns once etcd confirmed the watch, bounded by ctx and
 // RequestTimeout. stop, idempotent, or the end of ctx ends the subscription.
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	observer := token == "" // not a waiter: woken whenever the lock is free
-	if !observer {
-		if err := checkNames(key, token, ""); err != nil {
-			return nil, nil, err
-		}
-	} else if err := checkNames(key, "observer", ""); err != nil {
+	if err := checkNames(key, cmp.Or(token, "observer"), ""); err != nil {
 		return nil, nil, err
 	}
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
+	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: token == "", wake: make(chan struct{}, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
-	start := s.timeout
-	if start <= 0 {
-		start = watchStartTimeout
-	}
+	start := s.startTimeout()
 	t := time.NewTimer(start)
 	defer t.Stop()
 	var err error
@@ -75,6 +68,15 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
 	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
 	return sb.wake, func() { unhook(); leave() }, nil
+}
+
+// startTimeout bounds the start of a watch: RequestTimeout, else
+// watchStartTimeout.
+func (s *Store) startTimeout() time.Duration {
+	if s.timeout <= 0 {
+		return watchStartTimeout
+	}
+	return s.timeout
 }
 
 // Resumes implements leasehold.Resumer: always true, since WaitRelease
@@ -181,6 +183,13 @@ func (kw *keyWatch) can(sb *subscriber) bool {
 	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
 }
 
+// heads reports whether sb's entry is the oldest of the queue; watches.mu is
+// held.
+func (kw *keyWatch) heads(sb *subscriber) bool {
+	_, queued := kw.queue[sb.entry]
+	return queued && headIs(kw.queue, sb.entry)
+}
+
 // headIs reports whether entry is the oldest of queue, or queue is empty.
 func headIs(queue map[string]int64, entry string) bool {
 	if len(queue) == 0 {
@@ -258,11 +267,7 @@ func (kw *keyWatch) signalAll() {
 // start loads the model (from snap, or one read) and starts the watch after
 // its revision, waiting for etcd's confirmation.
 func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
-	timeout := kw.s.timeout
-	if timeout <= 0 {
-		timeout = watchStartTimeout
-	}
-	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
 	if snap == nil {
@@ -356,7 +361,7 @@ func (kw *keyWatch) headExpiry() time.Time {
 		return time.Time{}
 	}
 	for sb := range kw.subs {
-		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+		if kw.heads(sb) {
 			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
 		}
 	}
@@ -372,7 +377,7 @@ func (kw *keyWatch) wakeHead() {
 		return
 	}
 	for sb := range kw.subs {
-		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+		if kw.heads(sb) {
 			sb.signal()
 		}
 	}

@@ -101,11 +101,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	if req.Limit < 1 {
 		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
 	}
-	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
-		return leasehold.Grant{}, err
-	}
-	_, err := ttlSeconds(req.TTL)
-	if err != nil {
+	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -153,7 +149,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
-	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
 	s.sems.set(req.Key, semBound{guardRev: st.guardRev, holders: len(st.holders), queued: len(st.queue)})
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
@@ -163,12 +159,12 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		}
 		return pa.refused(ctx, st, pos, ahead)
 	}
-	id, val := pa.id, permitValue(req.TTL, req.Holder)
+	grant := pa.grantOps(p)
 	if mine != nil {
 		// Our own retry: move the key to this lease, keeping the fence.
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+			Then(grant[0], clientv3.OpDelete(qk)).
 			Commit()
 		if err != nil {
 			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
@@ -177,7 +173,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(grantCmps(p, hk, st.guardRev, st.rev)...).
-		Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Then(append(grant, clientv3.OpDelete(qk))...).
 		Else(semReads(p)...).
 		Commit()
 	if err != nil {
@@ -195,6 +191,15 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+}
+
+// grantOps write the token's holder key and the guard under prefix p, on
+// the lease of the permit's TTL.
+func (pa *permitAttempt) grantOps(p string) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(p+"h/"+pa.req.Token, permitValue(pa.req.TTL, pa.req.Holder), clientv3.WithLease(pa.id)),
+		clientv3.OpPut(p+"g", strconv.Itoa(pa.req.Limit), clientv3.WithLease(pa.id)),
+	}
 }
 
 // grantCmps are the conditions of a grant read at revision rev with the
@@ -267,12 +272,11 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit {
 		return leasehold.Grant{}, false, nil
 	}
-	id := pa.id
 	p := s.SemaphorePrefix(req.Key)
 	hk, gk := p+"h/"+req.Token, p+"g"
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
-		Then(clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Then(pa.grantOps(p)...).
 		Else(semReads(p)...).
 		Commit()
 	switch {
@@ -356,7 +360,7 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 		first := st.holders[0]
 		var ttl time.Duration
 		ttl, g.Holder = permitFields(first.Value)
-		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease), ttl)
+		g.Remaining = s.remaining(ctx, clientv3.LeaseID(first.Lease), ttl, time.Millisecond)
 		if left, ok := s.sems.firstExpiry(ref{req.Key, req.Token}, st, time.Now()); ok && req.QueueTTL > 0 {
 			// A waiter retries when the next holder runs out of its TTL.
 			g.Remaining = max(left, time.Millisecond)
@@ -413,10 +417,7 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 // holder key to the current lease of ttl, keeping its fence, or answers
 // ErrNotOwned; a second rewrites the value when the TTL changed.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkNames(key, token, ""); err != nil {
-		return err
-	}
-	if _, err := ttlSeconds(ttl); err != nil {
+	if err := checkRequest(key, token, "", ttl); err != nil {
 		return err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -502,7 +503,7 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 		info.Holders = append(info.Holders, leasehold.LockInfo{
 			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder,
 			Fence:     uint64(kv.CreateRevision),
-			Remaining: s.permitRemaining(ctx, clientv3.LeaseID(kv.Lease), ttl),
+			Remaining: s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, time.Millisecond),
 			Facts:     map[string]string{"store": "etcd", "etcd_key": string(kv.Key), "lease": fmt.Sprintf("%x", kv.Lease)},
 		})
 	}
@@ -521,10 +522,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struc
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	startTimeout := s.timeout
-	if startTimeout <= 0 {
-		startTimeout = watchStartTimeout
-	}
+	startTimeout := s.startTimeout()
 	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
 	st, err := s.readSem(rctx, key)
 	rcancel()
@@ -673,24 +671,6 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 	return now
 }
 
-// permitRemaining is the time left on a holder's lease (whole seconds,
-// rounded down), capped by ttl > 0; 1 ms for a live lease under a second (0
-// would read as "a permit is free").
-func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
-	r, err := s.cli.TimeToLive(ctx, id)
-	switch {
-	case err != nil || r.TTL < 0:
-		return 0
-	case r.TTL == 0:
-		return time.Millisecond
-	}
-	d := time.Duration(r.TTL) * time.Second
-	if ttl > 0 {
-		d = min(d, ttl)
-	}
-	return d
-}
-
 // permitSights is what this store's waiters saw of their semaphores'
 // holders, by waiter: a holder seen at one mod revision for its whole TTL,
 // while the waiter's entry stayed, is taken over as a lock would be.
@@ -799,15 +779,14 @@ func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead i
 		return leasehold.Grant{}, false, false, nil
 	}
 	p := s.SemaphorePrefix(req.Key)
-	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
 	cmps := append(grantCmps(p, hk, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", entry))
 	var ops []clientv3.Op
 	for _, kv := range dead {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 	}
-	ops = append(ops, clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(pa.id)),
-		clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(pa.id)), clientv3.OpDelete(qk))
+	ops = append(append(ops, pa.grantOps(p)...), clientv3.OpDelete(qk))
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
 	switch {
 	case err != nil:

@@ -240,6 +240,15 @@ func mine(k, token string) []clientv3.Cmp {
 	}
 }
 
+// checkRequest is checkNames, then a TTL that is not positive.
+func checkRequest(key, token, holder string, ttl time.Duration) error {
+	if err := checkNames(key, token, holder); err != nil {
+		return err
+	}
+	_, err := ttlSeconds(ttl)
+	return err
+}
+
 // checkNames rejects a key, token or holder the layout cannot carry.
 func checkNames(key, token, holder string) error {
 	switch {
