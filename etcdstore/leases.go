@@ -49,19 +49,11 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 	}
 	secs += leaseSlack
 	for {
-		ls.mu.Lock()
-		if ls.closed {
-			ls.mu.Unlock()
-			return 0, ErrClosed
+		e, granter, err := ls.current(secs, ttl)
+		if err != nil {
+			return 0, err
 		}
-		e := ls.cur[secs]
-		fresh := e != nil && e.usable(ttl)
-		if !fresh {
-			e = &epoch{ready: make(chan struct{})}
-			ls.cur[secs] = e
-		}
-		ls.mu.Unlock()
-		if !fresh {
+		if granter {
 			ls.grant(ctx, e, secs)
 		}
 		select {
@@ -74,12 +66,27 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 			continue // the context of the caller that granted ended, not ours
 		case e.err != nil:
 			return 0, e.err
-		}
-		if time.Until(e.until) > ttl {
+		case time.Until(e.until) > ttl:
 			return e.id, nil
 		}
 		// A grant slower than the slack: grant again.
 	}
+}
+
+// current returns the current lease of class secs, or a new epoch that the
+// caller grants (granter) when it has no more than ttl left.
+func (ls *leases) current(secs int64, ttl time.Duration) (e *epoch, granter bool, err error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil, false, ErrClosed
+	}
+	if e := ls.cur[secs]; e != nil && e.usable(ttl) {
+		return e, false, nil
+	}
+	e = &epoch{ready: make(chan struct{})}
+	ls.cur[secs] = e
+	return e, true, nil
 }
 
 // usable reports whether e is being granted or lives beyond ttl from now;

@@ -452,7 +452,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	defer end()
 	r := ref{key, token}
 	var own []clientv3.Op
-	if s.sess.mayQueue(r) { // our queue entry: a waiter leaves
+	if s.sess.standingOf(r).mayQueue { // our queue entry: a waiter leaves
 		own = append(own, clientv3.OpDelete(s.entryKey(key, token)))
 	}
 	mod, next := s.sess.headOf(r)

@@ -114,11 +114,11 @@ func (ss *session) untrack(m map[ref]*tracked, r ref) {
 func (ss *session) adopt(r ref, ttl time.Duration) (time.Duration, bool) {
 	ss.mu.Lock()
 	w := ss.waiting[r]
+	delete(ss.waiting, r)
 	ss.mu.Unlock()
 	if w == nil {
 		return 0, false
 	}
-	ss.untrack(ss.waiting, r)
 	ss.track(ss.held, r, ttl)
 	return w.reqTTL, true
 }
@@ -176,7 +176,7 @@ func snapOf(v keyView) *queueSnap {
 // standing is what a store knows of a token on a key, for its next acquire.
 type standing struct {
 	mayOwn   bool  // it holds, may hold (a lost reply) or waits (may be granted)
-	mayQueue bool  // see session.mayQueue
+	mayQueue bool  // it may have a queue entry this store wrote
 	rev      int64 // its queue entry's create revision, 0 if unknown
 }
 
@@ -190,13 +190,6 @@ func (ss *session) standingOf(r ref) standing {
 		st.rev = t.rev
 	}
 	return st
-}
-
-// mayQueue reports whether r may have a queue entry that this store wrote.
-func (ss *session) mayQueue(r ref) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.waiting[r] != nil
 }
 
 // setQueue records what a waiter's acquire (sent at sent, answered at seen)
