@@ -65,9 +65,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	return infos, nil
 }
 
-// describe turns sorted kvs of locks and queue entries into LockInfos with
-// their remaining TTL and queue, leaving out locks whose lease has expired
-// (etcd deletes them in a moment) and reporting undecodable locks in bad.
+// describe turns sorted kvs of locks and queue entries into LockInfos,
+// leaving out locks whose lease expired and reporting undecodable ones in bad.
 func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []leasehold.LockInfo, bad []string, err error) {
 	ttls := map[int64]int64{} // lease -> TTL
 	var cur *leasehold.LockInfo
@@ -167,7 +166,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	tok, ttl, holder, _, _ := lockFields(kv.Value)
 	info := leasehold.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
 	if kv.Lease != 0 {
-		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl)
+		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, 0)
 	}
 	info.Facts["forced"] = "deleted the lock key"
 	return info, nil

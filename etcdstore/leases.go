@@ -12,25 +12,17 @@ import (
 
 const (
 	// leaseSlack is added to a TTL's whole seconds when a lease is granted:
-	// a lease is used for new writes while it still lives a full TTL, so
-	// for about this long after its grant.
+	// it serves new writes while it lives a full TTL, about this long.
 	leaseSlack = 1 // seconds
 	// closeTimeout bounds the revokes of Close.
 	closeTimeout = 2 * time.Second
 )
 
-// leases are the store's etcd leases. No lease is ever kept alive: etcd
-// expires each one at its TTL after its grant, and every lock, permit and
-// queue entry on it with it, unless its owner moved it to a newer lease
-// (an Acquire or Renew writes the key on the current lease of its TTL). So
-// what its owner stops renewing, etcd deletes, whatever this process
-// remembers or forgets.
-//
-// One lease per TTL class (whole seconds) is current at a time, shared by
-// every write of that class while it has more than the write's TTL left: a
-// lease granted for the TTL's seconds plus leaseSlack serves about a
-// second, then the next write of the class grants the next one (concurrent
-// writers share the grant). Close revokes the leases that may still live.
+// leases are the store's etcd leases, never kept alive: every write puts
+// its key on the current lease of its TTL class (whole seconds), so etcd
+// deletes what its owner stops writing (docs/etcd.md, "Expiry is etcd's").
+// A class's lease is current while it has more than the write's TTL left;
+// concurrent writers share the next grant.
 type leases struct {
 	s      *Store
 	mu     sync.Mutex
@@ -57,19 +49,11 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 	}
 	secs += leaseSlack
 	for {
-		ls.mu.Lock()
-		if ls.closed {
-			ls.mu.Unlock()
-			return 0, ErrClosed
+		e, granter, err := ls.current(secs, ttl)
+		if err != nil {
+			return 0, err
 		}
-		e := ls.cur[secs]
-		fresh := e != nil && e.usable(ttl)
-		if !fresh {
-			e = &epoch{ready: make(chan struct{})}
-			ls.cur[secs] = e
-		}
-		ls.mu.Unlock()
-		if !fresh {
+		if granter {
 			ls.grant(ctx, e, secs)
 		}
 		select {
@@ -82,12 +66,27 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 			continue // the context of the caller that granted ended, not ours
 		case e.err != nil:
 			return 0, e.err
-		}
-		if time.Until(e.until) > ttl {
+		case time.Until(e.until) > ttl:
 			return e.id, nil
 		}
 		// A grant slower than the slack: grant again.
 	}
+}
+
+// current returns the current lease of class secs, or a new epoch that the
+// caller grants (granter) when it has no more than ttl left.
+func (ls *leases) current(secs int64, ttl time.Duration) (e *epoch, granter bool, err error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil, false, ErrClosed
+	}
+	if e := ls.cur[secs]; e != nil && e.usable(ttl) {
+		return e, false, nil
+	}
+	e = &epoch{ready: make(chan struct{})}
+	ls.cur[secs] = e
+	return e, true, nil
 }
 
 // usable reports whether e is being granted or lives beyond ttl from now;

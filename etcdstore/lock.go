@@ -16,20 +16,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Acquire implements leasehold.Store in one transaction (see the package
-// doc): if the lock holds req.Token (a retry after a lost reply) it is kept,
-// with the same fence, on the current lease of req.TTL; else, if the key is
-// free and the queue rule allows it, the lock is created and the token's
-// queue entry deleted; else the lock and queue are read and, for a waiting
-// acquire (QueueTTL > 0), the token's queue entry is written on the current
-// lease of the queue TTL (a rewrite keeps its create revision: its place).
-// A TryAcquire that loses makes one more request (LeaseTimeToLive) to
-// report the holder's remaining TTL.
+// Acquire implements leasehold.Store in one transaction (docs/etcd.md): a
+// retry keeps its lock and fence; a free key whose queue is empty or headed
+// by the token is taken; otherwise a waiting acquire (QueueTTL > 0) writes
+// its queue entry, keeping its place. A losing TryAcquire makes one more
+// request (LeaseTimeToLive) for Grant.Remaining.
 func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
-		return leasehold.Grant{}, err
-	}
-	if _, err := ttlSeconds(req.TTL); err != nil {
+	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -53,10 +46,9 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	return s.acquire(ctx, req, l, ql)
 }
 
-// acquire runs the acquire transaction: once, or twice when the first
-// answer shows the token at the head of the queue of a free key that this
-// store did not know it headed, or holding the lock though this store did
-// not know it (a retry through another Store, or a forgotten acquire).
+// acquire runs the acquire transaction once, or again when the answer shows
+// the token heading the queue of a free key or holding the lock unknown to
+// this store (a retry through another Store).
 func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID) (leasehold.Grant, error) {
 	r := ref{req.Key, req.Token}
 	forced := false // the lock held the token though the store did not know
@@ -96,10 +88,8 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 	}
 }
 
-// acquireFailed returns the error of an acquire transaction that may have
-// applied (a lost reply): the store remembers that the token may hold the
-// lock and wait in the queue, so that its next acquire checks for them
-// (etcd expires them otherwise).
+// acquireFailed returns the error of an acquire that may have applied: the
+// token's next acquire then checks for its lock and queue entry.
 func (s *Store) acquireFailed(ctx context.Context, req leasehold.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
 	r := ref{req.Key, req.Token}
 	s.sess.track(s.sess.held, r, req.TTL)
@@ -136,9 +126,8 @@ func (s *Store) acquired(ctx context.Context, req leasehold.AcquireRequest, l cl
 	return leasehold.Grant{Fence: fenceOf(prev)}, true, nil
 }
 
-// wrapLease is wrap for a request that wrote on leases ids: when etcd
-// answers that a lease does not exist (revoked by someone else), the store
-// stops using it.
+// wrapLease is wrap for a request that wrote on leases ids; a lease etcd
+// does not know (revoked by someone else) is no longer used.
 func (s *Store) wrapLease(ctx context.Context, op, key string, err error, ids ...clientv3.LeaseID) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		for _, id := range ids {
@@ -148,23 +137,16 @@ func (s *Store) wrapLease(ctx context.Context, op, key string, err error, ids ..
 	return s.wrap(ctx, op, key, err)
 }
 
-// takeoverSlack is how early a waiter's retry may come before its takeover
-// is allowed and still wait for it in Acquire, instead of sending an acquire
-// that etcd writes and refuses.
+// takeoverSlack is how early before its takeover a head's acquire may come
+// and wait for it (waitUntil) rather than be refused.
 const takeoverSlack = 2 * time.Millisecond
 
-// takeoverEarly is how much earlier than the takeover the head is told to
-// come back (Grant.Remaining) and woken by its watch: Go's timers fire up
-// to a millisecond late in a process with nothing else to do, and later on
-// a busy machine, so a retry timed at the takeover itself would send it that
-// much later. takeOver then waits the rest precisely (waitUntil). Less than
-// takeoverSlack by more than a timer's lateness.
+// takeoverEarly is how early the head is told to come back (Grant.Remaining)
+// and woken by its watch, to absorb a late timer; below takeoverSlack.
 const takeoverEarly = 1500 * time.Microsecond
 
 // waitUntil returns true at 'at', within microseconds, or false when ctx
-// ends first. It sleeps on a timer until takeoverEarly before 'at' and
-// spends the rest yielding the processor: at most about a millisecond of
-// CPU, once per takeover.
+// ends first: a timer until takeoverEarly before, then yielding the processor.
 func waitUntil(ctx context.Context, at time.Time) bool {
 	if d := time.Until(at) - takeoverEarly; d > 0 {
 		t := time.NewTimer(d)
@@ -184,8 +166,8 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 	return true
 }
 
-// tryTakeOver runs takeOver for a waiting acquire and, when it took the
-// lock or failed (done), records the outcome.
+// tryTakeOver runs takeOver and records the outcome when it took the lock
+// or failed (done).
 func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (leasehold.Grant, bool, error) {
 	r := ref{req.Key, req.Token}
 	g, ok, err := s.takeOver(ctx, req, l)
@@ -201,22 +183,12 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 	return leasehold.Grant{}, false, nil
 }
 
-// takeOver takes the lock that req's token waits for when the token heads
-// its queue and has seen the lock unchanged for its whole TTL
-// (session.takeoverAt): the holder died or hangs, and its lease may live on
-// for up to leaseSlack more. One transaction, guarded by the lock's mod
-// revision (any renewal or new holder since moved it), the token's queue
-// entry (same create revision) and the entry being the oldest, overwrites
-// the lock with the token's and deletes the entry. Overwriting keeps the
-// key's create revision, so the new lock carries its fence in its value:
-// the old lock's mod revision plus one, greater than every fence of the key
-// so far (each was given by a write of the key, at or before that mod
-// revision) and not greater than this transaction's revision, below every
-// later create revision. An acquire up to takeoverSlack early waits
-// (waitUntil, bounded by ctx); a renewal seen meanwhile moves the mod
-// revision, and the guard fails. ok is false, with nothing sent, when the
-// lock is not known to be expired, and when the guard failed (the caller's
-// acquire then sees what changed).
+// takeOver takes the lock when req's token heads its queue and has seen the
+// lock unchanged for its TTL (session.takeoverAt), in one transaction
+// guarded by the lock's mod revision, the token's entry and its place at the
+// head. The new lock's fence, in its value, is that mod revision plus one:
+// above every earlier fence of the key. ok is false when the lock is not
+// known to be expired (nothing sent) or the guard failed.
 func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (g leasehold.Grant, ok bool, err error) {
 	r := ref{req.Key, req.Token}
 	mod, entry, at, known := s.sess.takeoverAt(r)
@@ -242,11 +214,9 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l cl
 	return leasehold.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
 }
 
-// retried finishes the retry of an acquire (or a renewal) that found the
-// token holding the lock (prev, before the retry moved it to l at revision
-// rev without touching its value, which may carry the fence): when the TTL
-// changed, the value is rewritten with the new one, which waiters time a
-// takeover by.
+// retried finishes an acquire or renewal that moved the token's lock (prev)
+// to l at revision rev: when the TTL changed, it rewrites the value, which
+// waiters time a takeover by, keeping its fence.
 func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, prev *mvccpb.KeyValue, rev int64) error {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
 	if was == req.TTL {
@@ -266,11 +236,8 @@ func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l cli
 	return nil
 }
 
-// acquireTxn sends req's acquire transaction (see Acquire in the package
-// doc), shaped by what the store knows of the token (st). Unless the token
-// may own the lock, the transaction has no retry check (a token this store
-// never sent cannot hold the lock): a smaller request, which etcd decodes,
-// logs and applies at a cost that shows in the uncontended cycle.
+// acquireTxn sends req's acquire transaction, shaped by what the store
+// knows of the token (st): the retry check only when it may own the lock.
 func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
 	myRev := st.rev
 	k := s.lockKey(req.Key)
@@ -302,11 +269,9 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 	if !st.mayOwn {
 		return txn.Else(lost...).Commit()
 	}
-	// The common case first: a free key is taken at the first level, the
-	// retry of our own lock and the lost case in the nested transaction.
 	return txn.
 		Else(clientv3.OpTxn(mine(k, req.Token),
-			// The value stays: it may carry the fence (see retried).
+			// The value stays: it may carry the fence.
 			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
 			lost)).
 		Commit()
@@ -314,16 +279,13 @@ func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l,
 
 // keyView is what a read of a key's range shows: the lock and the queue.
 type keyView struct {
-	rev   int64
-	held  bool
-	lock  *mvccpb.KeyValue
-	myRev int64            // the token's queue entry, 0 if none
-	ahead map[string]bool  // entries older than the token's (all, if none)
-	queue map[string]int64 // every entry: key -> create revision
-	// every entry's key-value (for the grant of a release, see Granted)
-	entries map[string]*mvccpb.KeyValue
-	head    string // the holder of the oldest entry
-	headAt  int64
+	rev     int64
+	held    bool
+	lock    *mvccpb.KeyValue
+	myRev   int64                       // the token's queue entry, 0 if none
+	ahead   map[string]bool             // entries older than the token's (all, if none)
+	queue   map[string]int64            // every entry: key -> create revision
+	entries map[string]*mvccpb.KeyValue // every entry (for Granted)
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
@@ -344,10 +306,6 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 		}
 		v.queue[string(kv.Key)] = kv.CreateRevision
 		v.entries[string(kv.Key)] = kv
-		if v.headAt == 0 || kv.CreateRevision < v.headAt {
-			v.headAt = kv.CreateRevision
-			v.head, _ = entryFields(kv.Value)
-		}
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
 			v.ahead[string(kv.Key)] = true
 		}
@@ -366,24 +324,24 @@ func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v k
 	g.Holder = holder
 	g.Remaining = ttl
 	if left >= 0 && ttl > 0 {
-		// The head retries then and takes the key over (takeOver); 1 ms
-		// at least, so that "0 left" is not read as "free".
+		// The head retries then and takes over; 0 would read as "free".
 		g.Remaining = max(left, time.Millisecond)
 	}
-	if req.QueueTTL == 0 && v.lock.Lease != 0 {
-		// A try reports how long the lock can last at most: its shared
-		// lease's time to live, capped by the lock's TTL.
-		g.Remaining = s.remaining(ctx, clientv3.LeaseID(v.lock.Lease), ttl)
+	if req.QueueTTL == 0 && v.lock.Lease != 0 { // a try: the lease's time left
+		g.Remaining = s.remaining(ctx, clientv3.LeaseID(v.lock.Lease), ttl, 0)
 	}
 	return g
 }
 
-// remaining returns the time left on lease id capped by ttl (when > 0), 0
-// when unknown or expired. etcd reports whole seconds, rounded down.
-func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
+// remaining returns the time left on lease id (whole seconds, rounded
+// down), capped by ttl > 0: floor when under a second, 0 when gone or unknown.
+func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl, floor time.Duration) time.Duration {
 	r, err := s.cli.TimeToLive(ctx, id)
-	if err != nil || r.TTL <= 0 {
+	switch {
+	case err != nil || r.TTL < 0:
 		return 0
+	case r.TTL == 0:
+		return floor
 	}
 	d := time.Duration(r.TTL) * time.Second
 	if ttl > 0 {
@@ -393,10 +351,9 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl time.Dur
 }
 
 // Renew implements leasehold.Store: one token-checked transaction moves the
-// lock to the current lease of ttl (its value, and so its fence, stays), or
-// answers ErrNotOwned. The write also moves the lock's mod revision, which
-// tells the waiters that the holder is alive (see the package doc,
-// Takeover). When the TTL changed, a second transaction rewrites the value.
+// lock to the current lease of ttl, keeping its fence, or answers
+// ErrNotOwned; a second rewrites the value when the TTL changed. The write
+// moves the lock's mod revision: waiters see the holder alive.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	return s.RenewBatch(ctx, []leasehold.RenewRequest{{Key: key, Token: token, TTL: ttl}})[0]
 }
@@ -405,18 +362,14 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 const maxTxnOps = 128
 
 // RenewBatch implements leasehold.BatchRenewer: one transaction renews up
-// to maxTxnOps/2 locks (one nested, token-checked transaction each, as
-// Renew; etcd counts a nested transaction's operations against what its
-// parent leaves), plus one per lock whose TTL changed.
+// to maxTxnOps/2 locks (a nested transaction each, as Renew), plus one per
+// lock whose TTL changed.
 func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	var chunk []int
 	keys := map[string]bool{}
 	for i, r := range reqs {
-		if errs[i] = checkNames(r.Key, r.Token, ""); errs[i] != nil {
-			continue
-		}
-		if _, errs[i] = ttlSeconds(r.TTL); errs[i] != nil {
+		if errs[i] = checkRequest(r.Key, r.Token, "", r.TTL); errs[i] != nil {
 			continue
 		}
 		if len(chunk) == maxTxnOps/2 || keys[r.Key] { // etcd refuses a key twice in one transaction
@@ -483,20 +436,11 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 	}
 }
 
-// Release implements leasehold.Store: one transaction deletes the lock if
-// it holds token and nobody waits, and the token's queue entry in any case
-// (a waiter that gives up leaves the queue) when this store queued it.
-//
-// When someone waits, the release hands the key to the head of the queue
-// (leasehold.Granter): the lock is overwritten with the head's token,
-// holder and TTL (capped at its queue TTL, see entryValue), on the head's
-// queue lease, and the head's entry deleted, guarded by the lock's mod
-// revision, the entry's create revision and the entry still heading the
-// queue; the new lock carries its fence in its value (the released lock's
-// mod revision plus one, as in a takeover). When the acquire of the lock
-// saw that head (it took the key from the queue) that is the release
-// transaction itself; otherwise the release transaction reads the lock and
-// the head (and writes nothing), and a second one grants.
+// Release implements leasehold.Store: it deletes the lock if it holds
+// token and nobody waits, and the token's queue entry when this store
+// queued it. When someone waits it hands the key to the head of the queue
+// (leasehold.Granter), guarded as a takeover: one transaction when the
+// store knows the head, else a read and then the grant.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -508,7 +452,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	defer end()
 	r := ref{key, token}
 	var own []clientv3.Op
-	if s.sess.mayQueue(r) { // our queue entry: a waiter leaves
+	if s.sess.standingOf(r).mayQueue { // our queue entry: a waiter leaves
 		own = append(own, clientv3.OpDelete(s.entryKey(key, token)))
 	}
 	mod, next := s.sess.headOf(r)
@@ -523,8 +467,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 			s.sess.untrack(s.sess.waiting, r)
 			return out.err
 		}
-		// Someone waits: grant it what was read (or delete the lock when
-		// the head cannot be granted).
+		// Someone waits: grant it (or delete when the head cannot be granted).
 		mod, next, plain = out.mod, out.next, out.next == nil
 	}
 }
@@ -564,25 +507,19 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	case plain:
 		txn = s.cli.Txn(ctx).If(mine(k, token)...).Then(free...).Else(notMine()...)
 	case mod > 0 && len(own) == 0:
-		// The lock as our acquire (or a grant) wrote it, with no queue
-		// entry then that a release could grant (any later write of ours
-		// forgets mod): one comparison over the key's range, every key
-		// in it last written at or before mod. A waiter's entry since,
-		// or another holder, fails it, and the reads show which. A lock
-		// gone since passes it (an empty range compares as zero) and is
-		// not deleted: releasedBy answers ErrNotHeld.
+		// The lock as our acquire or a grant wrote it at mod, no waiter
+		// then: every key of the range last written at or before mod. A
+		// lock gone since passes (an empty range compares as 0), deletes
+		// nothing, and releasedBy answers ErrNotHeld. Batched (relBatch).
 		ks, ke := s.keyRange(key)
-		// Sent alone, or batched with other releases of this store
-		// (relBatch).
 		c := &relCall{key: key, cmp: clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke), then: free, els: reads()}
 		if err := s.rel.do(ctx, c, s.sendReleases, s.detachRelease); err != nil {
 			return released{}, err
 		}
 		return s.releasedBy(key, token, &clientv3.TxnResponse{Succeeded: c.succeeded, Responses: c.responses}, false, false), nil
-	default: // nobody waits, at the first level; else read, without
-		// nesting: the token is checked on the answer
+	default: // nobody waits: delete; else read (the token is checked on the answer)
 		ours := mine(k, token)
-		if mod > 0 { // as above, with our queue entry to delete
+		if mod > 0 {
 			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
 		txn = s.cli.Txn(ctx).If(append(ours, empty())...).Then(free...).
@@ -666,8 +603,7 @@ func headRead(qs, qe string) clientv3.Op {
 }
 
 // headOf decodes the queue head of key from the last range response among
-// rs (a headRead), nil when the queue is empty or the entry cannot be
-// granted (an entry of an earlier version, without a TTL).
+// rs (a headRead), nil when the queue is empty or the head cannot be granted.
 func (s *Store) headOf(key string, rs []*etcdserverpb.ResponseOp) *headEntry {
 	var kvs []*mvccpb.KeyValue
 	for _, r := range rs {
@@ -682,7 +618,7 @@ func (s *Store) headOf(key string, rs []*etcdserverpb.ResponseOp) *headEntry {
 }
 
 // entryHead decodes queue entry kv of key as the head to grant; nil when it
-// cannot be granted (an entry of an earlier version, without a TTL).
+// cannot be granted (no TTL or no lease).
 func (s *Store) entryHead(key string, kv *mvccpb.KeyValue) *headEntry {
 	qs, _ := s.queueRange(key)
 	holder, ttl := entryFields(kv.Value)

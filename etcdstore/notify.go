@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -20,53 +21,28 @@ const (
 	watchLinger = 2 * time.Second
 )
 
-// WaitRelease implements leasehold.Notifier. The store keeps one etcd watch
-// per key that has subscribers (shared by all of them, kept for two seconds
-// after the last one left) on the range of the key's lock and queue
-// entries, and a model of both: the lock is held or not, and the queue's
-// entries with their create revisions. The watch starts from the revision
-// of a waiter's last Acquire answer (or of one read), so no change after it
-// is missed.
+// WaitRelease implements leasehold.Notifier with one etcd watch per key,
+// shared by its subscribers and kept watchLinger after the last one leaves,
+// started from the revision of the waiter's last Acquire answer (or of a
+// read), so no change after it is missed.
 //
-// The channel (never closed) gets a value when the subscription finds that
-// token may take the key, and again each time that becomes true: the lock is
-// free (released, or expired: both delete it) and the queue is empty or
-// token's entry is its oldest. So a release wakes only the head of the
-// queue, and a waiter behind it sleeps until its predecessors got the key
-// or left; a token that left the queue (or never joined it) is woken only
-// when nobody is queued. An empty token subscribes an observer (an
-// election's Observe), woken each time the lock becomes free, queue or not.
-// The head of the queue is also woken when the lock has stayed unchanged
-// (one mod revision) for its TTL since the watch saw it: its holder stopped
-// renewing, and the head's next Acquire takes it over (see the package
-// doc); what the watch saw of the lock counts for that takeover as an
-// acquire answer would. The channel also gets a value when the watch breaks (its revision was
-// compacted): every waiter re-checks while the
-// watch restarts. The client resumes a watch on another member when the one
-// it used fails, without losing events.
-//
-// WaitRelease returns once the key's watch is confirmed by etcd, bounded by
-// ctx and RequestTimeout (each subscriber's own). stop ends the
-// subscription, and so does the end of ctx; call stop exactly once (later
-// calls do nothing).
+// The channel (never closed) gets a value each time token may take the key
+// (the lock free, the queue empty or headed by token), when a release granted
+// it the key (Granted), when it heads the queue of a lock unchanged for its
+// TTL (the takeover), and when the watch breaks. An empty token subscribes an
+// observer, woken whenever the lock becomes free or changes holder.
+// WaitRelease returns once etcd confirmed the watch, bounded by ctx and
+// RequestTimeout. stop, idempotent, or the end of ctx ends the subscription.
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	observer := token == "" // not a waiter: woken whenever the lock is free
-	if !observer {
-		if err := checkNames(key, token, ""); err != nil {
-			return nil, nil, err
-		}
-	} else if err := checkNames(key, "observer", ""); err != nil {
+	if err := checkNames(key, cmp.Or(token, "observer"), ""); err != nil {
 		return nil, nil, err
 	}
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: observer, wake: make(chan struct{}, 1)}
+	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: token == "", wake: make(chan struct{}, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
-	start := s.timeout
-	if start <= 0 {
-		start = watchStartTimeout
-	}
+	start := s.startTimeout()
 	t := time.NewTimer(start)
 	defer t.Stop()
 	var err error
@@ -94,13 +70,17 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	return sb.wake, func() { unhook(); leave() }, nil
 }
 
-// Resumes implements leasehold.Resumer: it is always true. WaitRelease's
-// watch starts from the revision of the waiter's last Acquire answer (or,
-// for a key watch already running or started without that answer, from its
-// model, which follows every change after it, or from a read made after
-// it), and wakes the waiter at once when it may take the key. So a release
-// between a waiter's queued Acquire and its WaitRelease is never missed, and
-// the Locker sends no second Acquire after subscribing.
+// startTimeout bounds the start of a watch: RequestTimeout, else
+// watchStartTimeout.
+func (s *Store) startTimeout() time.Duration {
+	if s.timeout <= 0 {
+		return watchStartTimeout
+	}
+	return s.timeout
+}
+
+// Resumes implements leasehold.Resumer: always true, since WaitRelease
+// misses no change after the waiter's last Acquire answer.
 func (s *Store) Resumes(string, string) bool { return true }
 
 // watches are the store's key watches.
@@ -127,30 +107,23 @@ type keyWatch struct {
 	ready chan struct{} // closed when the watch started or failed (err)
 	err   error
 	// Under watches.mu:
-	subs  map[*subscriber]struct{}
-	held  bool
-	queue map[string]int64 // entry key -> create revision
-	// the entries' key-values, where known (a hint for Granted)
-	entries map[string]*mvccpb.KeyValue
-	empty   time.Time // when subs became empty
-	// The lock while held: its mod revision, when the watch first saw it
-	// there, and its TTL (0: unknown). The head is woken at lockAt+lockTTL
-	// to take over a lock nobody renewed (see session.takeoverAt).
+	subs    map[*subscriber]struct{}
+	held    bool
+	queue   map[string]int64            // entry key -> create revision
+	entries map[string]*mvccpb.KeyValue // where known (for Granted)
+	empty   time.Time                   // when subs became empty
+	// The held lock: mod revision, when the watch first saw it there, TTL
+	// (0: unknown). The head is woken at lockAt+lockTTL (takeover).
 	lockMod int64
 	lockAt  time.Time
 	lockTTL time.Duration
-	lockTok string // the holder's token, "" when free or unknown
-	holder  string // and its identity
-	// Grants a release made to subscribed waiters (the lock written with
-	// their token), by token, until Granted takes them.
-	grants map[string]grantSeen
+	lockTok string               // the holder's token, "" when free or unknown
+	grants  map[string]grantSeen // by token, until Granted takes them
 }
 
-// grantSeen is a lock write with a subscribed waiter's token: a release's
-// grant (see Release).
+// grantSeen is a lock write with a subscribed waiter's token: a grant.
 type grantSeen struct {
 	fence uint64
-	lease clientv3.LeaseID
 	ttl   time.Duration // the granted lock's TTL
 	mod   int64         // the lock's mod revision
 }
@@ -208,6 +181,13 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
 	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
+}
+
+// heads reports whether sb's entry is the oldest of the queue; watches.mu is
+// held.
+func (kw *keyWatch) heads(sb *subscriber) bool {
+	_, queued := kw.queue[sb.entry]
+	return queued && headIs(kw.queue, sb.entry)
 }
 
 // headIs reports whether entry is the oldest of queue, or queue is empty.
@@ -287,11 +267,7 @@ func (kw *keyWatch) signalAll() {
 // start loads the model (from snap, or one read) and starts the watch after
 // its revision, waiting for etcd's confirmation.
 func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
-	timeout := kw.s.timeout
-	if timeout <= 0 {
-		timeout = watchStartTimeout
-	}
-	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
 	if snap == nil {
@@ -309,7 +285,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 		kw.entries = map[string]*mvccpb.KeyValue{}
 	}
 	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
-	kw.lockTok, kw.holder = snap.lockTok, snap.holder
+	kw.lockTok = snap.lockTok
 	w.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
@@ -366,11 +342,7 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at). The
-// session's clock for the takeover (lockSeen) starts no later than the
-// watch's (lockAt), so the head's acquire at 'at' (takeoverEarly before the
-// lock's TTL by the watch's clock) comes at most takeoverEarly early, plus
-// the timer's lateness late, and takeOver waits out the rest.
+// arm sets the expiry timer to fire at 'at', or stops it (zero at).
 func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	if at.IsZero() {
 		t.Stop()
@@ -379,10 +351,8 @@ func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
 	t.Reset(time.Until(at))
 }
 
-// headExpiry returns when the head should be woken for the takeover of the
-// held lock, unchanged since the watch saw it: takeoverEarly before it
-// reaches its TTL, if a waiter subscribed here heads its queue; zero
-// otherwise.
+// headExpiry returns when a subscribed head of the queue should be woken for
+// the takeover: takeoverEarly before the held lock's TTL; zero if never.
 func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -391,16 +361,14 @@ func (kw *keyWatch) headExpiry() time.Time {
 		return time.Time{}
 	}
 	for sb := range kw.subs {
-		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+		if kw.heads(sb) {
 			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
 		}
 	}
 	return time.Time{}
 }
 
-// wakeHead wakes the subscribers at the head of the queue of a held lock:
-// it reached its TTL unchanged, and the head's next acquire takes it over
-// (or learns when to try again).
+// wakeHead wakes the subscribers heading the queue of a held lock.
 func (kw *keyWatch) wakeHead() {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -409,7 +377,7 @@ func (kw *keyWatch) wakeHead() {
 		return
 	}
 	for sb := range kw.subs {
-		if _, queued := kw.queue[sb.entry]; queued && headIs(kw.queue, sb.entry) {
+		if kw.heads(sb) {
 			sb.signal()
 		}
 	}
@@ -430,8 +398,7 @@ func (kw *keyWatch) idleOut() bool {
 }
 
 // apply applies watch events to the model, signals the subscribers that
-// became able to take the key, and returns what the waiters among them saw
-// of a lock write, for the session (sawLock).
+// became able to take the key, and returns the waiters' sightings.
 func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -446,7 +413,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			was := kw.lockTok
 			kw.lockTok = ""
 			if kw.held {
-				kw.lockTok, kw.lockTTL, kw.holder, _, _ = lockFields(ev.Kv.Value)
+				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
 				kw.granted(kw.lockTok, ev.Kv)
 				if kw.lockTok != was {
@@ -475,9 +442,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	return sights
 }
 
-// granted records a write of the lock with token when a waiter subscribed
-// with that token (a release granted it the key) and wakes it;
-// watches.mu is held.
+// granted records a lock write with a subscribed waiter's token (a grant)
+// and wakes it; watches.mu is held.
 func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 	for sb := range kw.subs {
 		if sb.observer || sb.r.token != token {
@@ -487,14 +453,13 @@ func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 			kw.grants = map[string]grantSeen{}
 		}
 		_, ttl, _, _, _ := lockFields(kv.Value)
-		kw.grants[token] = grantSeen{fence: fenceOf(kv), lease: clientv3.LeaseID(kv.Lease), ttl: ttl, mod: kv.ModRevision}
+		kw.grants[token] = grantSeen{fence: fenceOf(kv), ttl: ttl, mod: kv.ModRevision}
 		sb.signal()
 	}
 }
 
-// newHolder wakes the observers when the lock passed to another token
-// without being free in between (a release's grant, a takeover): for them
-// it is a release and a new holder; watches.mu is held.
+// newHolder wakes the observers when the lock changed holder without being
+// free in between; watches.mu is held.
 func (kw *keyWatch) newHolder() {
 	for sb := range kw.subs {
 		if sb.observer {
@@ -503,10 +468,9 @@ func (kw *keyWatch) newHolder() {
 	}
 }
 
-// Granted implements leasehold.Granter: the grant a release made to token
-// for key, seen by the key's watch while token's WaitRelease subscription
-// was open. ok is false when no grant was seen, or token does not wait
-// here.
+// Granted implements leasehold.Granter: the grant a release made to token,
+// seen while its WaitRelease subscription was open. ok is false when none
+// was seen or token does not wait here.
 func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	w := &s.watches
 	w.mu.Lock()
@@ -527,7 +491,7 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	if !ok {
 		return leasehold.Handoff{}, false
 	}
-	if next != nil { // the next head, for the grant of our release
+	if next != nil { // the next head, for our release's grant
 		s.sess.setHead(r, g.mod, s.entryHead(key, next))
 	}
 	return leasehold.Handoff{Fence: g.fence, TTL: req.Truncate(time.Millisecond)}, true
@@ -545,8 +509,8 @@ func (kw *keyWatch) headKV(skip string) *mvccpb.KeyValue {
 	return kw.entries[head]
 }
 
-// Live implements leasehold.Granter: whether key's watch runs in this
-// store, so that WaitRelease returns without a round trip.
+// Live implements leasehold.Granter: whether key's watch runs in this store
+// (WaitRelease then returns without a round trip).
 func (s *Store) Live(key string) bool {
 	w := &s.watches
 	w.mu.Lock()

@@ -9,16 +9,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Uncontended releases (one comparison by mod revision, see releaseOnce)
-// are sent alone while fewer than maxRelInFlight of them are in flight;
-// beyond that they queue, and when a request in flight returns, the first
-// queued release sends the queue as one transaction of nested transactions
-// (one per lock, each with its own comparison; at most maxRelBatch, one per
-// key). One goroutine alone never waits; 16 goroutines releasing distinct
-// keys send about one release request for three releases. Measured
-// (BENCHMARKS.md, "etcd"): with one request in flight the batches grow
-// but the releases wait for each other; with four the batches shrink; two
-// gave the most cycles per second.
+// Uncontended releases (releaseOnce) are sent alone while fewer than
+// maxRelInFlight requests are in flight; beyond that they queue, and when a
+// request returns the first queued release sends the queue as one
+// transaction of nested ones (at most maxRelBatch, one per key).
 const (
 	maxRelInFlight = 2
 	maxRelBatch    = 64 // etcd's default --max-txn-ops is 128
@@ -31,9 +25,8 @@ type relBatch struct {
 	inFlight int // requests sent (alone or batched) and not answered
 }
 
-// relCall is one release: its key, comparison and branches, and, once its
-// request is answered, the answer (done is closed). lead: done was closed
-// to make it send the queue instead.
+// relCall is one release and, once done is closed, its answer; lead: done
+// was closed to make it send the queue instead.
 type relCall struct {
 	key       string
 	cmp       clientv3.Cmp
@@ -49,11 +42,9 @@ type relCall struct {
 // sets their answers; ctx bounds it.
 type sendFunc func(ctx context.Context, calls []*relCall) error
 
-// do runs c: sends it alone, or queues it and waits for the request that
-// carries it, or for its turn to send the queue. detach makes the context of
-// a request that carries other callers' releases: it must not end with c's
-// own ctx. It returns ctx's error when ctx ends first (the release may then
-// have been applied, as after a lost reply).
+// do sends c alone, or queues it until a request carries it or it is its
+// turn to send the queue, under a context from detach (not ending with
+// ctx). It returns ctx's error when ctx ends first (c may have applied).
 func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach func(context.Context) (context.Context, context.CancelFunc)) error {
 	b.mu.Lock()
 	if b.inFlight < maxRelInFlight {
@@ -135,9 +126,8 @@ func (b *relBatch) next() {
 	close(n.done)
 }
 
-// sendReleases is the sendFunc of a Store: one call alone is the plain
-// transaction (compare, then, else); several are one transaction whose then
-// branch nests one transaction per call.
+// sendReleases is the Store's sendFunc: one call is a plain transaction,
+// several are nested in one.
 func (s *Store) sendReleases(ctx context.Context, calls []*relCall) error {
 	if len(calls) == 1 {
 		c := calls[0]
@@ -163,9 +153,8 @@ func (s *Store) sendReleases(ctx context.Context, calls []*relCall) error {
 	return nil
 }
 
-// detachRelease is the context of a request that carries other callers'
-// releases: it does not end with the sender's ctx, only at RequestTimeout
-// (or with the store's session when there is none).
+// detachRelease is the context of a batch: it ends at RequestTimeout (or
+// Close, when there is none), not with the sender's ctx.
 func (s *Store) detachRelease(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := context.WithoutCancel(ctx)
 	if s.timeout > 0 {

@@ -26,23 +26,10 @@ var (
 // transaction; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
 
-// SemaphorePrefix returns the etcd prefix of key's semaphore. Its keys live
-// beside the lock keys, under the store prefix without its trailing "/" plus
-// "#sem/", so that List never mistakes them for locks:
-//
-//	PREFIX#sem/LEN:KEY/h/TOKEN  a holder: value NUL, the permit's TTL in ms, NUL, the
-//	                            identity; on the store's current lease of the TTL (as
-//	                            locks are); its create revision is the permit's fence
-//	PREFIX#sem/LEN:KEY/q/TOKEN  a waiter: value the identity, on the current lease
-//	                            of the queue TTL; queue order is create revision order
-//	PREFIX#sem/LEN:KEY/g        the guard: value the last limit; every grant and
-//	                            every new waiter rewrites it, and a grant's
-//	                            transaction requires it unchanged since its read
-//
-// LEN is len(KEY) in bytes, so no key's keys are a prefix of another's.
-// A holder nobody renews is deleted by etcd with its lease, at most
-// leaseSlack after its TTL, or by a waiter at its TTL (takeOver); waiters
-// are deleted by etcd when their own lease runs out: no sweeper process.
+// SemaphorePrefix returns the etcd prefix of key's semaphore: the store
+// prefix without its trailing "/", "#sem/", len(key), ":", key and "/".
+// Holders are under "h/", waiters under "q/", and "g" is the guard
+// (docs/etcd.md, "Semaphores").
 func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
@@ -76,10 +63,8 @@ func (st *semState) position(tok, qp string) (int, int) {
 	return -1, len(st.queue)
 }
 
-// semReads are the reads of a semaphore's holders, waiters and guard under
-// prefix p: readSem's transaction, and the Else branch of the grant and
-// queue transactions, so that one that loses to another acquirer brings back
-// the semaphore as it is now.
+// semReads read a semaphore's holders, waiters and guard under prefix p;
+// the Else branch of a grant, so that one that lost brings the state back.
 func semReads(p string) []clientv3.Op {
 	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 	return []clientv3.Op{clientv3.OpGet(p+"h/", byCreate...), clientv3.OpGet(p+"q/", byCreate...), clientv3.OpGet(p + "g")}
@@ -108,24 +93,15 @@ func semStateOf(resp *clientv3.TxnResponse) semState {
 	return st
 }
 
-// AcquirePermit implements leasehold.Semaphorer: read the semaphore (or
-// use the store's bound of it from its last read or grant, see semBounds),
-// then commit the grant in a transaction that requires the guard unchanged
-// since the read (retried with jitter when another grant or a new waiter got in
-// between). The holder key goes on the store's current lease for the TTL,
-// as a lock does (no LeaseGrant per permit: an uncontended acquire and
-// release are two transactions). The fence is the holder key's create
-// revision. Expiry only ever lowers the count, so a stale read never admits
-// too many.
+// AcquirePermit implements leasehold.Semaphorer: a grant in a transaction
+// that requires the guard unchanged since the store's read or bound
+// (semBounds), retried with jitter up to maxPermitRetries times, then
+// ErrNotAcquired. The fence is the holder key's create revision.
 func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
 	if req.Limit < 1 {
 		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
 	}
-	if err := checkNames(req.Key, req.Token, req.Holder); err != nil {
-		return leasehold.Grant{}, err
-	}
-	_, err := ttlSeconds(req.TTL)
-	if err != nil {
+	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return leasehold.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -143,8 +119,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		if err != nil || done {
 			return g, err
 		}
-		// Another acquirer got in between: back off a random while (up to
-		// 16 ms) so a burst of acquirers does not retry in lockstep.
+		// Another acquirer got in between: back off up to 16 ms, at random.
 		t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 4))))
 		select {
 		case <-t.C:
@@ -153,15 +128,11 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 	}
-	// Every attempt got an answer: other acquirers kept changing the
-	// semaphore. That is contention, not a store failure: a waiting
-	// acquire backs off and tries again.
 	return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: semaphore %q changed under each of %d attempts by other acquirers",
 		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
-// permitAttempt is one AcquirePermit: its request and the lease for its
-// TTL.
+// permitAttempt is one AcquirePermit: its request and the lease for its TTL.
 type permitAttempt struct {
 	s    *Store
 	req  leasehold.PermitRequest
@@ -178,7 +149,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	s, req := pa.s, pa.req
 	p := s.SemaphorePrefix(req.Key)
-	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
 	s.sems.set(req.Key, semBound{guardRev: st.guardRev, holders: len(st.holders), queued: len(st.queue)})
 	mine := st.holder(req.Token, p+"h/")
 	pos, ahead := st.position(req.Token, p+"q/")
@@ -188,13 +159,12 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		}
 		return pa.refused(ctx, st, pos, ahead)
 	}
-	id, val := pa.id, permitValue(req.TTL, req.Holder)
+	grant := pa.grantOps(p)
 	if mine != nil {
-		// Our own retry after a lost reply: rewrite the key on the lease of
-		// this TTL (its create revision, the fence, stays).
+		// Our own retry: move the key to this lease, keeping the fence.
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+			Then(grant[0], clientv3.OpDelete(qk)).
 			Commit()
 		if err != nil {
 			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
@@ -203,7 +173,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(grantCmps(p, hk, st.guardRev, st.rev)...).
-		Then(clientv3.OpPut(hk, val, clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)).
+		Then(append(grant, clientv3.OpDelete(qk))...).
 		Else(semReads(p)...).
 		Commit()
 	if err != nil {
@@ -223,6 +193,15 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 }
 
+// grantOps write the token's holder key and the guard under prefix p, on
+// the lease of the permit's TTL.
+func (pa *permitAttempt) grantOps(p string) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(p+"h/"+pa.req.Token, permitValue(pa.req.TTL, pa.req.Holder), clientv3.WithLease(pa.id)),
+		clientv3.OpPut(p+"g", strconv.Itoa(pa.req.Limit), clientv3.WithLease(pa.id)),
+	}
+}
+
 // grantCmps are the conditions of a grant read at revision rev with the
 // guard at guardRev: the guard unchanged and no holder key for the token.
 func grantCmps(p, hk string, guardRev, rev int64) []clientv3.Cmp {
@@ -230,16 +209,9 @@ func grantCmps(p, hk string, guardRev, rev int64) []clientv3.Cmp {
 }
 
 // unchangedCmps hold when no holder or waiter joined the semaphore under p
-// since a read at revision rev that saw the guard at guardRev.
-//
-// Every grant and new waiter rewrites the guard, so its mod revision
-// unchanged says so, with one exception: a read that found no guard
-// (guardRev 0). The guard lives on the lease of its last writer, so it can
-// appear and vanish again before the transaction (a grant, then a waiter
-// whose queue lease ends), and "absent" compares equal again while the
-// grant's holder lives on. So without a guard the transaction also
-// requires every holder and waiter key to be created at or before rev
-// (TestPermitGrantWithoutGuardSeesNewHolders).
+// since a read at revision rev that saw the guard at guardRev. An absent
+// guard (0) can come and go again, so then every holder and waiter key must
+// also be no newer than rev.
 func unchangedCmps(p string, guardRev, rev int64) []clientv3.Cmp {
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(p+"g"), "=", guardRev)}
 	if guardRev == 0 {
@@ -250,15 +222,13 @@ func unchangedCmps(p string, guardRev, rev int64) []clientv3.Cmp {
 	return cmps
 }
 
-// permitValue is a holder key's value: NUL, the TTL in milliseconds, NUL,
-// the identity. The leading NUL tells it from the identity alone, which
-// an earlier version wrote.
+// permitValue is a holder key's value: NUL ttl-in-ms NUL holder (the leading
+// NUL tells it from a bare identity, as an earlier version wrote).
 func permitValue(ttl time.Duration, holder string) string {
 	return "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
 }
 
-// permitFields decodes a holder key's value; ttl is 0 when unknown (an
-// earlier version's value: the identity alone).
+// permitFields decodes a holder key's value; ttl is 0 when unknown.
 func permitFields(v []byte) (ttl time.Duration, holder string) {
 	rest, ok := strings.CutPrefix(string(v), "\x00")
 	if !ok {
@@ -271,9 +241,8 @@ func permitFields(v []byte) (ttl time.Duration, holder string) {
 	return ttl, holder
 }
 
-// state returns the semaphore for a try: what the last try's losing
-// transaction brought back, else what a grant on the store's bound brought
-// back when it lost (done when it won, see tryBound), else a read.
+// state returns the semaphore for a try: what a losing transaction brought
+// back, else tryBound's outcome (done when it won), else a read.
 func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, bool, error) {
 	if st := pa.next; st != nil {
 		pa.next = nil
@@ -294,23 +263,20 @@ func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, 
 	return st, leasehold.Grant{}, false, nil
 }
 
-// tryBound grants without reading the semaphore first when the store's
-// bound for the key (see semBounds) shows a free permit and no waiter: one
-// transaction that requires the guard unchanged since the bound was taken.
-// done is false when there is no such bound or the guard changed; in the
-// latter case the transaction brought the semaphore back in pa.next.
+// tryBound grants without a read when the store's bound shows a free permit
+// and no waiter. done is false when there is no such bound or the guard
+// changed (the semaphore is then in pa.next).
 func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	b, ok := s.sems.get(req.Key)
-	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit { // 0: no guard, nothing to compare
+	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit {
 		return leasehold.Grant{}, false, nil
 	}
-	id := pa.id
 	p := s.SemaphorePrefix(req.Key)
 	hk, gk := p+"h/"+req.Token, p+"g"
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(gk), "=", b.guardRev), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).
-		Then(clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(id))).
+		Then(pa.grantOps(p)...).
 		Else(semReads(p)...).
 		Commit()
 	switch {
@@ -334,15 +300,10 @@ type semBound struct {
 }
 
 // semBounds remembers, per key, what this store last read or wrote of a
-// semaphore, so that an uncontended AcquirePermit needs no read. It is safe
-// because every grant and every new waiter rewrites the guard, and nothing
-// else adds a holder or a waiter: while the guard's mod revision is the one
-// recorded (the grant's transaction compares it), holders and waiters can
-// only have left or expired, so the recorded counts stay upper bounds and a
-// grant they allow is one a fresh read would allow. Guard revisions never
-// repeat (a deleted and recreated guard gets a new one); a bound taken with
-// no guard (revision 0) is never used, since the guard may have come and
-// gone since.
+// semaphore, so that an uncontended AcquirePermit needs no read. Only grants
+// and new waiters add keys, and both rewrite the guard: while its mod
+// revision is the recorded one, the counts stay upper bounds. A bound with
+// no guard (revision 0) is never used.
 type semBounds struct {
 	mu     sync.Mutex
 	m      map[string]semBound
@@ -374,8 +335,7 @@ func (c *semBounds) drop(key string) {
 	delete(c.m, key)
 }
 
-// released lowers the holders' bound after this store deleted a live
-// permit of key: the permit was live, so every bound still valid counted it.
+// released lowers the holders' bound after this store deleted a live permit.
 func (c *semBounds) released(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -400,23 +360,19 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 		first := st.holders[0]
 		var ttl time.Duration
 		ttl, g.Holder = permitFields(first.Value)
-		g.Remaining = s.permitRemaining(ctx, clientv3.LeaseID(first.Lease), ttl)
+		g.Remaining = s.remaining(ctx, clientv3.LeaseID(first.Lease), ttl, time.Millisecond)
 		if left, ok := s.sems.firstExpiry(ref{req.Key, req.Token}, st, time.Now()); ok && req.QueueTTL > 0 {
-			// A waiter retries when the next holder it watches runs out
-			// of its TTL, and takes the permit over if it is its turn
-			// (takeOver).
+			// A waiter retries when the next holder runs out of its TTL.
 			g.Remaining = max(left, time.Millisecond)
 		}
 	}
 	return g, true, leasehold.ErrNotAcquired
 }
 
-// queue appends req.Token to the queue on the current lease of the queue
-// TTL (a new waiter rewrites the guard, so a grant read before it cannot
-// overtake it), or moves its entry to that lease (the entry keeps its
-// create revision, its place). ok is false when the semaphore changed since
-// st was read; next is then the semaphore as it is now, when the
-// transaction brought it back.
+// queue appends req.Token to the queue on the current lease of the queue TTL,
+// rewriting the guard so that no grant read before overtakes it, or moves its
+// entry to that lease, keeping its place. ok is false when the semaphore
+// changed since st; next is then the semaphore now, when known.
 func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
@@ -448,7 +404,7 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 		st := semStateOf(resp)
 		return false, &st, nil
 	}
-	// The holders as of the entry's creation: the first sights (takeOver).
+	// The holders at the entry's creation: the first sights (takeOver).
 	now := time.Now()
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		ttl, _ := permitFields(kv.Value)
@@ -458,15 +414,10 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 }
 
 // RenewPermit implements leasehold.Semaphorer: one transaction moves the
-// holder key to the current lease of ttl (its create revision, the fence,
-// stays), or answers ErrNotOwned; when the TTL changed, a second one
-// rewrites the value. The write moves the key's mod revision, which tells
-// the waiters that the holder is alive (see takeOver).
+// holder key to the current lease of ttl, keeping its fence, or answers
+// ErrNotOwned; a second rewrites the value when the TTL changed.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkNames(key, token, ""); err != nil {
-		return err
-	}
-	if _, err := ttlSeconds(ttl); err != nil {
+	if err := checkRequest(key, token, "", ttl); err != nil {
 		return err
 	}
 	ctx, end, err := s.begin(ctx)
@@ -507,8 +458,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 }
 
 // ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
-// holder key and the token's queue entry. Waiters watching the
-// semaphore (WaitPermit) see the deletes.
+// holder key and the token's queue entry.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -553,7 +503,7 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 		info.Holders = append(info.Holders, leasehold.LockInfo{
 			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder,
 			Fence:     uint64(kv.CreateRevision),
-			Remaining: s.permitRemaining(ctx, clientv3.LeaseID(kv.Lease), ttl),
+			Remaining: s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, time.Millisecond),
 			Facts:     map[string]string{"store": "etcd", "etcd_key": string(kv.Key), "lease": fmt.Sprintf("%x", kv.Lease)},
 		})
 	}
@@ -562,27 +512,17 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 }
 
 // WaitPermit implements leasehold.PermitNotifier with a watch on the
-// semaphore's prefix, started after one read of it, and a model of the
-// semaphore that the watch keeps current: live holders, the queue in create
-// revision order and the limit last written to the guard. The channel gets a
-// value each time token's turn comes: fewer waiters ahead of it (the whole
-// queue while it has not joined) than permits free under that limit; and
-// again when a holder or waiter leaves while it is its turn. So a release,
-// an expired holder or a waiter leaving wakes only the waiters whose turn
-// it is (the first F live waiters, F the permits free), and none while the
-// count is at or over a lowered limit. Before any guard was seen (its lease ended)
-// every delete wakes the waiter. It returns once etcd confirmed the watch,
-// signalling at once when the turn has already come; the channel also gets
-// a value when the watch breaks. stop cancels the watch and waits for its
-// goroutine.
+// semaphore, started after one read. The channel gets a value each time
+// token's turn comes (fewer waiters ahead of it, all while it has not
+// joined, than permits free under the guard's limit), again when someone
+// leaves while it is its turn, on every delete while no guard was seen, and
+// when the watch breaks. It returns once etcd confirmed the watch; stop
+// cancels it and waits for its goroutine.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	startTimeout := s.timeout
-	if startTimeout <= 0 {
-		startTimeout = watchStartTimeout
-	}
+	startTimeout := s.startTimeout()
 	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
 	st, err := s.readSem(rctx, key)
 	rcancel()
@@ -653,8 +593,7 @@ type permitModel struct {
 	queue      map[string]int64 // entry key -> create revision
 	limit      int              // 0 until a guard was seen
 	was        bool             // the turn had come at the last check
-	// saw records a holder write seen while the token's queue entry
-	// (create revision entry) was older than it (see takeOver).
+	// saw records a holder write newer than the token's entry (takeOver).
 	saw func(hk string, entry, mod int64, ttl time.Duration)
 }
 
@@ -674,8 +613,7 @@ func newPermitModel(p, token string, st semState) *permitModel {
 	return m
 }
 
-// sawHolder passes a holder write to saw when the token's queue entry is
-// older than it: the holder's renewals from then on write its key.
+// sawHolder passes a holder write to saw when the token's entry is older.
 func (m *permitModel) sawHolder(kv *mvccpb.KeyValue) {
 	if e, ok := m.queue[m.me]; ok && e < kv.ModRevision && m.saw != nil {
 		ttl, _ := permitFields(kv.Value)
@@ -726,49 +664,16 @@ func (m *permitModel) apply(evs []*clientv3.Event) bool {
 	if m.limit <= 0 {
 		return freed
 	}
-	// Wake when the turn comes, and again when something leaves while it is
-	// the turn (as the other stores wake the first F waiters on every
-	// release): a waiter that lost its grant to a newcomer between two
-	// events of one batch is not left asleep.
+	// Wake when the turn comes, and again when someone leaves during it: a
+	// waiter that lost its grant to a newcomer is not left asleep.
 	now := m.turn()
 	m.was, now = now, now && (!m.was || freed)
 	return now
 }
 
-// permitRemaining is the time left on a holder's lease, capped by the
-// permit's TTL when known (ttl > 0: the lease outlives the permit by up to
-// leaseSlack). etcd reports whole seconds rounded down; a live lease
-// with less than a second left reports 1ms (0 would mean "a permit is
-// free").
-func (s *Store) permitRemaining(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) time.Duration {
-	r, err := s.cli.TimeToLive(ctx, id)
-	switch {
-	case err != nil || r.TTL < 0:
-		return 0
-	case r.TTL == 0:
-		return time.Millisecond
-	}
-	d := time.Duration(r.TTL) * time.Second
-	if ttl > 0 {
-		d = min(d, ttl)
-	}
-	return d
-}
-
-// Takeover of a dead holder's permit at its TTL, as for locks (see the
-// package doc, Takeover): a holder's RenewPermit writes its key whenever
-// its read shows a waiter, which moves the key's mod revision. A waiter
-// records, for each holder, the mod revision it saw and when it first saw
-// it (on its own clock, after the answer arrived; from its acquires' reads
-// and its WaitPermit watch), while its own queue entry existed at one
-// create revision. A holder seen at one mod revision for its whole TTL has
-// not renewed since before the waiter's entry existed or since that write,
-// so its expiry guard stopped trusting the permit; a waiter whose turn
-// that frees deletes such holders in its grant's transaction, guarded by
-// their mod revisions and its own entry.
-
-// permitSights is what the waiters of this store saw of the holders of
-// their semaphores, by waiter.
+// permitSights is what this store's waiters saw of their semaphores'
+// holders, by waiter: a holder seen at one mod revision for its whole TTL,
+// while the waiter's entry stayed, is taken over as a lock would be.
 type permitSights map[ref]*waiterSight
 
 // waiterSight is one waiter's record: its queue entry's create revision,
@@ -854,10 +759,10 @@ func (c *semBounds) forget(r ref) {
 	delete(c.sights, r)
 }
 
-// takeOver records what a waiting acquire's read st showed of the holders
-// (when the read showed its queue entry, at index pos) and, when holders it
-// has seen unchanged for their TTL free a permit for it, grants it in one
-// transaction that deletes them. ok is false when there is nothing to take
+// takeOver records what read st showed of the holders (the waiter's entry
+// at index pos) and, when holders seen unchanged for their TTL free a permit
+// for it, grants it in one transaction that deletes them, guarded by their
+// mod revisions and its entry. ok is false when there is nothing to take
 // over; otherwise g, done and err are try's answer.
 func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead int) (g leasehold.Grant, done, ok bool, err error) {
 	s, req := pa.s, pa.req
@@ -874,15 +779,14 @@ func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead i
 		return leasehold.Grant{}, false, false, nil
 	}
 	p := s.SemaphorePrefix(req.Key)
-	hk, qk, gk := p+"h/"+req.Token, p+"q/"+req.Token, p+"g"
+	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
 	cmps := append(grantCmps(p, hk, st.guardRev, st.rev), clientv3.Compare(clientv3.CreateRevision(qk), "=", entry))
 	var ops []clientv3.Op
 	for _, kv := range dead {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 	}
-	ops = append(ops, clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(pa.id)),
-		clientv3.OpPut(gk, strconv.Itoa(req.Limit), clientv3.WithLease(pa.id)), clientv3.OpDelete(qk))
+	ops = append(append(ops, pa.grantOps(p)...), clientv3.OpDelete(qk))
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
 	switch {
 	case err != nil:

@@ -10,10 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// session holds what the store knows of the tokens it acquired and queued,
-// for its next requests: hints, never clean-up (etcd expires what nobody
-// renews). A hint that is missing costs a request or a slower takeover,
-// never a lock. Hints past their deadline are dropped as new ones come.
+// session holds what the store knows of the tokens it acquired and queued:
+// hints, never clean-up (etcd expires what nobody renews). A missing hint
+// costs a request or a slower takeover, never a lock.
 type session struct {
 	ctx    context.Context // ends at Close: the key watches
 	cancel context.CancelFunc
@@ -33,25 +32,20 @@ type tracked struct {
 	deadline time.Time // its TTL (or queue TTL) after the last write
 	rev      int64     // queue entries: the entry's create revision (0: unknown)
 	snap     *queueSnap
-	// Queue entries: the lock they wait for, as their acquires saw it. lockMod
-	// is the lock's mod revision (0: free or unknown), lockSeen when this
-	// store first saw it at that revision with the entry at rev, lockTTL the
-	// TTL recorded in it. See takeoverAt.
+	// Queue entries: the lock they wait for (mod revision, 0: free or
+	// unknown), when this store first saw it there, and its TTL (takeoverAt);
+	// the TTL the waiter asked for (a grant's Handoff.TTL).
 	lockMod  int64
 	lockSeen time.Time
 	lockTTL  time.Duration
-	// Queue entries: the lock TTL the waiter asked for (a grant's
-	// Handoff.TTL).
-	reqTTL time.Duration
-	// Locks: the lock's mod revision after the acquire that wrote it (0:
-	// unknown), and the head of its queue as that acquire saw it (nil:
-	// none), for the grant in Release.
+	reqTTL   time.Duration
+	// Locks: the mod revision the acquire wrote (0: unknown) and the queue
+	// head it saw (nil: none), for the grant in Release.
 	mod  int64
 	next *headEntry
 }
 
-// headEntry is the head of a key's queue as a read showed it: what a
-// release needs to grant it the lock.
+// headEntry is the head of a key's queue as a read showed it, for a grant.
 type headEntry struct {
 	key    string // the entry's etcd key
 	token  string
@@ -95,8 +89,8 @@ func (ss *session) track(m map[ref]*tracked, r ref, ttl time.Duration) *tracked 
 	return t
 }
 
-// prune drops, every 1024 new tracks, those whose deadline passed a minute
-// ago (their owner forgot them; etcd expired them); ss.mu is held.
+// prune drops, every 1024 new tracks, those past their deadline by a
+// minute; ss.mu is held.
 func (ss *session) prune() {
 	if ss.adds++; ss.adds < 1024 {
 		return
@@ -120,11 +114,11 @@ func (ss *session) untrack(m map[ref]*tracked, r ref) {
 func (ss *session) adopt(r ref, ttl time.Duration) (time.Duration, bool) {
 	ss.mu.Lock()
 	w := ss.waiting[r]
+	delete(ss.waiting, r)
 	ss.mu.Unlock()
 	if w == nil {
 		return 0, false
 	}
-	ss.untrack(ss.waiting, r)
 	ss.track(ss.held, r, ttl)
 	return w.reqTTL, true
 }
@@ -138,8 +132,8 @@ func (ss *session) setHead(r ref, mod int64, next *headEntry) {
 	}
 }
 
-// moved records that r's lock was rewritten at revision mod (0: unknown)
-// by its holder, when the store knows the lock.
+// moved records that r's holder rewrote its lock at revision mod (0:
+// unknown).
 func (ss *session) moved(r ref, mod int64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -160,13 +154,12 @@ func (ss *session) headOf(r ref) (int64, *headEntry) {
 
 // queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
 type queueSnap struct {
-	rev     int64         // the revision of the answer
-	held    bool          // the lock was held
-	lockMod int64         // its mod revision
-	lockTTL time.Duration // and the TTL recorded in it (0: unknown)
-	lockTok string        // its token and holder
-	holder  string
-	queue   map[string]int64 // queue entry key -> create revision
+	rev     int64 // the revision of the answer
+	held    bool
+	lockMod int64
+	lockTTL time.Duration // 0: unknown
+	lockTok string
+	queue   map[string]int64 // entry key -> create revision
 	entries map[string]*mvccpb.KeyValue
 }
 
@@ -175,23 +168,16 @@ func snapOf(v keyView) *queueSnap {
 	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue, entries: v.entries}
 	if v.held {
 		q.lockMod = v.lock.ModRevision
-		q.lockTok, q.lockTTL, q.holder, _, _ = lockFields(v.lock.Value)
+		q.lockTok, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
 	}
 	return q
 }
 
-// standing is what a store knows of a token's hold on a key, for its
-// next acquire.
+// standing is what a store knows of a token on a key, for its next acquire.
 type standing struct {
-	// mayOwn: the token holds or may hold the lock (an acquire whose
-	// answer was lost), or waits in the queue, where a release may grant
-	// it the lock.
-	mayOwn bool
-	// mayQueue: see session.mayQueue.
-	mayQueue bool
-	// rev is the create revision of the token's queue entry as this
-	// store last saw it, 0 if unknown.
-	rev int64
+	mayOwn   bool  // it holds, may hold (a lost reply) or waits (may be granted)
+	mayQueue bool  // it may have a queue entry this store wrote
+	rev      int64 // its queue entry's create revision, 0 if unknown
 }
 
 // standingOf returns what the store knows of r, under one lock.
@@ -206,24 +192,10 @@ func (ss *session) standingOf(r ref) standing {
 	return st
 }
 
-// mayQueue reports whether r may have a queue entry that this store wrote.
-// An acquire or release of an r that never queued here needs no delete of
-// the entry.
-func (ss *session) mayQueue(r ref) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.waiting[r] != nil
-}
-
 // setQueue records what a waiter's acquire (sent at sent, answered at seen)
-// saw, for its WaitRelease and for the takeover of an expired lock. It
-// returns how long the lock has left by the waiter's clock (see
-// takeoverAt), counted from sent as Grant.Remaining is, -1 when the lock
-// is free or that is unknown. Counted from seen, a Locker that retries at
-// its own send time + Remaining would come back one request latency before
-// the takeover is allowed, and spend a raft write on learning so. It is
-// takeoverEarly short, so that a late timer still brings the head back
-// before the takeover, which takeOver then waits for.
+// saw, for WaitRelease and takeoverAt. It returns the time until the
+// takeover, counted from sent as Grant.Remaining is, less takeoverEarly; -1
+// when the lock is free or unknown.
 func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL time.Duration) time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -236,9 +208,7 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 			mod = v.lock.ModRevision
 		}
 	}
-	if mod != t.lockMod || v.myRev != t.rev {
-		// A new lock write, or our entry was re-created: the clock
-		// starts again from this answer.
+	if mod != t.lockMod || v.myRev != t.rev { // the clock starts again
 		t.lockMod, t.lockSeen, t.lockTTL = mod, seen, ttl
 	}
 	t.rev = v.myRev
@@ -249,9 +219,8 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	return max(t.lockSeen.Add(t.lockTTL).Sub(sent)-takeoverEarly, 0)
 }
 
-// sighting is a lock write a waiter's key watch saw: the lock at mod
-// revision mod (TTL ttl) arrived at at, while the waiter's queue entry
-// existed with create revision entry < mod.
+// sighting is a lock write (mod, ttl) a waiter's key watch saw at 'at',
+// while the waiter's entry existed at create revision entry < mod.
 type sighting struct {
 	r     ref
 	entry int64
@@ -260,10 +229,7 @@ type sighting struct {
 	ttl   time.Duration
 }
 
-// sawLock records what a key watch saw for the waiter of each sighting, as
-// an acquire answer would have shown it: the watch event came after the
-// write, and the waiter's entry was older than the write, so the holder's
-// renewals from then on write the lock (see takeoverAt). Only a newer mod
+// sawLock records sightings as acquire answers would: only a newer mod
 // revision, with the entry the store tracks, counts.
 func (ss *session) sawLock(sights []sighting) {
 	ss.mu.Lock()
@@ -278,15 +244,10 @@ func (ss *session) sawLock(sights []sighting) {
 }
 
 // takeoverAt returns the lock r waits for (its mod revision and r's entry)
-// and when r may take it over: when r's acquires have seen it unchanged
-// (one mod revision) for its whole TTL, measured on this store's clock from
-// the first answer that showed it, while r's queue entry stayed at entry
-// (the same create revision: it was never deleted in between). A holder
-// renews with a write whenever its renewal read shows a queue entry (see
-// finishRenew), so every renewal after r's entry was created moved the mod
-// revision, and the holder's own expiry guard ran out by then (both clocks
-// running at the same rate, within the holder's drift margin). ok is false
-// when the lock is not known.
+// and when r may take it over: once this store has seen it at one mod
+// revision for its whole TTL, r's entry unchanged. Every renewal writes the
+// lock, so by then the holder's own expiry guard has run out (docs/etcd.md).
+// ok is false when the lock is not known.
 func (ss *session) takeoverAt(r ref) (mod, entry int64, at time.Time, ok bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

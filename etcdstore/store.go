@@ -39,12 +39,9 @@ type Options struct {
 	// that prefix only when auth is on.
 	Prefix string
 
-	// RequestTimeout bounds every store operation, so a call fails with
-	// ErrUnavailable rather than waiting for its caller's deadline: the etcd
-	// client waits for a connection and retries while no member answers, and
-	// a Locker must tell a sick store (a store error) apart from contention.
-	// Default 1 s, which covers a leader election with etcd's default timing;
-	// negative means no bound other than the caller's context.
+	// RequestTimeout bounds every store operation; a call it ends fails with
+	// ErrUnavailable. Default 1 s (a leader election with etcd's default
+	// timing); negative means no bound other than the caller's context.
 	RequestTimeout time.Duration
 }
 
@@ -167,10 +164,8 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
 }
 
-// Layout. The lock on key K is the etcd key P+K (P the prefix); a waiter
-// with token T is P+K+"\x00"+T. Keys and tokens have no NUL byte, so the
-// range [P+K, P+K+"\x01") holds exactly the lock of K and its queue, and no
-// lock key starts with NUL.
+// Layout (docs/etcd.md): the lock on key K is P+K, a waiter with token T is
+// P+K+"\x00"+T, and [P+K, P+K+"\x01") is exactly the lock and its queue.
 
 func (s *Store) lockKey(key string) string { return s.prefix + key }
 
@@ -186,12 +181,8 @@ func (s *Store) keyRange(key string) (string, string) {
 	return s.prefix + key, s.prefix + key + "\x01"
 }
 
-// lockValue is the value of a lock key: token NUL ttl-in-ms NUL holder,
-// and NUL fence when the lock's fence is not its create revision (a lock
-// the head of the queue took over by overwriting it, see takeOver).
-// The token comes first so that Renew and Release can check it with two
-// compares (value > token and value < token+"\x01" hold exactly for values
-// that start with token+"\x00"), without knowing the rest.
+// lockValue is a lock key's value: token NUL ttl-in-ms NUL holder, and NUL
+// fence (> 0) for a lock written over another. The token comes first: mine.
 func lockValue(token string, ttl time.Duration, holder string, fence int64) string {
 	v := token + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
 	if fence > 0 {
@@ -224,15 +215,14 @@ func fenceOf(kv *mvccpb.KeyValue) uint64 {
 	return uint64(kv.CreateRevision)
 }
 
-// entryValue is the value of a queue entry: the waiter's holder identity,
-// NUL, and the TTL in milliseconds that a release grants it the lock for:
-// its requested TTL capped by its queue TTL (see Release).
+// entryValue is a queue entry's value: holder NUL ttl-in-ms, the TTL a
+// release grants the waiter.
 func entryValue(holder string, ttl time.Duration) string {
 	return holder + "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10)
 }
 
-// entryFields decodes a queue entry's value; ttl is 0 for an entry of an
-// earlier version (the holder alone), which is never granted the lock.
+// entryFields decodes a queue entry's value; ttl is 0 for an entry without
+// one (the holder alone, as an earlier version wrote), never granted.
 func entryFields(v []byte) (holder string, ttl time.Duration) {
 	holder, ms, _ := strings.Cut(string(v), "\x00")
 	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
@@ -241,13 +231,22 @@ func entryFields(v []byte) (holder string, ttl time.Duration) {
 	return holder, ttl
 }
 
-// mine compares lock key k with token: true when its value starts with
-// token+"\x00".
+// mine holds when lock key k's value starts with token+"\x00" (tokens have
+// no NUL, so value > token and value < token+"\x01" say exactly that).
 func mine(k, token string) []clientv3.Cmp {
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(k), ">", token),
 		clientv3.Compare(clientv3.Value(k), "<", token+"\x01"),
 	}
+}
+
+// checkRequest is checkNames, then a TTL that is not positive.
+func checkRequest(key, token, holder string, ttl time.Duration) error {
+	if err := checkNames(key, token, holder); err != nil {
+		return err
+	}
+	_, err := ttlSeconds(ttl)
+	return err
 }
 
 // checkNames rejects a key, token or holder the layout cannot carry.
