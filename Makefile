@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 # Every module of the repository (see README, "Modules"): the library at the
 # root, then the modules that carry heavier dependencies.
-MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/leasehold
+MODULES := . etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/leasehold
 
 # The leasehold binary: the build README documents (`make build`, and the
 # same tags in its `go install` line), unstripped, at most MAX_BINARY_BYTES

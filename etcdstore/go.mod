@@ -2,10 +2,8 @@ module github.com/leasehold/leasehold/etcdstore
 
 go 1.26.0
 
-replace github.com/leasehold/leasehold => ../
-
 require (
-	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
+	github.com/leasehold/leasehold v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3

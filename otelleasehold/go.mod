@@ -3,7 +3,7 @@ module github.com/leasehold/leasehold/otelleasehold
 go 1.26.0
 
 require (
-	github.com/leasehold/leasehold v0.0.0
+	github.com/leasehold/leasehold v0.1.0
 	go.opentelemetry.io/otel v1.45.0
 	go.opentelemetry.io/otel/sdk v1.45.0
 	go.opentelemetry.io/otel/trace v1.45.0
@@ -19,5 +19,3 @@ require (
 	go.opentelemetry.io/otel/metric v1.45.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/leasehold/leasehold => ../
