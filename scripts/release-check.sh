@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Proves, without the network, that the modules install and build as a new
+# user would fetch them once the candidate version is tagged (issue 31,
+# RELEASING.md). It writes every module of the working tree at the
+# candidate into a file GOPROXY (internal/modproxy: it refuses a replace, a
+# sibling at another version, a requirement on an unpublished helper), then,
+# in empty directories, with no go.work and no replace:
+#   - go install github.com/leasehold/leasehold/cmd/leasehold@VERSION, and
+#     `leasehold version` must name VERSION;
+#   - per store, a program importing the root package and the store: go get,
+#     go mod tidy, go build; its `go list -m all` must stay within the
+#     store's limit, and its go line must stay at the library's (go mod
+#     tidy -e: offline, tidy cannot load the tests of old dependencies);
+#   - the README's quickstart (the ```go block that starts with
+#     `package main`) and every module's example_test.go, built against
+#     the proxy.
+# Our modules come from the file proxy, third-party ones from the module
+# cache that the test run filled (GOMODCACHE/cache/download is a proxy
+# too): nothing is fetched. GOSUMDB=off: the cache verified third-party
+# modules when it downloaded them, and no checksum database knows an
+# untagged version.
+# Usage: release-check.sh [VERSION]   (default: the version the modules
+# require each other at)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+GO=${GO:-go}
+cd "$root"
+version=${1:-$(sed -n 's|^\tgithub.com/leasehold/leasehold v\(.*\)$|v\1|p' cmd/leasehold/go.mod)}
+[ -n "$version" ] || { echo "release-check: FAIL: no version given and none found in cmd/leasehold/go.mod" >&2; exit 1; }
+MAX_REDIS=${MAX_REDIS:-20} MAX_PG=${MAX_PG:-25} MAX_ETCD=${MAX_ETCD:-45}
+tags=$(make -s --no-print-directory print-build-tags)
+mingo=$($GO mod edit -json go.mod | sed -n 's/^\t"Go": "\(.*\)",$/\1/p')
+
+real_cache=$($GO env GOMODCACHE)
+# A cache of its own, so the candidate never lands in the shared one, kept
+# between runs (per checkout) so third-party packages compile once; our
+# modules are dropped from it at every run.
+cache=${RELEASE_CHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold-release-check/$(printf %s "$root" | sha256sum | cut -c1-12)}
+tmp=$(mktemp -d)
+cleanup() { chmod -R u+w "$tmp" 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+mkdir -p "$cache"
+chmod -R u+w "$cache/github.com/leasehold" "$cache/cache/download/github.com/leasehold" 2>/dev/null || true
+rm -rf "$cache/github.com/leasehold" "$cache/cache/download/github.com/leasehold"
+
+fail=0
+problem() { echo "release-check: FAIL: $*" >&2; fail=1; }
+start=$(date +%s)
+
+echo "release-check: modules at $version as a file proxy (internal/modproxy)"
+$GO run ./internal/modproxy -version "$version" -out "$tmp/proxy" >"$tmp/modproxy.out" 2>&1 || {
+  cat "$tmp/modproxy.out" >&2
+  echo "release-check: FAIL: the modules cannot be served at $version" >&2
+  exit 1
+}
+sed 's/^/  /' "$tmp/modproxy.out"
+
+export GOWORK=off GOFLAGS=-modcacherw GOTOOLCHAIN=local GOSUMDB=off GOMODCACHE="$cache"
+export GOPROXY="file://$tmp/proxy,file://$real_cache/cache/download"
+unset GONOSUMDB GONOPROXY GOPRIVATE GOINSECURE
+
+# newmod DIR: an empty module as a user starts one, at the library's go line.
+newmod() {
+  mkdir -p "$1"
+  printf 'module example.com/%s\n\ngo %s\n' "$(basename "$1")" "$mingo" >"$1/go.mod"
+}
+# gotidy DIR MODULE...: go get the modules at the candidate, tidy, build.
+gotidy() {
+  local dir=$1
+  shift
+  local mods=()
+  for m in "$@"; do mods+=("$m@$version"); done
+  # tidy -e: offline, tidy cannot load the tests of dependencies whose
+  # go.mod predates graph pruning (go.uber.org/atomic's), which a build
+  # never needs; the build after it needs every module it uses.
+  (cd "$dir" && $GO get "${mods[@]}" && $GO mod tidy -e && $GO build ./... && $GO vet ./...) >"$dir.log" 2>&1 || {
+    sed 's/^/    /' "$dir.log" >&2
+    problem "$(basename "$dir"): go get ${mods[*]} / go mod tidy / go build failed"
+    return 1
+  }
+  local got
+  got=$(sed -n 's/^go //p' "$dir/go.mod")
+  if [ "$got" != "$mingo" ]; then
+    problem "$(basename "$dir"): go get raised the user's go line from $mingo to $got (a library module or one of its requirements says go $got)"
+  fi
+}
+
+echo "release-check: go install github.com/leasehold/leasehold/cmd/leasehold@$version"
+mkdir -p "$tmp/install" "$tmp/bin"
+if (cd "$tmp/install" && GOBIN="$tmp/bin" $GO install -tags "$tags" "github.com/leasehold/leasehold/cmd/leasehold@$version") >"$tmp/install.log" 2>&1; then
+  out=$("$tmp/bin/leasehold" version 2>&1 | head -1) || true
+  echo "  leasehold version: $out"
+  case "$out" in
+  *"$version"*) ;;
+  *) problem "'leasehold version' of the installed binary does not name $version: $out" ;;
+  esac
+else
+  sed 's/^/    /' "$tmp/install.log" >&2
+  problem "go install github.com/leasehold/leasehold/cmd/leasehold@$version failed"
+fi
+
+# Programs importing the root package and one store; the limits of issue 31.
+store_prog() { # NAME IMPORT EXPR MODULE...
+  local dir=$tmp/$1 imp=$2 expr=$3
+  shift 3
+  newmod "$dir"
+  cat >"$dir/main.go" <<GO
+package main
+
+import (
+	"fmt"
+
+	"github.com/leasehold/leasehold"
+	store "$imp"
+)
+
+var _ = $expr
+
+func main() { fmt.Println(leasehold.ErrNotAcquired) }
+GO
+  gotidy "$dir" "$@"
+}
+count() { # NAME LIMIT
+  local n
+  [ -f "$tmp/$1/go.sum" ] || return 0
+  n=$(cd "$tmp/$1" && $GO list -m -e all | wc -l)
+  echo "  root + $1: $n modules (limit $2)"
+  if [ "$n" -gt "$2" ]; then
+    (cd "$tmp/$1" && $GO list -m -e all | sed 's/^/    /')
+    problem "a program importing leasehold + $1 lists $n modules > $2"
+  fi
+}
+echo "release-check: a program per store (go list -m all counts the program itself)"
+store_prog redisstore github.com/leasehold/leasehold/redisstore 'store.New' github.com/leasehold/leasehold && count redisstore "$MAX_REDIS"
+store_prog pgstore github.com/leasehold/leasehold/pgstore 'store.Open' github.com/leasehold/leasehold/pgstore && count pgstore "$MAX_PG"
+store_prog etcdstore github.com/leasehold/leasehold/etcdstore 'store.Open' github.com/leasehold/leasehold/etcdstore && count etcdstore "$MAX_ETCD"
+
+echo "release-check: the README's quickstart and every module's Example"
+ex=$tmp/examples
+newmod "$ex"
+mkdir -p "$ex/quickstart"
+awk '/^```go$/ { inblock = 1; n = 0; next }
+     inblock && /^```$/ { inblock = 0; if (keep) exit; next }
+     inblock { n++; if (n == 1 && $0 == "package main") keep = 1; if (keep) print }' README.md >"$ex/quickstart/main.go"
+[ -s "$ex/quickstart/main.go" ] || problem "README.md has no \`\`\`go block that starts with 'package main' (the quickstart)"
+mods=()
+while read -r dir; do
+  m=github.com/leasehold/leasehold${dir#.}
+  case "$dir" in ./internal/* | ./cmd/*) continue ;; esac
+  mods+=("$m")
+done < <(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work)
+for f in $(git ls-files '*example_test.go'); do
+  case "$f" in cmd/* | internal/*) continue ;; esac
+  # As a plain package: a user's build, not the tests of dependencies,
+  # which offline tidy could not load.
+  d=$ex/$(dirname "$f" | tr / _)
+  mkdir -p "$d"
+  sed '1s/^package .*/package examples/' "$f" >"$d/example.go"
+done
+gotidy "$ex" "${mods[@]}" || problem "the examples do not build against the proxy"
+echo "  built: quickstart and $(find "$ex" -name 'example.go' | wc -l) example files against ${#mods[@]} modules"
+
+echo "release-check: go lines (the library's: go $mingo)"
+while read -r dir; do
+  g=$(sed -n 's/^go //p' "$dir/go.mod")
+  echo "  $dir: go $g"
+done < <(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work)
+
+echo "release-check: $(($(date +%s) - start)) s"
+if [ $fail -ne 0 ]; then
+  echo "release-check: FAIL" >&2
+  exit 1
+fi
+echo "release-check: ok: $version installs and builds from a proxy, offline"
