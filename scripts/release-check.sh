@@ -27,21 +27,25 @@ GO=${GO:-go}
 cd "$root"
 version=${1:-$(sed -n 's|^\tgithub.com/leasehold/leasehold v\(.*\)$|v\1|p' cmd/leasehold/go.mod)}
 [ -n "$version" ] || { echo "release-check: FAIL: no version given and none found in cmd/leasehold/go.mod" >&2; exit 1; }
-MAX_REDIS=${MAX_REDIS:-20} MAX_PG=${MAX_PG:-25} MAX_ETCD=${MAX_ETCD:-45}
+# Issue 31's limits. etcd: the issue asked for 45, "the etcd client's own
+# graph", but a program importing only go.etcd.io/etcd/client/v3 lists 78
+# modules at v3.7.3 (grpc's go.mod alone requires 41): the limit is that
+# program's count, measured here at the version etcdstore requires, plus
+# ETCD_MARGIN for the library's own requirements.
+MAX_REDIS=${MAX_REDIS:-20} MAX_PG=${MAX_PG:-25} ETCD_MARGIN=${ETCD_MARGIN:-6}
 tags=$(make -s --no-print-directory print-build-tags)
 mingo=$($GO mod edit -json go.mod | sed -n 's/^\t"Go": "\(.*\)",$/\1/p')
 
 real_cache=$($GO env GOMODCACHE)
-# A cache of its own, so the candidate never lands in the shared one, kept
-# between runs (per checkout) so third-party packages compile once; our
-# modules are dropped from it at every run.
-cache=${RELEASE_CHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold-release-check/$(printf %s "$root" | sha256sum | cut -c1-12)}
 tmp=$(mktemp -d)
 cleanup() { chmod -R u+w "$tmp" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-mkdir -p "$cache"
-chmod -R u+w "$cache/github.com/leasehold" "$cache/cache/download/github.com/leasehold" 2>/dev/null || true
-rm -rf "$cache/github.com/leasehold" "$cache/cache/download/github.com/leasehold"
+# A module cache of its own, new at every run: the candidate never lands in
+# the shared one, and the go command, which takes a module cache to be
+# immutable (its package index), never sees another run's candidate under
+# the same path. -trimpath keeps the directory out of the build cache's
+# keys, so third-party packages still compile once.
+cache=$tmp/modcache
 
 fail=0
 problem() { echo "release-check: FAIL: $*" >&2; fail=1; }
@@ -55,7 +59,7 @@ $GO run ./internal/modproxy -version "$version" -out "$tmp/proxy" >"$tmp/modprox
 }
 sed 's/^/  /' "$tmp/modproxy.out"
 
-export GOWORK=off GOFLAGS=-modcacherw GOTOOLCHAIN=local GOSUMDB=off GOMODCACHE="$cache"
+export GOWORK=off GOFLAGS="-modcacherw -trimpath" GOTOOLCHAIN=local GOSUMDB=off GOMODCACHE="$cache"
 export GOPROXY="file://$tmp/proxy,file://$real_cache/cache/download"
 unset GONOSUMDB GONOPROXY GOPRIVATE GOINSECURE
 
@@ -78,11 +82,23 @@ gotidy() {
     problem "$(basename "$dir"): go get ${mods[*]} / go mod tidy / go build failed"
     return 1
   }
-  local got
+  # The user's go line may rise to the go line of a module they asked for
+  # (etcdstore's is etcd's), never above it.
+  local got want=$mingo m g
+  for m in "$@"; do
+    g=$(golineof "$m")
+    want=$(printf '%s\n%s\n' "$want" "$g" | sort -V | tail -1)
+  done
   got=$(sed -n 's/^go //p' "$dir/go.mod")
-  if [ "$got" != "$mingo" ]; then
-    problem "$(basename "$dir"): go get raised the user's go line from $mingo to $got (a library module or one of its requirements says go $got)"
+  echo "  $(basename "$dir"): the user's go line: $mingo -> $got (the modules': $want)"
+  if [ "$(printf '%s\n%s\n' "$want" "$got" | sort -V | tail -1)" != "$want" ]; then
+    problem "$(basename "$dir"): go get raised the user's go line from $mingo to $got, above the go $want of the modules asked for"
   fi
+}
+# golineof MODULE: the go line of one of our modules.
+golineof() {
+  local d=${1#github.com/leasehold/leasehold}
+  sed -n 's/^go //p' "$root/${d#/}${d:+/}go.mod"
 }
 
 echo "release-check: go install github.com/leasehold/leasehold/cmd/leasehold@$version"
@@ -133,6 +149,23 @@ count() { # NAME LIMIT
 echo "release-check: a program per store (go list -m all counts the program itself)"
 store_prog redisstore github.com/leasehold/leasehold/redisstore 'store.New' github.com/leasehold/leasehold && count redisstore "$MAX_REDIS"
 store_prog pgstore github.com/leasehold/leasehold/pgstore 'store.Open' github.com/leasehold/leasehold/pgstore && count pgstore "$MAX_PG"
+etcdv=$(awk '$1 == "go.etcd.io/etcd/client/v3" { print $2 }' etcdstore/go.mod)
+base=$tmp/etcdclient
+mkdir -p "$base"
+# etcdstore's requirements less ours, so that the versions are those the
+# cache holds.
+grep -v '^module \|github.com/leasehold/leasehold' etcdstore/go.mod >"$base/go.mod"
+sed -i '1i module example.com/etcdclient' "$base/go.mod"
+printf 'package main\n\nimport clientv3 "go.etcd.io/etcd/client/v3"\n\nvar _ = clientv3.New\n\nfunc main() {}\n' >"$base/main.go"
+if (cd "$base" && $GO mod tidy -e && $GO build ./...) >"$base.log" 2>&1; then
+  n=$(cd "$base" && $GO list -m -e all | wc -l)
+  MAX_ETCD=${MAX_ETCD:-$((n + ETCD_MARGIN))}
+  echo "  go.etcd.io/etcd/client/v3 $etcdv alone: $n modules"
+else
+  sed 's/^/    /' "$base.log" >&2
+  problem "a program importing only go.etcd.io/etcd/client/v3@$etcdv does not build offline"
+  MAX_ETCD=${MAX_ETCD:-0}
+fi
 store_prog etcdstore github.com/leasehold/leasehold/etcdstore 'store.Open' github.com/leasehold/leasehold/etcdstore && count etcdstore "$MAX_ETCD"
 
 echo "release-check: the README's quickstart and every module's Example"
@@ -160,11 +193,30 @@ done
 gotidy "$ex" "${mods[@]}" || problem "the examples do not build against the proxy"
 echo "  built: quickstart and $(find "$ex" -name 'example.go' | wc -l) example files against ${#mods[@]} modules"
 
+# A module's go line is the lowest that builds when one of its requirements
+# (all of them are listed, go >= 1.17) needs it, or it is the root's (the
+# library's declared floor: the code may need it, and no older toolchain is
+# at hand to try).
 echo "release-check: go lines (the library's: go $mingo)"
-while read -r dir; do
-  g=$(sed -n 's/^go //p' "$dir/go.mod")
-  echo "  $dir: go $g"
-done < <(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work)
+escape() { sed 's/[A-Z]/!\L&/g' <<<"$1"; }
+for m in "${mods[@]}" github.com/leasehold/leasehold/cmd/leasehold; do
+  [ "$m" = github.com/leasehold/leasehold ] && continue
+  d=${m#github.com/leasehold/leasehold/}
+  own=$(golineof "$m")
+  need=$mingo
+  by=root
+  while read -r p v; do
+    case "$p" in github.com/leasehold/leasehold*) g=$(golineof "$p") ;;
+    *) g=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$real_cache/cache/download/$(escape "$p")/@v/$v.mod" 2>/dev/null || true) ;;
+    esac
+    [ -n "$g" ] || g=0
+    if [ "$(printf '%s\n%s\n' "$need" "$g" | sort -V | tail -1)" != "$need" ]; then need=$g by="$p $v"; fi
+  done < <(awk '/^require \($/ { r = 1; next } r && /^\)/ { r = 0; next } r { print $1, $2 } /^require [^(]/ { print $2, $3 }' "$d/go.mod")
+  echo "  $d: go $own (needed: go $need, by $by)"
+  if [ "$own" != "$need" ] && [ "$(printf '%s\n%s\n' "$own" "$need" | sort -V | tail -1)" = "$own" ]; then
+    problem "$d/go.mod says go $own, but its requirements need only go $need: a user's go get would raise their go line for nothing"
+  fi
+done
 
 echo "release-check: $(($(date +%s) - start)) s"
 if [ $fail -ne 0 ]; then
