@@ -14,7 +14,8 @@ cd "$root"
 version=$(sed -n 's|^\tgithub.com/leasehold/leasehold v\(.*\)$|v\1|p' cmd/leasehold/go.mod)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-$GO run ./internal/modproxy -version "$version" -out "$tmp/proxy" >/dev/null
+(cd internal/modproxy && GOWORK=off $GO build -o "$tmp/modproxy" .)
+"$tmp/modproxy" -root "$root" -version "$version" -out "$tmp/proxy" >/dev/null
 if [ $# -eq 0 ]; then
   set -- $(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work)
 fi
