@@ -10,8 +10,10 @@ import (
 // version is the release a binary was built as, stamped by `make release`
 // (-ldflags "-X github.com/leasehold/leasehold/cmd/leasehold/internal/cli.version=vX.Y.Z",
 // RELEASING.md). Empty otherwise: `go install …/cmd/leasehold@vX.Y.Z`
-// needs no stamp, the module version is in the build info.
-var version string
+// needs no stamp, the module version is in the build info. commit is the
+// revision `make release` built (it builds with -buildvcs=false, so that a
+// tag's checkout and its source archive make the same bytes).
+var version, commit string
 
 // versionInfo is what `leasehold version` prints, from the build info Go
 // embeds in the binary.
@@ -39,6 +41,9 @@ func buildVersion() versionInfo {
 	// a checkout (where the build info has a pseudo-version or "(devel)").
 	if version != "" {
 		v.Version = version
+	}
+	if commit != "" {
+		v.Commit = commit
 	}
 	if !ok {
 		return v
