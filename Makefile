@@ -85,7 +85,8 @@ release:
 release-repro:
 	GO=$(GO) PLATFORMS=linux/amd64 bash scripts/release.sh v0.0.0-repro $(abspath bin/release-repro)
 
-# `go mod tidy` in every module (or MODS="pgstore ..."), against a file proxy
-# of the working tree for the siblings (scripts/tidy.sh).
+# `go mod tidy` in every module (or MODS="./pgstore ..."), against a file
+# proxy of the working tree for the siblings (scripts/gomod.sh; for `go get`:
+# scripts/gomod.sh ./pgstore get example.com/x@v1.2.3).
 tidy:
-	GO=$(GO) bash scripts/tidy.sh $(MODS)
+	@set -e; for m in $(or $(MODS),all); do GO=$(GO) bash scripts/gomod.sh $$m mod tidy; done
