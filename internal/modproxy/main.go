@@ -248,7 +248,11 @@ func (m *mod) addSums(root, version string, byPath map[string]*mod) error {
 			fmt.Sprintf("%s %s %s", d.path, version, d.zip),
 			fmt.Sprintf("%s %s/go.mod %s", d.path, version, d.gmod))
 	}
-	sort.Strings(lines) // go.sum order: path, then version
+	// go.sum order is by path: place the new lines, keep the rest as go
+	// wrote them.
+	sort.SliceStable(lines, func(i, j int) bool {
+		return strings.Fields(lines[i])[0] < strings.Fields(lines[j])[0]
+	})
 	if len(lines) > 0 {
 		m.sums = []byte(strings.Join(lines, "\n") + "\n")
 	}
