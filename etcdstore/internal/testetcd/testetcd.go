@@ -1,6 +1,5 @@
-// Package testetcd starts real etcd servers for tests: the `etcd` binary
-// from PATH (Debian's etcd-server, scripts/install-test-deps.sh; or the one
-// LEASEHOLD_ETCD names), a single member or a cluster of several members,
+// Package testetcd starts real etcd servers for tests: an etcd binary of the
+// client's version (see Bin), a single member or a cluster of several members,
 // on free loopback ports, each in its own temporary data directory.
 // Everything is stopped in t.Cleanup. The members are processes, not an
 // embedded server, so that the etcd server's modules stay out of
@@ -8,7 +7,8 @@
 //
 // Members run with a short heartbeat (50 ms) and election timeout (500 ms) so
 // tests see leader elections quickly; with these settings etcd's minimum lease
-// TTL is 1 s. The server logs only errors, to its directory.
+// TTL is 1 s. fsync is off where the binary allows it, and the server logs
+// only errors, to its directory.
 package testetcd
 
 import (
@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,18 +61,68 @@ type Cluster struct {
 	tb      testing.TB
 }
 
-// Bin returns the etcd binary: $LEASEHOLD_ETCD, else etcd on PATH. It
-// fails the test when there is none.
+// Bin returns the etcd binary: $LEASEHOLD_ETCD; else etcd-VERSION, of the
+// version of the etcd client the tests link, on PATH or in $GOPATH/bin
+// (scripts/install-test-deps.sh builds it from the module proxy: Debian's
+// etcd-server is 3.4); else etcd on PATH. It fails the test when there is
+// none.
 func Bin(tb testing.TB) string {
 	tb.Helper()
 	if b := os.Getenv("LEASEHOLD_ETCD"); b != "" {
 		return b
 	}
+	if v := clientVersion(); v != "" {
+		name := "etcd-" + v
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+		gopath := os.Getenv("GOPATH")
+		if gopath == "" {
+			home, _ := os.UserHomeDir()
+			gopath = filepath.Join(home, "go")
+		}
+		p := filepath.Join(filepath.SplitList(gopath)[0], "bin", name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
 	b, err := exec.LookPath("etcd")
 	if err != nil {
-		tb.Fatalf("testetcd: no etcd binary (Debian package etcd-server; run scripts/install-test-deps.sh, or set LEASEHOLD_ETCD): %v", err)
+		tb.Fatalf("testetcd: no etcd binary (run scripts/install-test-deps.sh, or set LEASEHOLD_ETCD): %v", err)
 	}
 	return b
+}
+
+// clientVersion is the version of go.etcd.io/etcd/client/v3 in this
+// binary's build information.
+func clientVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "go.etcd.io/etcd/client/v3" {
+			return d.Version
+		}
+	}
+	return ""
+}
+
+var noFsync sync.Map // binary path -> []string: the flag, where etcd has it
+
+// fsyncFlags returns --unsafe-no-fsync where the binary knows it (etcd
+// 3.5 and later): data durability does not matter in tests.
+func fsyncFlags(bin string) []string {
+	if v, ok := noFsync.Load(bin); ok {
+		return v.([]string)
+	}
+	var flags []string
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	if strings.Contains(string(out), "--unsafe-no-fsync") {
+		flags = []string{"--unsafe-no-fsync"}
+	}
+	noFsync.Store(bin, flags)
+	return flags
 }
 
 // Start runs a single-member cluster and stops it in tb.Cleanup.
@@ -135,7 +186,7 @@ func (m *Member) start(initial, state string) error {
 		return err
 	}
 	defer logs.Close() // the child keeps its own descriptor
-	cmd := exec.Command(m.bin,
+	cmd := exec.Command(m.bin, append(fsyncFlags(m.bin),
 		"--name", m.Name,
 		"--data-dir", filepath.Join(m.Dir, "data"),
 		"--listen-client-urls", m.ClientURL,
@@ -148,7 +199,7 @@ func (m *Member) start(initial, state string) error {
 		"--heartbeat-interval", fmt.Sprint(TickMs),
 		"--election-timeout", fmt.Sprint(ElectionMs),
 		"--logger", "zap", "--log-level", "error",
-	)
+	)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	// The member dies with the test process, also when the test binary is
 	// killed.
