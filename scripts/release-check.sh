@@ -15,10 +15,12 @@
 #     `package main`) and every module's example_test.go, built against
 #     the proxy.
 # Our modules come from the file proxy, third-party ones from the module
-# cache that the test run filled (GOMODCACHE/cache/download is a proxy
-# too): nothing is fetched. GOSUMDB=off: the cache verified third-party
-# modules when it downloaded them, and no checksum database knows an
-# untagged version.
+# cache (GOMODCACHE/cache/download is a proxy too), which a first step
+# fills with the versions each module selects (the only step that may use
+# the network, never for our modules; RELEASE_CHECK_OFFLINE=1 skips it):
+# the proof itself runs with no proxy but those two. GOSUMDB=off: the cache
+# verified third-party modules when it downloaded them, and no checksum
+# database knows an untagged version.
 # Usage: release-check.sh [VERSION]   (default: the version the modules
 # require each other at)
 set -euo pipefail
@@ -28,7 +30,7 @@ cd "$root"
 version=${1:-$(sed -n 's|^\tgithub.com/leasehold/leasehold v\(.*\)$|v\1|p' cmd/leasehold/go.mod)}
 [ -n "$version" ] || { echo "release-check: FAIL: no version given and none found in cmd/leasehold/go.mod" >&2; exit 1; }
 # Issue 31's limits. etcd: the issue asked for 45, "the etcd client's own
-# graph", but a program importing only go.etcd.io/etcd/client/v3 lists 78
+# graph", but a program importing only go.etcd.io/etcd/client/v3 lists 79
 # modules at v3.7.3 (grpc's go.mod alone requires 41): the limit is that
 # program's count, measured here at the version etcdstore requires, plus
 # ETCD_MARGIN for the library's own requirements.
