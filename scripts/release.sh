@@ -4,9 +4,9 @@
 # the version stamped (`leasehold version`), for every platform, plus
 # SHA256SUMS. Offline: GOPROXY=off, so every module must already be in the
 # module cache (the test run fills it). Then it builds every binary again
-# from a copy of the tree in another directory and fails unless the bytes
-# are the same: the build is reproducible, and the checksums can be checked
-# by anyone who builds the tag.
+# from a copy of the tree in another directory, with an empty build cache,
+# and fails unless the bytes are the same: the build is reproducible, and
+# the checksums can be checked by anyone who builds the tag.
 # Usage: release.sh VERSION [OUTDIR]   (OUTDIR default: bin/release/VERSION)
 #   PLATFORMS="linux/amd64 ..." to build fewer (the CI check builds one).
 set -euo pipefail
@@ -53,14 +53,18 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src"
 git -C "$root" ls-files -z --cached --others --exclude-standard |
   (cd "$root" && xargs -0 cp --parents -t "$tmp/src" 2>/dev/null) || true
-build "$tmp/src" "$tmp/again"
+# With a build cache of its own: the shared one would hand back the first
+# build's objects (with -trimpath their keys do not name the directory),
+# and the comparison would prove nothing.
+GOCACHE="$tmp/gocache" build "$tmp/src" "$tmp/again"
+chmod -R u+w "$tmp/gocache" 2>/dev/null || true
 (cd "$tmp/again" && sha256sum leasehold-* >SHA256SUMS)
 if ! cmp -s "$out/SHA256SUMS" "$tmp/again/SHA256SUMS"; then
   diff "$out/SHA256SUMS" "$tmp/again/SHA256SUMS" >&2 || true
   echo "release: FAIL: a second build from $tmp/src made other bytes: not reproducible" >&2
   exit 1
 fi
-echo "release: reproducible (built twice, from two directories, same bytes)"
+echo "release: reproducible (built twice, from two directories, the second with an empty build cache: same bytes)"
 host="$(go env GOOS)/$(go env GOARCH)"
 if [[ " $platforms " == *" $host "* ]]; then
   got=$("$out/leasehold-$version-${host%/*}-${host#*/}" version | head -1)
