@@ -18,7 +18,7 @@
 // order (a zip holds its own go.sum, so a dependent's sums come after its
 // dependencies' zips). -write-sums writes those go.sum files back into the
 // working tree: the release commit (RELEASING.md) carries them, so that
-// `go install …/cmd/leasehold@vX.Y.Z` finds every checksum it needs.
+// every tagged go.sum is complete.
 package main
 
 import (
