@@ -193,7 +193,7 @@ func (m *Member) start(initial, state string) error {
 	cmd.Stdout, cmd.Stderr = logs, logs
 	// The member dies with the test process, also when the test binary is
 	// killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", m.bin, err)
 	}
