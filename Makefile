@@ -5,7 +5,9 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 # Every module of the repository (see README, "Modules"): the library at the
 # root, then the modules that carry heavier dependencies.
-MODULES := . internal/testpg etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/leasehold
+# Development joins them through go.work (RELEASING.md); internal/modproxy
+# is the release check's tool, never published.
+MODULES := . etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/leasehold internal/modproxy
 
 # The leasehold binary: the build README documents (`make build`, and the
 # same tags in its `go install` line), unstripped, at most MAX_BINARY_BYTES
@@ -20,9 +22,9 @@ BIN ?= bin/leasehold
 # Issue 14 asks for 25 MB; README, "Modules", says why the binary is larger.
 MAX_BINARY_BYTES ?= 31000000
 
-.PHONY: test deps gotest gotest-serial lint modgraph binsize rules drill build man print-build-tags
+.PHONY: test deps gotest gotest-serial lint modgraph binsize rules drill build man print-build-tags release release-check release-repro tidy
 
-test: deps lint modgraph binsize gotest rules
+test: deps lint modgraph binsize release-check release-repro gotest rules
 
 deps:
 	bash scripts/install-test-deps.sh
@@ -66,3 +68,29 @@ man:
 
 drill:
 	cd cmd/leasehold && $(GO) run . drill
+
+# Release (RELEASING.md). release-check: the modules at the version they
+# require each other at, served by a file proxy, installed and built in
+# empty directories as a user would, offline (scripts/release-check.sh).
+release-check:
+	GO=$(GO) bash scripts/release-check.sh
+
+# `make release VERSION=v0.1.0`: static, reproducible binaries for every
+# platform with SHA256SUMS in bin/release/VERSION, offline.
+release:
+	@test -n "$(VERSION)" || { echo "make release VERSION=vX.Y.Z" >&2; exit 2; }
+	GO=$(GO) bash scripts/release.sh $(VERSION)
+
+# The reproducibility of `make release`, for CI: one platform, built twice;
+# the other platforms built once, so that a Linux-only call in the CLI fails
+# here and not on release day.
+release-repro:
+	GO=$(GO) PLATFORMS=linux/amd64 bash scripts/release.sh v0.0.0-repro $(abspath bin/release-repro)
+	@set -e; for p in linux/arm64 darwin/arm64 darwin/amd64; do echo "== CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build"; \
+	  (cd cmd/leasehold && CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -tags $(BUILD_TAGS) -o /dev/null .); done
+
+# `go mod tidy` in every module (or MODS="./pgstore ..."), against a file
+# proxy of the working tree for the siblings (scripts/gomod.sh; for `go get`:
+# scripts/gomod.sh ./pgstore get example.com/x@v1.2.3).
+tidy:
+	@set -e; for m in $(or $(MODS),all); do GO=$(GO) bash scripts/gomod.sh $$m mod tidy; done

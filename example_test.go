@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -85,8 +86,8 @@ func ExampleOptions_failOpen() {
 	store := memstore.New()
 	cleanup, _ := leasehold.New(store, leasehold.Options{
 		Name:         "cleanup",
-		OnStoreError: leasehold.FailOpen, // duplicates are cheap here
-		Logger:       discardLogger(),
+		OnStoreError: leasehold.FailOpen,            // duplicates are cheap here
+		Logger:       slog.New(slog.DiscardHandler), // in production: the service's logger
 	})
 	defer cleanup.Close()
 

@@ -155,8 +155,6 @@ func waitDone(t *testing.T, ctx interface{ Done() <-chan struct{} }, limit time.
 
 func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // countGoroutines returns the number of goroutines running code of package
 // leasehold (a scheduler, a renewal, a clean-up), whatever else the process
 // runs.

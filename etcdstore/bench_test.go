@@ -32,7 +32,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -179,20 +178,10 @@ func ttlSecondsOf(ttl time.Duration) (int64, error) {
 	return int64((ttl + time.Second - 1) / time.Second), nil
 }
 
-// raftEntries reads the embedded member's committed raft entries (a WAL
-// write each; etcd batches their fsyncs only across concurrent requests).
-func raftEntries(b *testing.B) float64 {
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "etcd_server_proposals_committed_total" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	b.Fatal("no etcd_server_proposals_committed_total metric")
-	return 0
+// raftEntries reads the member's committed raft entries (a WAL write each;
+// etcd batches their fsyncs only across concurrent requests).
+func raftEntries(b *testing.B, c *testetcd.Cluster) float64 {
+	return c.Metric(b, 0, "etcd_server_proposals_committed_total")
 }
 
 // benchFor is how long each implementation runs in the uncontended and
@@ -262,7 +251,7 @@ func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
 		for k := range sides {
 			sd := sides[(round+k)%len(sides)] // each goes first in turn
 			sd.n.take()
-			raft0 := raftEntries(b)
+			raft0 := raftEntries(b, c)
 			cpu0 := cpuTime(b)
 			start := time.Now()
 			n := cycles(b, ctx, sd.r, g, slice)
@@ -271,7 +260,7 @@ func uncontended(b *testing.B, c *testetcd.Cluster, g int) {
 			sd.cycles += n
 			sd.el += el
 			sd.reqs += total(sd.n.take())
-			sd.raft += raftEntries(b) - raft0
+			sd.raft += raftEntries(b, c) - raft0
 			sd.rates = append(sd.rates, float64(n)/el.Seconds())
 		}
 	}
@@ -591,9 +580,9 @@ func idleWaiters(b *testing.B, c *testetcd.Cluster, n int, d time.Duration) {
 		})
 	}
 	time.Sleep(d / 3) // all queued
-	raft0, start := raftEntries(b), time.Now()
+	raft0, start := raftEntries(b, c), time.Now()
 	time.Sleep(d)
-	rate := (raftEntries(b) - raft0) / time.Since(start).Seconds()
+	rate := (raftEntries(b, c) - raft0) / time.Since(start).Seconds()
 	cancel()
 	wg.Wait()
 	_ = held.Release(context.Background())

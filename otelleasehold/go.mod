@@ -1,9 +1,9 @@
 module github.com/leasehold/leasehold/otelleasehold
 
-go 1.26.0
+go 1.25.0
 
 require (
-	github.com/leasehold/leasehold v0.0.0
+	github.com/leasehold/leasehold v0.1.0
 	go.opentelemetry.io/otel v1.45.0
 	go.opentelemetry.io/otel/sdk v1.45.0
 	go.opentelemetry.io/otel/trace v1.45.0
@@ -17,7 +17,5 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/metric v1.45.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 )
-
-replace github.com/leasehold/leasehold => ../

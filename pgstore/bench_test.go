@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testpg"
@@ -19,7 +21,7 @@ func BenchmarkCycle(b *testing.B) {
 	srv := testpg.Start(b)
 	dsn := srv.CreateDatabase(b)
 	s := open(b, dsn, pgstore.Options{})
-	pool := testpg.Connect(b, dsn)
+	pool := testpg.Connect(b, dsn, pgxpool.New)
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE floor (key text PRIMARY KEY, token text NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}

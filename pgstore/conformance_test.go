@@ -80,7 +80,7 @@ func TestConformance(t *testing.T) {
 			return of(s).hangNotify(t, srv)
 		},
 		FencesAhead: func(t *testing.T, s leasehold.Store, _ []string) {
-			fencesAhead(t, testpg.Connect(t, dsnOf(t)), s.(*pgstore.Store))
+			fencesAhead(t, testpg.Connect(t, dsnOf(t), pgxpool.New), s.(*pgstore.Store))
 		},
 		Leftovers: func(t *testing.T) []string {
 			// The stores ran in nested subtests, each on its own database.
@@ -94,7 +94,7 @@ func TestConformance(t *testing.T) {
 			mu.Unlock()
 			var out []string
 			for _, d := range dsns {
-				out = append(out, leftRows(t, testpg.Connect(t, d))...)
+				out = append(out, leftRows(t, testpg.Connect(t, d, pgxpool.New))...)
 			}
 			return out
 		},
@@ -171,7 +171,7 @@ func freeze(t *testing.T, srv *testpg.Server, db string) (thaw func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	rows, err := admin.Query(t.Context(), "SELECT pid FROM pg_stat_activity WHERE datname = $1", db)
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ func expectGranted(t *testing.T, s *pgstore.Store, after uint64) leasehold.LockI
 // another's row.
 func TestSubscriptionRowsEndWithTheirWaiter(t *testing.T) {
 	_, dsn := fresh(t)
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	s1, s2 := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
 	ctx := ctx5(t)
 	if _, err := s1.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
@@ -129,7 +129,7 @@ func TestSubscriptionRowsEndWithTheirWaiter(t *testing.T) {
 // entry it becomes, so a dead waiter cannot hold up the queue for minutes.
 func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
 	_, dsn := fresh(t)
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	s := open(t, dsn, pgstore.Options{})
 	ctx := ctx5(t)
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {

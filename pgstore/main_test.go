@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/testpg"
@@ -43,7 +44,7 @@ func dbName(t testing.TB, dsn string) string {
 // store's pool and its LISTEN connection): to the store, the database is gone.
 func cutOff(t testing.TB, srv *testpg.Server, db string) {
 	t.Helper()
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx := context.Background()
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
 		t.Fatalf("cut off %s: %v", db, err)
@@ -54,7 +55,7 @@ func cutOff(t testing.TB, srv *testpg.Server, db string) {
 // terminate ends the backends of other sessions matching where (with args).
 func terminate(t testing.TB, srv *testpg.Server, where string, args ...any) {
 	t.Helper()
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx := context.Background()
 	q := "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND " + where
 	if _, err := admin.Exec(ctx, q, args...); err != nil {
@@ -65,7 +66,7 @@ func terminate(t testing.TB, srv *testpg.Server, where string, args ...any) {
 // restore lets connections to db in again.
 func restore(t testing.TB, srv *testpg.Server, db string) {
 	t.Helper()
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" ALLOW_CONNECTIONS true"); err != nil {
 		t.Fatalf("restore %s: %v", db, err)
 	}

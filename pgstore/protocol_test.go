@@ -54,7 +54,7 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
 	other := open(t, dsn, pgstore.Options{}) // knows no free key: sends the full acquire statement
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// A free row (a released key's fence state).
@@ -241,7 +241,7 @@ func testReleaseSeesLateQueue(t *testing.T, srv *testpg.Server) {
 func testReleaseSeesLateQueueOn(t *testing.T, srv *testpg.Server, waited bool) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for i := range 2 { // the second cycle's acquire updates the kept row
@@ -254,7 +254,7 @@ func testReleaseSeesLateQueueOn(t *testing.T, srv *testpg.Server, waited bool) {
 			}
 		}
 	}
-	if _, err := testpg.Connect(t, dsn).Exec(ctx, "UPDATE leasehold_locks SET waited = $1", waited); err != nil {
+	if _, err := testpg.Connect(t, dsn, pgxpool.New).Exec(ctx, "UPDATE leasehold_locks SET waited = $1", waited); err != nil {
 		t.Fatal(err)
 	}
 	// The waiter's acquire, in a transaction left open: it holds the row's
@@ -280,7 +280,7 @@ func testReleaseSeesLateQueueOn(t *testing.T, srv *testpg.Server, waited bool) {
 func testFreeRowKept(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	var last uint64
 	for i := range 3 {
@@ -336,7 +336,7 @@ func testLostRowsClockBehind(t *testing.T, srv *testpg.Server) {
 	ctx := ctx5(t)
 	persistence := func(dsn string) string {
 		var p string
-		if err := testpg.Connect(t, dsn).QueryRow(ctx,
+		if err := testpg.Connect(t, dsn, pgxpool.New).QueryRow(ctx,
 			"SELECT string_agg(relpersistence::text, ',' ORDER BY relname) FROM pg_class WHERE relname ~ '^leasehold_locks(_counter|_waiters)?$' AND relkind = 'r'").Scan(&p); err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +352,7 @@ func testLostRowsClockBehind(t *testing.T, srv *testpg.Server) {
 	if p := persistence(dsn); p != "u,p,u" { // locks, counter, waiters
 		t.Fatalf("default: expected UNLOGGED lock and waiter tables and a logged counter, got %s", p)
 	}
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	if _, err := db.Exec(ctx, "UPDATE leasehold_locks_counter SET v = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1000000000000"); err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +491,7 @@ type grantAt struct {
 func testBackwardFence(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	x := execAll(t, ctx, dsn, "BEGIN", `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at)
@@ -582,12 +582,12 @@ func testStrictIsolation(t *testing.T, srv *testpg.Server) {
 	for _, iso := range []string{"repeatable read", "serializable"} {
 		t.Run(strings.ReplaceAll(iso, " ", "_"), func(t *testing.T) {
 			dsn := srv.CreateDatabase(t)
-			admin := testpg.Connect(t, srv.DSN())
+			admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 			if _, err := admin.Exec(t.Context(), fmt.Sprintf("ALTER DATABASE %s SET default_transaction_isolation = '%s'",
 				pgx.Identifier{dbName(t, dsn)}.Sanitize(), iso)); err != nil {
 				t.Fatal(err)
 			}
-			pool := testpg.Connect(t, dsn) // the user's pool: the database default applies
+			pool := testpg.Connect(t, dsn, pgxpool.New) // the user's pool: the database default applies
 			var got string
 			if err := pool.QueryRow(t.Context(), "SHOW transaction_isolation").Scan(&got); err != nil || got != iso {
 				t.Fatalf("expected isolation %s, got %q, %v", iso, got, err)
@@ -650,7 +650,7 @@ func testStrictIsolation(t *testing.T, srv *testpg.Server) {
 func testBadRows(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{})
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "good", Token: "t", TTL: time.Minute, Holder: "me"}); err != nil {
 		t.Fatal(err)
@@ -682,7 +682,7 @@ func testBadRows(t *testing.T, srv *testpg.Server) {
 // the old sequence, and migrating again changes nothing.
 func testMigrateOld(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	const ahead = int64(1) << 60
 	if _, err := db.Exec(ctx, fmt.Sprintf(`CREATE TABLE leasehold_locks (
@@ -718,7 +718,7 @@ func testMisconfigured(t *testing.T, srv *testpg.Server) {
 	if !errors.Is(err, leasehold.ErrMisconfigured) {
 		t.Fatalf("Acquire without the store's objects: expected ErrMisconfigured, got %v", err)
 	}
-	admin := testpg.Connect(t, dsn)
+	admin := testpg.Connect(t, dsn, pgxpool.New)
 	if _, err := admin.Exec(ctx, pgstore.MigrationSQL(pgstore.Options{})+`
 CREATE ROLE leasehold_nobody LOGIN;`); err != nil {
 		t.Fatal(err)
@@ -914,7 +914,7 @@ func testQueueFreeKey(f *queueFixture) {
 // waiting for the same connection).
 func testListenHangs(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
-	pool := testpg.Connect(t, dsn)
+	pool := testpg.Connect(t, dsn, pgxpool.New)
 	release := make(chan struct{})
 	s, err := pgstore.New(t.Context(), pool, pgstore.Options{
 		Migrate: pgstore.MigrateCreate,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
@@ -29,7 +31,7 @@ func TestSemaphoreConformance(t *testing.T) {
 func TestSemaphoreNotMigrated(t *testing.T) {
 	srv := testpg.Start(t)
 	dsn := srv.CreateDatabase(t)
-	conn := testpg.Connect(t, dsn)
+	conn := testpg.Connect(t, dsn, pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := conn.Exec(ctx, pgstore.MigrationSQL(pgstore.Options{})); err != nil {

@@ -37,7 +37,7 @@ func ctx5(t *testing.T) context.Context {
 func TestExpiryUsesDatabaseClock(t *testing.T) {
 	_, dsn := fresh(t)
 	s := open(t, dsn, pgstore.Options{})
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 
 	f1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: 10 * time.Second})
@@ -91,7 +91,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 func TestSameTokenRetryKeepsFence(t *testing.T) {
 	_, dsn := fresh(t)
 	s := open(t, dsn, pgstore.Options{})
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	first, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: 50 * time.Millisecond})
 	if err != nil {
@@ -135,7 +135,7 @@ func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 	_, dsn := fresh(t)
 	s1 := open(t, dsn, pgstore.Options{})
 	s2 := open(t, dsn, pgstore.Options{})
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	var last uint64
 	step := func(what string, s *pgstore.Store, tok string, ttl time.Duration) {
@@ -238,7 +238,7 @@ func TestNotificationWakesLockerAcrossStores(t *testing.T) {
 	// Kill every LISTEN backend; the waiter's store re-opens its own.
 	listeners := func() []int32 {
 		var pids []int32
-		rows, err := testpg.Connect(t, srv.DSN()).Query(ctx, "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		rows, err := testpg.Connect(t, srv.DSN(), pgxpool.New).Query(ctx, "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func overlap(a, b []int32) bool {
 // names and run nothing.
 func TestHostileNames(t *testing.T) {
 	_, dsn := fresh(t)
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	if _, err := db.Exec(ctx, `CREATE TABLE victim (x int); CREATE SCHEMA "We ird"`); err != nil {
 		t.Fatal(err)
@@ -355,7 +355,7 @@ func TestOptionsRejected(t *testing.T) {
 // default it gets an error that says what to do.
 func TestLeastPrivilegeUser(t *testing.T) {
 	srv, dsn := fresh(t)
-	admin := testpg.Connect(t, dsn)
+	admin := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	sql := pgstore.MigrationSQL(pgstore.Options{}) + `
 CREATE ROLE leasehold_app LOGIN;
@@ -398,7 +398,7 @@ GRANT SELECT, UPDATE ON leasehold_locks_counter TO leasehold_app;`
 // Replicas starting together on an empty database all migrate without error.
 func TestConcurrentMigrate(t *testing.T) {
 	_, dsn := fresh(t)
-	pool := testpg.Connect(t, dsn)
+	pool := testpg.Connect(t, dsn, pgxpool.New)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
@@ -424,7 +424,7 @@ func TestConcurrentMigrate(t *testing.T) {
 // on Close.
 func TestNewDoesNotOwnPool(t *testing.T) {
 	_, dsn := fresh(t)
-	pool := testpg.Connect(t, dsn)
+	pool := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 	s, err := pgstore.New(ctx, pool, pgstore.Options{Table: "mine"})
 	if err != nil {
@@ -452,7 +452,7 @@ func TestNewDoesNotOwnPool(t *testing.T) {
 // Locker then waits for TTLs.
 func TestNoListener(t *testing.T) {
 	_, dsn := fresh(t)
-	pool := testpg.Connect(t, dsn)
+	pool := testpg.Connect(t, dsn, pgxpool.New)
 	s, err := pgstore.New(t.Context(), onlyDB{pool}, pgstore.Options{Migrate: pgstore.MigrateCreate})
 	if err != nil {
 		t.Fatal(err)

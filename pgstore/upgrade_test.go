@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
@@ -26,7 +28,7 @@ func TestRollingUpgrade(t *testing.T) {
 	srv := testpg.Start(t)
 	dsn := srv.CreateDatabase(t)
 	s := open(t, dsn, pgstore.Options{}) // this version migrates first
-	db := testpg.Connect(t, dsn)
+	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if _, err := db.Exec(ctx, string(old)); err != nil { // then an old replica starts

@@ -2,10 +2,8 @@ module github.com/leasehold/leasehold/prommetrics
 
 go 1.25.0
 
-replace github.com/leasehold/leasehold => ../
-
 require (
-	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
+	github.com/leasehold/leasehold v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.66.1

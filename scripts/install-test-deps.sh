@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine: redis-server,
-# PostgreSQL (initdb, pg_ctl, pg_basebackup), iproute2 (ip netns), etcd (the drill's etcd mode and the cmd
+# PostgreSQL (initdb, pg_ctl, pg_basebackup, psql), iproute2 (ip netns), etcd (the drill's etcd mode and the cmd
 # module's tests start the etcd binary), promtool (Debian's prometheus
-# package) and staticcheck. Idempotent: it installs only what is missing. Needs root (or
+# package), etcd VERSION for etcdstore (below) and staticcheck. Idempotent: it installs only what is missing. Needs root (or
 # sudo) for apt-get.
 set -euo pipefail
 
@@ -32,4 +32,21 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service prometheus stop >/dev/null 2>&1 || true
   $SUDO service etcd stop >/dev/null 2>&1 || true
+fi
+
+# etcdstore's tests run an etcd server of the version of the etcd client
+# they link (etcdstore/internal/testetcd), not Debian's 3.4: built once from
+# the Go module proxy as $(go env GOPATH)/bin/etcd-VERSION. (`go install
+# …@version` refuses etcd's server module: its go.mod has replace
+# directives; a throwaway module that requires it builds it.)
+root=$(cd "$(dirname "$0")/.." && pwd)
+etcdv=$(awk '$1 == "go.etcd.io/etcd/client/v3" { print $2 }' "$root/etcdstore/go.mod")
+etcdbin=$(go env GOPATH)/bin/etcd-$etcdv
+if [ -n "$etcdv" ] && [ ! -x "$etcdbin" ]; then
+  echo "install-test-deps: building etcd $etcdv as $etcdbin"
+  tmp=$(mktemp -d)
+  printf 'module leasehold.invalid/etcdbuild\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$etcdv" >"$tmp/go.mod"
+  mkdir -p "$(dirname "$etcdbin")"
+  (cd "$tmp" && GOWORK=off GOFLAGS=-mod=mod go build -trimpath -o "$etcdbin" go.etcd.io/etcd/server/v3)
+  rm -rf "$tmp"
 fi

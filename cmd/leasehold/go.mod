@@ -2,27 +2,14 @@ module github.com/leasehold/leasehold/cmd/leasehold
 
 go 1.26.0
 
-replace github.com/leasehold/leasehold => ../../
-
-replace github.com/leasehold/leasehold/etcdstore => ../../etcdstore
-
-replace github.com/leasehold/leasehold/pgstore => ../../pgstore
-
-replace github.com/leasehold/leasehold/prommetrics => ../../prommetrics
-
-replace github.com/leasehold/leasehold/fence/pgfence => ../../fence/pgfence
-
-replace github.com/leasehold/leasehold/internal/testpg => ../../internal/testpg
-
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/etcdstore v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/fence/pgfence v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/internal/testpg v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/pgstore v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/prommetrics v0.0.0-00010101000000-000000000000
+	github.com/leasehold/leasehold v0.1.0
+	github.com/leasehold/leasehold/etcdstore v0.1.0
+	github.com/leasehold/leasehold/fence/pgfence v0.1.0
+	github.com/leasehold/leasehold/pgstore v0.1.0
+	github.com/leasehold/leasehold/prommetrics v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5

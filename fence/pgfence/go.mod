@@ -2,14 +2,9 @@ module github.com/leasehold/leasehold/fence/pgfence
 
 go 1.25.0
 
-replace github.com/leasehold/leasehold => ../../
-
-replace github.com/leasehold/leasehold/internal/testpg => ../../internal/testpg
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
-	github.com/leasehold/leasehold/internal/testpg v0.0.0-00010101000000-000000000000
+	github.com/leasehold/leasehold v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -46,7 +46,7 @@ func newTable(t *testing.T, pool *pgxpool.Pool, idType, dataType string) string 
 }
 
 func TestPostgres(t *testing.T) {
-	pool := testpg.Start(t).Pool(t)
+	pool := testpg.Connect(t, testpg.Start(t).DSN(), pgxpool.New)
 
 	mk := func(t *testing.T) resourcetest.Subject {
 		name := newTable(t, pool, "text", "bytea")
@@ -285,7 +285,7 @@ func TestPostgres(t *testing.T) {
 // fencetest drives the table like a fleet of lease holders, some paused past
 // their TTL, and checks the history with porcupine.
 func TestPostgresHistory(t *testing.T) {
-	pool := testpg.Start(t).Pool(t)
+	pool := testpg.Connect(t, testpg.Start(t).DSN(), pgxpool.New)
 	tbl, err := pgfence.NewTable(pool, pgfence.TableOptions{Table: newTable(t, pool, "text", "bytea")})
 	if err != nil {
 		t.Fatal(err)

@@ -366,3 +366,26 @@ func (s *Server) Log(n int) string {
 	}
 	return string(bytes.TrimSpace(b))
 }
+
+// Query runs sql in database db with psql (from the server's binary
+// directory, else PATH) as the superuser over loopback TCP, and returns
+// what psql printed: unaligned, tuples only, one row a line. It lets tests
+// create databases and change settings without linking a PostgreSQL driver
+// into the module that holds this package.
+func (s *Server) Query(ctx context.Context, db, sql string) (string, error) {
+	psql := filepath.Join(s.bin, "psql")
+	if _, err := os.Stat(psql); err != nil {
+		if psql, err = exec.LookPath("psql"); err != nil {
+			return "", fmt.Errorf("%w: no psql in %s or on PATH", ErrNotInstalled, s.bin)
+		}
+	}
+	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", Superuser, "-d", db, "-c", sql)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGCONNECT_TIMEOUT=10", "PGSSLMODE=disable")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("pgproc: psql %q: %w\n%s", sql, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}

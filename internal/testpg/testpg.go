@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/leasehold/leasehold/internal/pgproc"
 )
 
@@ -90,20 +88,17 @@ func (s *Server) DSN() string {
 // DatabaseDSN returns a connection string for database db.
 func (s *Server) DatabaseDSN(db string) string { return s.p.DSN(db) }
 
-// Pool returns a connection pool to database "postgres", closed in
-// t.Cleanup.
-func (s *Server) Pool(tb testing.TB) *pgxpool.Pool {
-	tb.Helper()
-	return Connect(tb, s.DSN())
-}
-
-// Connect returns a connection pool for dsn, pinged once and closed in
-// t.Cleanup.
-func Connect(tb testing.TB, dsn string) *pgxpool.Pool {
+// Connect returns a connection pool for dsn made by open (pgxpool.New),
+// pinged once and closed in t.Cleanup. The driver comes in as a parameter
+// so that this package, part of the root module, links none: the modules
+// whose tests use it already require pgx.
+//
+//	pool := testpg.Connect(t, s.DSN(), pgxpool.New)
+func Connect[P Pool](tb testing.TB, dsn string, open func(context.Context, string) (P, error)) P {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := open(ctx, dsn)
 	if err != nil {
 		tb.Fatalf("testpg: connect: %v", err)
 	}
@@ -114,6 +109,25 @@ func Connect(tb testing.TB, dsn string) *pgxpool.Pool {
 	return pool
 }
 
+// Pool is what Connect needs of a connection pool (*pgxpool.Pool).
+type Pool interface {
+	Ping(context.Context) error
+	Close()
+}
+
+// Query runs sql in database db with psql and returns its output
+// (unaligned, tuples only), failing the test on an error.
+func (s *Server) Query(db, sql string) string {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.p.Query(ctx, db, sql)
+	if err != nil {
+		s.tb.Fatalf("testpg: %v", err)
+	}
+	return out
+}
+
 var dbSeq atomic.Uint64
 
 // CreateDatabase creates a fresh, uniquely named database and returns its
@@ -121,8 +135,9 @@ var dbSeq atomic.Uint64
 func (s *Server) CreateDatabase(tb testing.TB) string {
 	tb.Helper()
 	name := fmt.Sprintf("test_%d_%d", time.Now().UnixNano(), dbSeq.Add(1))
-	pool := s.Pool(tb)
-	if _, err := pool.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.p.Query(ctx, "postgres", "CREATE DATABASE "+name); err != nil {
 		tb.Fatalf("testpg: create database %s: %v", name, err)
 	}
 	return s.DatabaseDSN(name)

@@ -2,41 +2,53 @@ package testpg
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// fakePool stands in for *pgxpool.Pool: this package's module links no
+// PostgreSQL driver.
+type fakePool struct{ pinged, closed bool }
+
+func (p *fakePool) Ping(context.Context) error { p.pinged = true; return nil }
+func (p *fakePool) Close()                     { p.closed = true }
+
 func TestStartQueryStop(t *testing.T) {
 	s := Start(t)
-	pool := s.Pool(t)
-	ctx := t.Context()
 
-	var one int
-	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
-		t.Fatalf("expected SELECT 1 = 1, got %d (%v)", one, err)
+	if got := s.Query("postgres", "SELECT 1"); got != "1" {
+		t.Fatalf("expected SELECT 1 = 1, got %q", got)
 	}
-	var fsync, listen string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('listen_addresses')").Scan(&fsync, &listen); err != nil {
-		t.Fatal(err)
-	}
-	if fsync != "off" || listen != "127.0.0.1" {
-		t.Fatalf("expected fsync=off listen_addresses=127.0.0.1, got %s %s", fsync, listen)
+	if got := s.Query("postgres", "SELECT current_setting('fsync') || ' ' || current_setting('listen_addresses')"); got != "off 127.0.0.1" {
+		t.Fatalf("expected fsync=off listen_addresses=127.0.0.1, got %s", got)
 	}
 
 	dsn := s.CreateDatabase(t)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to fresh database: %v", err)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	if got := s.Query(db, "SELECT current_database()"); got != db || db == "postgres" {
+		t.Fatalf("expected a fresh database %s, got %q", db, got)
 	}
-	defer conn.Close(context.Background())
-	var db string
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db == "postgres" {
-		t.Fatalf("expected a fresh database, got %q (%v)", db, err)
+
+	var pool *fakePool
+	t.Run("Connect", func(t *testing.T) {
+		pool = Connect(t, dsn, func(_ context.Context, got string) (*fakePool, error) {
+			if got != dsn {
+				return nil, errors.New("unexpected dsn " + got)
+			}
+			return &fakePool{}, nil
+		})
+		if !pool.pinged || pool.closed {
+			t.Fatalf("expected a pinged, open pool, got %+v", *pool)
+		}
+	})
+	if !pool.closed {
+		t.Fatal("expected the pool closed in t.Cleanup")
 	}
 
 	dir := s.Dir
@@ -44,8 +56,8 @@ func TestStartQueryStop(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("expected %s removed after Stop, got %v", dir, err)
 	}
-	if err := pool.Ping(ctx); err == nil {
-		t.Fatal("expected ping to fail after Stop")
+	if _, err := s.p.Query(t.Context(), "postgres", "SELECT 1"); err == nil {
+		t.Fatal("expected a query to fail after Stop")
 	}
 	s.Stop() // idempotent
 }

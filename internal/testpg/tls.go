@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // EnableTLS turns on TLS (ssl=on) with the server certificate certFile and
@@ -28,29 +26,19 @@ func (s *Server) EnableTLS(certFile, keyFile string) {
 	cert, key := paths[0], paths[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN())
-	if err != nil {
-		s.tb.Fatalf("testpg: connect: %v", err)
-	}
-	defer conn.Close(ctx)
 	for _, q := range []string{
 		"ALTER SYSTEM SET ssl_cert_file = '" + cert + "'",
 		"ALTER SYSTEM SET ssl_key_file = '" + key + "'",
 		"ALTER SYSTEM SET ssl = on",
 		"SELECT pg_reload_conf()",
 	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			s.tb.Fatalf("testpg: %s: %v", q, err)
+		if _, err := s.p.Query(ctx, "postgres", q); err != nil {
+			s.tb.Fatalf("testpg: %v", err)
 		}
 	}
 	// The reload is asynchronous: wait until a new session sees ssl on.
 	for {
-		var on string
-		c, err := pgx.Connect(ctx, s.DSN())
-		if err == nil {
-			err = c.QueryRow(ctx, "SHOW ssl").Scan(&on)
-			_ = c.Close(ctx)
-		}
+		on, err := s.p.Query(ctx, "postgres", "SHOW ssl")
 		if on == "on" {
 			return
 		}

@@ -1,26 +1,34 @@
-// Package testetcd starts real, embedded etcd servers (go.etcd.io/etcd/server/v3/embed)
-// for tests: a single member or a cluster of several members, on free
-// loopback ports, each in its own temporary data directory. Everything is
-// stopped in t.Cleanup.
+// Package testetcd starts real etcd servers for tests: an etcd binary of the
+// client's version (see Bin), a single member or a cluster of several members,
+// on free loopback ports, each in its own temporary data directory.
+// Everything is stopped in t.Cleanup. The members are processes, not an
+// embedded server, so that the etcd server's modules stay out of
+// etcdstore's go.mod and out of its users' module graphs (issue 31).
 //
 // Members run with a short heartbeat (50 ms) and election timeout (500 ms) so
 // tests see leader elections quickly; with these settings etcd's minimum lease
-// TTL is 1 s. fsync is disabled (data durability does not matter in tests) and
-// the server logs only errors.
+// TTL is 1 s. fsync is off where the binary allows it, and the server logs
+// only errors, to its directory.
 package testetcd
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
-	"net/url"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -39,27 +47,86 @@ type Member struct {
 	PeerURL   string
 	Dir       string
 
+	bin string
+
 	mu   sync.Mutex
-	etcd *embed.Etcd // nil while stopped
+	cmd  *exec.Cmd     // nil while stopped
+	done chan struct{} // closed when cmd has exited
+	cli  *clientv3.Client
 }
 
-// Cluster is a set of embedded etcd members that form one cluster.
+// Cluster is a set of etcd members that form one cluster.
 type Cluster struct {
 	Members []*Member
 	tb      testing.TB
+}
+
+// Bin returns the etcd binary: $LEASEHOLD_ETCD; else etcd-VERSION, of the
+// version of the etcd client the tests link, on PATH or in $GOPATH/bin
+// (scripts/install-test-deps.sh builds it from the module proxy: Debian's
+// etcd-server is 3.4); else etcd on PATH. It fails the test when there is
+// none.
+func Bin(tb testing.TB) string {
+	tb.Helper()
+	if b := os.Getenv("LEASEHOLD_ETCD"); b != "" {
+		return b
+	}
+	if v := clientVersion(); v != "" {
+		name := "etcd-" + v
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+		gopath := os.Getenv("GOPATH")
+		if gopath == "" {
+			home, _ := os.UserHomeDir()
+			gopath = filepath.Join(home, "go")
+		}
+		p := filepath.Join(filepath.SplitList(gopath)[0], "bin", name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	b, err := exec.LookPath("etcd")
+	if err != nil {
+		tb.Fatalf("testetcd: no etcd binary (run scripts/install-test-deps.sh, or set LEASEHOLD_ETCD): %v", err)
+	}
+	return b
+}
+
+// clientVersion is the version of the etcd API and client packages the
+// tests link, e.g. v3.7.3 (a test binary carries no module versions in its
+// build information).
+func clientVersion() string { return "v" + version.Version }
+
+var noFsync sync.Map // binary path -> []string: the flag, where etcd has it
+
+// fsyncFlags returns --unsafe-no-fsync where the binary knows it (etcd
+// 3.5 and later): data durability does not matter in tests.
+func fsyncFlags(bin string) []string {
+	if v, ok := noFsync.Load(bin); ok {
+		return v.([]string)
+	}
+	var flags []string
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	if strings.Contains(string(out), "--unsafe-no-fsync") {
+		flags = []string{"--unsafe-no-fsync"}
+	}
+	noFsync.Store(bin, flags)
+	return flags
 }
 
 // Start runs a single-member cluster and stops it in tb.Cleanup.
 func Start(tb testing.TB) *Cluster { tb.Helper(); return StartCluster(tb, 1) }
 
 // StartCluster runs an n-member cluster, waits until every member is ready
-// (a leader was elected and every member published itself), and stops it in
+// (a leader was elected and every member serves clients), and stops it in
 // tb.Cleanup.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
 	if n < 1 {
 		tb.Fatalf("testetcd: cluster size must be >= 1, got %d", n)
 	}
+	bin := Bin(tb)
 	c := &Cluster{tb: tb}
 	base := tb.TempDir()
 	var initial []string
@@ -69,13 +136,14 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 			ClientURL: "http://" + freeAddr(tb),
 			PeerURL:   "http://" + freeAddr(tb),
 			Dir:       fmt.Sprintf("%s/m%d", base, i),
+			bin:       bin,
 		}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
 	}
 	tb.Cleanup(c.Close)
 	for _, m := range c.Members {
-		if err := m.start(strings.Join(initial, ","), embed.ClusterStateFlagNew); err != nil {
+		if err := m.start(strings.Join(initial, ","), "new"); err != nil {
 			tb.Fatalf("testetcd: start %s: %v", m.Name, err)
 		}
 	}
@@ -97,94 +165,151 @@ func freeAddr(tb testing.TB) string {
 	return l.Addr().String()
 }
 
-func mustURL(s string) url.URL {
-	u, err := url.Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return *u
-}
-
-// initial is the initial-cluster string, kept for restarts (ignored by etcd
-// once the data directory exists).
+// start runs the member's process; initial is the initial-cluster string,
+// kept for restarts (ignored by etcd once the data directory exists).
 func (m *Member) start(initial, state string) error {
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.Dir
-	cfg.ListenClientUrls = []url.URL{mustURL(m.ClientURL)}
-	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-	cfg.ListenPeerUrls = []url.URL{mustURL(m.PeerURL)}
-	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
-	cfg.InitialCluster = initial
-	cfg.InitialClusterToken = "leasehold-test"
-	cfg.ClusterState = state
-	cfg.TickMs = TickMs
-	cfg.ElectionMs = ElectionMs
-	cfg.UnsafeNoFsync = true
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
+	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
+		return err
+	}
+	logs, err := os.OpenFile(filepath.Join(m.Dir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
+	defer logs.Close() // the child keeps its own descriptor
+	cmd := exec.Command(m.bin, append(fsyncFlags(m.bin),
+		"--name", m.Name,
+		"--data-dir", filepath.Join(m.Dir, "data"),
+		"--listen-client-urls", m.ClientURL,
+		"--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.PeerURL,
+		"--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster", initial,
+		"--initial-cluster-token", "leasehold-test",
+		"--initial-cluster-state", state,
+		"--heartbeat-interval", fmt.Sprint(TickMs),
+		"--election-timeout", fmt.Sprint(ElectionMs),
+		"--logger", "zap", "--log-level", "error",
+	)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// The member dies with the test process, also when the test binary is
+	// killed.
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", m.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	m.mu.Lock()
-	m.etcd = e
+	m.cmd, m.done = cmd, done
 	m.mu.Unlock()
 	return nil
 }
 
+// client returns a client of this member alone, made once.
+func (m *Member) client() (*clientv3.Client, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cli == nil {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:   []string{m.ClientURL},
+			DialTimeout: 2 * time.Second,
+			Logger:      zap.NewNop(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.cli = cli
+	}
+	return m.cli, nil
+}
+
+// status asks the member for its raft status.
+func (m *Member) status(timeout time.Duration) (*clientv3.StatusResponse, error) {
+	cli, err := m.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return cli.Status(ctx, m.ClientURL)
+}
+
+// waitReady waits until the member serves clients and knows a leader.
 func (m *Member) waitReady() error {
 	m.mu.Lock()
-	e := m.etcd
+	done := m.done
 	m.mu.Unlock()
-	if e == nil {
+	if done == nil {
 		return fmt.Errorf("member %s is stopped", m.Name)
 	}
-	t := time.NewTimer(startTimeout)
-	defer t.Stop()
-	select {
-	case <-e.Server.ReadyNotify():
-		return nil
-	case err := <-e.Err():
-		return err
-	case <-t.C:
-		return fmt.Errorf("not ready after %v", startTimeout)
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	for {
+		st, err := m.status(time.Second)
+		if err == nil && st.Leader != 0 {
+			return nil
+		}
+		last = err
+		select {
+		case <-done:
+			return fmt.Errorf("exited: %s", m.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v (%v): %s", startTimeout, last, m.logTail())
+		}
 	}
+}
+
+func (m *Member) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "etcd.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Running reports whether the member is running.
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.etcd != nil
+	return m.cmd != nil
 }
 
 // IsLeader reports whether the member is running and is the raft leader.
 func (m *Member) IsLeader() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.etcd == nil {
+	if !m.Running() {
 		return false
 	}
-	s := m.etcd.Server
-	return s.Leader() == s.MemberID()
+	st, err := m.status(500 * time.Millisecond)
+	return err == nil && st.Header != nil && st.Leader == st.Header.MemberId
 }
 
-// stop closes the member. Without graceful, the raft node is stopped first,
-// without a leadership transfer, like a crash.
+// stop ends the member's process: SIGKILL without graceful, like a crash
+// (no leadership transfer), else SIGTERM (etcd hands over leadership and
+// closes its listeners first).
 func (m *Member) stop(graceful bool) {
 	m.mu.Lock()
-	e := m.etcd
-	m.etcd = nil
+	cmd, done, cli := m.cmd, m.done, m.cli
+	m.cmd, m.done, m.cli = nil, nil, nil
 	m.mu.Unlock()
-	if e == nil {
+	if cli != nil {
+		_ = cli.Close()
+	}
+	if cmd == nil {
 		return
 	}
-	if !graceful {
-		e.Server.HardStop()
+	sig := syscall.SIGKILL
+	if graceful {
+		sig = syscall.SIGTERM
 	}
-	e.Close()
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // Endpoints returns the client URLs of every member (also stopped ones: the
@@ -230,12 +355,13 @@ func (c *Cluster) Leader(timeout time.Duration) int {
 	}
 }
 
-// Kill stops member i abruptly: the raft node stops without handing over
-// leadership, then its listeners close. The rest of the cluster notices by
-// missing heartbeats and, when i was the leader, elects a new one.
+// Kill stops member i abruptly (SIGKILL): no leadership hand-over. The rest
+// of the cluster notices by missing heartbeats and, when i was the leader,
+// elects a new one.
 func (c *Cluster) Kill(i int) { c.Members[i].stop(false) }
 
-// Stop stops member i gracefully (a leader hands over leadership first).
+// Stop stops member i gracefully (SIGTERM: a leader hands over leadership
+// first).
 func (c *Cluster) Stop(i int) { c.Members[i].stop(true) }
 
 // Restart starts a stopped member i again from its data directory on the
@@ -250,7 +376,7 @@ func (c *Cluster) Restart(i int) {
 	for _, o := range c.Members {
 		initial = append(initial, o.Name+"="+o.PeerURL)
 	}
-	if err := m.start(strings.Join(initial, ","), embed.ClusterStateFlagExisting); err != nil {
+	if err := m.start(strings.Join(initial, ","), "existing"); err != nil {
 		c.tb.Fatalf("testetcd: restart %s: %v", m.Name, err)
 	}
 	if err := m.waitReady(); err != nil {
@@ -287,4 +413,28 @@ func Ready(ctx context.Context, cli *clientv3.Client, timeout time.Duration) err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Metric returns the value of the unlabelled Prometheus metric name that
+// member i serves on /metrics (e.g. etcd_server_proposals_committed_total).
+func (c *Cluster) Metric(tb testing.TB, i int, name string) float64 {
+	tb.Helper()
+	resp, err := http.Get(c.Members[i].ClientURL + "/metrics")
+	if err != nil {
+		tb.Fatalf("testetcd: metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				tb.Fatalf("testetcd: metric %s: %v", name, err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("testetcd: no metric %s on %s/metrics (%v)", name, c.Members[i].ClientURL, sc.Err())
+	return 0
 }

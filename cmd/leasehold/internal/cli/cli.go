@@ -21,7 +21,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
@@ -114,13 +113,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	// go-redis logs dial failures itself; the locker reports them anyway.
 	redis.SetLogger(redisLogger{app})
 	return app.Execute(context.Background(), app.Root(), args)
-}
-
-// isTerminal reports whether f is a terminal (not just any character device:
-// /dev/null is one too).
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // Execute runs root with args and maps its error to an exit status, printing

@@ -8,6 +8,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// version is the release a binary was built as, stamped by `make release`
+// (-ldflags "-X github.com/leasehold/leasehold/cmd/leasehold/internal/cli.version=vX.Y.Z",
+// RELEASING.md). Empty otherwise: `go install …/cmd/leasehold@vX.Y.Z`
+// needs no stamp, the module version is in the build info. commit is the
+// revision `make release` built (it builds with -buildvcs=false, so that a
+// tag's checkout and its source archive make the same bytes).
+var version, commit string
+
 // versionInfo is what `leasehold version` prints, from the build info Go
 // embeds in the binary.
 type versionInfo struct {
@@ -21,12 +29,25 @@ type versionInfo struct {
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "(devel)"}
 	bi, ok := debug.ReadBuildInfo()
+	if ok {
+		v.Go = bi.GoVersion
+		// The module version: vX.Y.Z from `go install …@vX.Y.Z`, a
+		// pseudo-version from a build in a git checkout, "(devel)" without
+		// version control information.
+		if bi.Main.Version != "" {
+			v.Version = bi.Main.Version
+		}
+	}
+	// A release build says which release it is, also when it was built from
+	// a checkout (where the build info has a pseudo-version or "(devel)").
+	if version != "" {
+		v.Version = version
+	}
+	if commit != "" {
+		v.Commit = commit
+	}
 	if !ok {
 		return v
-	}
-	v.Go = bi.GoVersion
-	if bi.Main.Version != "" {
-		v.Version = bi.Main.Version
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {

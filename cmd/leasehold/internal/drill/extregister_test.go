@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
@@ -63,7 +65,7 @@ func TestExternalRegisters(t *testing.T) {
 		t.Errorf("expected the runs' register keys removed from Redis, got %v, %v", keys, err)
 	}
 	var tables int
-	if err := pg.Pool(t).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'leasehold_drill_register_%'").Scan(&tables); err != nil || tables != 0 {
+	if err := testpg.Connect(t, pg.DSN(), pgxpool.New).QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'leasehold_drill_register_%'").Scan(&tables); err != nil || tables != 0 {
 		t.Errorf("expected the runs' register tables dropped, got %d, %v", tables, err)
 	}
 }

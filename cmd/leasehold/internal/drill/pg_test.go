@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testpg"
 )
@@ -132,7 +134,7 @@ func TestPostgresUnsafeConfigurationFails(t *testing.T) {
 	}
 	var n int
 	q := "SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'leasehold_drill_%'"
-	if err := testpg.Connect(t, dsn).QueryRow(t.Context(), q).Scan(&n); err != nil || n != 0 {
+	if err := testpg.Connect(t, dsn, pgxpool.New).QueryRow(t.Context(), q).Scan(&n); err != nil || n != 0 {
 		t.Errorf("expected the drill to drop its schema, found %d (%v)", n, err)
 	}
 }

@@ -105,7 +105,7 @@ func (s *Server) start(ctx context.Context, state string) error {
 		"--logger", "zap", "--log-level", "error",
 	)
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdproc: start %s: %w", s.bin, err)
 	}

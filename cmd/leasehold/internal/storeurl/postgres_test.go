@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/testpg"
@@ -43,7 +45,7 @@ func TestOpenPostgres(t *testing.T) {
 		// as a run-time parameter.
 		var n int
 		q := fmt.Sprintf("SELECT count(*) FROM cli_locks_%d WHERE key = 'job' AND token = 'tok'", i)
-		if err := testpg.Connect(t, dsn).QueryRow(ctx, q).Scan(&n); err != nil || n != 1 {
+		if err := testpg.Connect(t, dsn, pgxpool.New).QueryRow(ctx, q).Scan(&n); err != nil || n != 1 {
 			t.Errorf("expected the lock in cli_locks_%d, got %d rows, %v", i, n, err)
 		}
 	}
@@ -84,7 +86,7 @@ func TestOpenPostgresUnavailable(t *testing.T) {
 func TestPostgresPasswordRedacted(t *testing.T) {
 	srv := testpg.Start(t)
 	ctx := t.Context()
-	admin := srv.Pool(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	// Loopback is trusted by testpg's pg_hba.conf, so a wrong password is not
 	// refused there; the role's VALID UNTIL in the past is, whatever the
 	// password. Instead, check the error of a role that may not log in.

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package etcdproc
+
+import "syscall"
+
+// sysProcAttr: no parent-death signal outside Linux; Close and the tests'
+// clean-ups stop the process.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
