@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestCheckConfigDurability(t *testing.T) {
 		t.Fatalf("expected no warning without a standby, got %+v, %v", ws, err)
 	}
 
-	admin := testpg.Connect(t, dsn)
+	admin := testpg.Connect(t, dsn, pgxpool.New)
 	for _, stmt := range []string{
 		`CREATE ROLE svc LOGIN`,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters TO svc`,
@@ -32,7 +33,7 @@ func TestCheckConfigDurability(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc, err := pgstore.New(ctx, testpg.Connect(t, strings.Replace(dsn, "postgres@", "svc@", 1)), pgstore.Options{})
+	svc, err := pgstore.New(ctx, testpg.Connect(t, strings.Replace(dsn, "postgres@", "svc@", 1), pgxpool.New), pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestWaiterLeavingAsItIsGrantedLeavesTheKeyFree(t *testing.T) {
 	srv := testpg.Start(t)
 	holder := open(t, srv.DSN(), pgstore.Options{})
 	waiter := open(t, srv.DSN(), pgstore.Options{})
-	admin := testpg.Connect(t, srv.DSN())
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const key = "leaving"

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ func TestDoctorPostgresCreatesNothing(t *testing.T) {
 		t.Fatalf("expected the missing lock table to FAIL, got %d\n%s%s", code, out, errOut)
 	}
 	var n int
-	if err := srv.Pool(t).QueryRow(t.Context(), "SELECT count(*) FROM pg_class WHERE relname LIKE 'leasehold%'").Scan(&n); err != nil || n != 0 {
+	if err := testpg.Connect(t, srv.DSN(), pgxpool.New).QueryRow(t.Context(), "SELECT count(*) FROM pg_class WHERE relname LIKE 'leasehold%'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("expected doctor to create nothing, got %d objects (%v)", n, err)
 	}
 }

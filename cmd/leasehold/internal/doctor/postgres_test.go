@@ -31,12 +31,12 @@ func migrate(t *testing.T, pool *pgxpool.Pool, opts pgstore.Options) {
 // SQL is valid and sufficient.
 func TestPostgresPrivileges(t *testing.T) {
 	srv := testpg.Start(t)
-	admin := srv.Pool(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	migrate(t, admin, pgstore.Options{})
 	if _, err := admin.Exec(t.Context(), `CREATE ROLE "svc-role" LOGIN`); err != nil {
 		t.Fatal(err)
 	}
-	svc := testpg.Connect(t, strings.Replace(srv.DSN(), "postgres@", "svc-role@", 1))
+	svc := testpg.Connect(t, strings.Replace(srv.DSN(), "postgres@", "svc-role@", 1), pgxpool.New)
 	var user string
 	if err := svc.QueryRow(t.Context(), "SELECT current_user").Scan(&user); err != nil || user != "svc-role" {
 		t.Fatalf("expected to connect as svc-role, got %q (%v)", user, err)
@@ -74,7 +74,7 @@ func TestPostgresPrivileges(t *testing.T) {
 // Missing tables: the lock tables FAIL, the semaphore tables only WARN.
 func TestPostgresMissingObjects(t *testing.T) {
 	srv := testpg.Start(t)
-	admin := srv.Pool(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	rs := Postgres(t.Context(), admin, pgstore.Options{Table: "nothere"}, Options{})
 	r := wantStatus(t, rs, "pg_lock_privileges", Fail)
 	if !strings.Contains(r.Seen, `"public"."nothere"`) {
@@ -96,7 +96,7 @@ func TestPostgresMissingObjects(t *testing.T) {
 // setting) and passes with it on.
 func TestPostgresDurability(t *testing.T) {
 	srv := testpg.Start(t)
-	admin := srv.Pool(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	migrate(t, admin, pgstore.Options{})
 	ctx := t.Context()
 
@@ -134,14 +134,14 @@ func TestPostgresDurability(t *testing.T) {
 // LISTEN on a direct connection receives the NOTIFY.
 func TestPostgresListen(t *testing.T) {
 	srv := testpg.Start(t)
-	wantStatus(t, Postgres(t.Context(), srv.Pool(t), pgstore.Options{}, Options{}), "pg_listen", OK)
+	wantStatus(t, Postgres(t.Context(), testpg.Connect(t, srv.DSN(), pgxpool.New), pgstore.Options{}, Options{}), "pg_listen", OK)
 }
 
 // This host's clock set 10 s ahead of the database's WARNs; the true
 // clock passes.
 func TestPostgresClock(t *testing.T) {
 	srv := testpg.Start(t)
-	pool := srv.Pool(t)
+	pool := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	wantStatus(t, Postgres(t.Context(), pool, pgstore.Options{}, Options{}), "pg_clock", OK)
 	ahead := func() time.Time { return time.Now().Add(10 * time.Second) }
 	r := wantStatus(t, Postgres(t.Context(), pool, pgstore.Options{}, Options{Now: ahead}), "pg_clock", Warn)
