@@ -1,10 +1,11 @@
 package pgstore_test
 
 import (
-	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
