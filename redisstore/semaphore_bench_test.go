@@ -141,10 +141,11 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// counted is 0 for a connection's handshake commands, 1 for the others.
+// counted is 0 for a connection's handshake commands and for INFO (the
+// Locker's one-time settings check), 1 for the others.
 func counted(cmd redis.Cmder) int64 {
 	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
+	case "hello", "client", "auth", "select", "info":
 		return 0
 	}
 	return 1
