@@ -224,8 +224,9 @@ func (a *attempt) gaveUp() error {
 // failed handles a store failure: it cleans up whatever the store may have
 // applied (an acquire whose reply was lost, our place in the queue), then
 // follows OnStoreError. A deadline after the store had shown another owner is
-// contention; without such an answer it is a store failure. Fail-open never
-// applies after another owner was seen, nor to a misconfigured store.
+// contention; without such an answer it is a store failure. Fail-open
+// applies only to an error the store marked ErrUnavailable (an outage), and
+// never after another owner was seen.
 func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
 	l, key := a.l, a.spec.key
 	l.background(ctx, a.ops, key, a.token)
@@ -235,7 +236,7 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 	serr := storeErr("acquire", key, err)
 	l.observe(Event{Kind: EventStoreError, Key: key, Op: "acquire", Err: err})
 	l.observe(Event{Kind: EventAcquire, Key: key, Result: ResultError, Duration: time.Since(a.start), Err: err})
-	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
+	if l.opts.OnStoreError != FailOpen || a.seen || !errors.Is(err, ErrUnavailable) {
 		return nil, serr
 	}
 	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})
