@@ -52,6 +52,11 @@ var (
 	// inside a *StoreError, so it matches ErrStore as well.
 	ErrMisconfigured = errors.New("leasehold: store misconfigured")
 
+	// ErrAccessDenied is the ErrMisconfigured of refused credentials or
+	// permissions (wrong password, no password, a role or ACL without the
+	// store's keys, a missing privilege). It matches ErrMisconfigured too.
+	ErrAccessDenied = fmt.Errorf("%w: access denied", ErrMisconfigured)
+
 	// ErrInvalidKey is returned for an empty, oversized or otherwise
 	// unusable key.
 	ErrInvalidKey = errors.New("leasehold: invalid key")
