@@ -278,30 +278,6 @@ func micros(ttl time.Duration) (int64, error) {
 	return us, nil
 }
 
-func storeErr(op, key string, err error) error {
-	return fmt.Errorf("pgstore: %s %q: %w", op, key, classify(err))
-}
-
-// classify marks the errors retrying cannot fix (a missing table or
-// function, a missing privilege, a failed login) with
-// leasehold.ErrMisconfigured, and bad rows with leasehold.ErrBadEntry.
-func classify(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	switch {
-	case pe.Code == "XX001": // data_corrupted, raised by the acquire function
-		return fmt.Errorf("%w: %w", leasehold.ErrBadEntry, err)
-	case pe.Code == "42P01", pe.Code == "42883", pe.Code == "3F000", pe.Code == "42703", // undefined table, function, schema, column
-		pe.Code == "42501",                     // insufficient privilege
-		pe.Code == "28P01", pe.Code == "28000", // failed login
-		pe.Code == "3D000": // no such database
-		return fmt.Errorf("%w: %w", leasehold.ErrMisconfigured, err)
-	}
-	return err
-}
-
 // retryable reports a serialization failure or a deadlock: under REPEATABLE
 // READ or SERIALIZABLE a concurrent change of the key's row fails the
 // statement, which then runs again with a new snapshot.
