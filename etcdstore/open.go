@@ -22,6 +22,16 @@ func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error)
 	return open(ctx, clientv3.Config{Endpoints: endpoints}, opts)
 }
 
+// OpenConfig is Open with a client configuration of the caller's: its
+// endpoints, credentials and TLS. Errors of Open, OpenURL and OpenConfig
+// are classified as the Store's are: leasehold.ErrAccessDenied for refused
+// credentials or permissions, leasehold.ErrUnavailable for an outage, and
+// leasehold.ErrMisconfigured for anything else (TLS, a port that does not
+// speak etcd).
+func OpenConfig(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
+	return open(ctx, cfg, opts)
+}
+
 // OpenURL opens the store named by a URL of the form
 //
 //	etcd://[user:password@]host:port[,host:port...][?prefix=leasehold/]
@@ -113,7 +123,7 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, openError("connect to "+strings.Join(cfg.Endpoints, ","), err)
 	}
 	// A linearizable read proves a quorum answers (and that auth works, for
 	// a user whose role covers the prefix only).
@@ -123,7 +133,7 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	}
 	if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
 		_ = cli.Close()
-		return nil, fmt.Errorf("etcdstore: etcd at %s does not answer: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, openError("etcd at "+strings.Join(cfg.Endpoints, ",")+" does not answer", err)
 	}
 	s, err := New(cli, opts)
 	if err != nil {
@@ -132,4 +142,12 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	}
 	s.owned = true
 	return s, nil
+}
+
+// openError wraps an error of Open with its classification.
+func openError(what string, err error) error {
+	if class := classify(err); class != nil {
+		return fmt.Errorf("etcdstore: %s: %w: %w%s", what, class, err, hint(err))
+	}
+	return fmt.Errorf("etcdstore: %s: %w", what, err)
 }

@@ -4,8 +4,10 @@
 // Exit statuses are part of the interface (see ExitOK and the rest): 0 on
 // success, 2 for bad usage or input with a message saying what to fix, and
 // for run the child's own status, 75 when the lock was not acquired in time,
-// 69 when the store is unavailable under fail-closed and 79 when the lease
-// ended while the command ran.
+// 69 when the store is unavailable under fail-closed, 77 when the store
+// refused the credentials or permissions, 78 for other store configuration
+// errors (in every command that opens a store) and 79 when the lease ended
+// while the command ran.
 package cli
 
 import (
@@ -37,6 +39,13 @@ const (
 	// ExitUnavailable (EX_UNAVAILABLE): the store could not be reached
 	// (fail-closed: the command did not run).
 	ExitUnavailable = 69
+	// ExitNoPerm (EX_NOPERM): the store refused the credentials or
+	// permissions (wrong password, a role or ACL without the prefix).
+	ExitNoPerm = 77
+	// ExitConfig (EX_CONFIG): other store configuration is wrong (TLS, a
+	// port that speaks another protocol, a missing table or schema, an
+	// argument the store refuses, an error not known to be an outage).
+	ExitConfig = 78
 	// ExitNotAcquired (EX_TEMPFAIL): another owner held the lock for the
 	// whole --wait.
 	ExitNotAcquired = 75
@@ -174,6 +183,9 @@ Exit statuses:
   1   the operation failed (no such lock, lock not owned, SLO impossible)
   2   bad usage or input; the message says what to fix
   69  store unavailable (run under fail-closed: the command did not run)
+  77  the store refused the credentials or permissions (nothing ran)
+  78  other store configuration: TLS, a port that speaks another protocol,
+      a missing table or schema, an unclassified store error (nothing ran)
   75  run: not acquired within --wait
   79  run: the lease was lost, abandoned or expired while the command ran
   126/127  run: the command could not be executed / was not found
@@ -233,6 +245,8 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
 		return nil, &ExitError{Code: ExitUnavailable, Err: err}
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return nil, misconfigured(storeurl.Describe(raw), err)
 	case err != nil:
 		return nil, usage("--store: %v", err)
 	}
@@ -255,8 +269,20 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 		return usage("%v", err)
 	case errors.Is(err, context.Canceled):
 		return Exit(ExitFailure, "%s: interrupted", what)
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return misconfigured(o.Desc, fmt.Errorf("%s: %w", what, err))
 	}
 	return Exit(ExitUnavailable, "%s: store %s unavailable: %v", what, o.Desc, err)
+}
+
+// misconfigured is the exit of a store that refused us or failed in a way
+// not known to be an outage: ExitNoPerm for credentials and permissions,
+// ExitConfig for the rest. err must be redacted.
+func misconfigured(desc string, err error) error {
+	if errors.Is(err, leasehold.ErrAccessDenied) {
+		return Exit(ExitNoPerm, "store %s refused the credentials or permissions; fix the URL's user and password or the user's grants (nothing ran): %v", desc, err)
+	}
+	return Exit(ExitConfig, "store %s is misconfigured; fix the store URL or the store's configuration (nothing ran): %v", desc, err)
 }
 
 // logger returns the slog logger for lockers: warnings and errors on stderr,

@@ -99,6 +99,10 @@ Exit status:
        --conflict-exit-code)
   69   the store was unavailable and --on-store-error is fail-closed:
        COMMAND did not run
+  77   the store refused the credentials or permissions: COMMAND did not
+       run, also under fail-open
+  78   other store configuration (TLS, protocol, schema, an error not known
+       to be an outage): COMMAND did not run, also under fail-open
   79   the lease ended while COMMAND ran (lost to another owner, released by
        someone else, abandoned, expired locally, --max-hold reached: the
        message says which; COMMAND was stopped), or at release another owner
@@ -130,7 +134,7 @@ Exit status:
 	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
-	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1)")
+	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1); a misconfigured store always fails closed (77, 78)")
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
@@ -276,7 +280,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			}
 			return Exit(o.conflictCode, "%s (use --wait to wait for it)", short(err))
 		case errors.Is(err, leasehold.ErrMisconfigured):
-			return usage("store %s refused the request; fix the store URL or the store's configuration (nothing ran): %s", st.Desc, short(err))
+			return misconfigured(st.Desc, err)
 		case errors.Is(err, leasehold.ErrStore):
 			return Exit(ExitUnavailable, "store %s unavailable, and --on-store-error is fail-closed, so the command did not run: %s", st.Desc, short(err))
 		case errors.Is(err, leasehold.ErrInvalidKey), errors.Is(err, leasehold.ErrInvalidOptions):

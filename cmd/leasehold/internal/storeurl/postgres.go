@@ -35,7 +35,7 @@ func openPostgres(ctx context.Context, raw, desc string, c common) (*Opened, err
 	case errors.Is(err, leasehold.ErrInvalidOptions):
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+		return nil, openFailed(desc, err)
 	}
 	// Close stops the LISTEN connection and closes the pool Open created.
 	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}, Warnings: c.warnings()}, nil

@@ -53,9 +53,26 @@ var (
 	// it also matches ErrBadURL.
 	ErrUnknownScheme = fmt.Errorf("%w: unknown scheme", ErrBadURL)
 	// ErrUnavailable is returned by Open for a well-formed URL whose store
-	// did not answer (etcd and PostgreSQL are dialled at open; Redis is not).
+	// did not answer (etcd and PostgreSQL are dialled at open; Redis is not):
+	// an outage (leasehold.ErrUnavailable). A store that answered with a
+	// refusal, or failed in a way not known to be an outage, returns an
+	// error wrapping leasehold.ErrMisconfigured (leasehold.ErrAccessDenied
+	// for credentials and permissions) instead.
 	ErrUnavailable = errors.New("storeurl: store unavailable")
 )
+
+// openFailed wraps an error of dialling a store at open: ErrUnavailable for
+// an outage, leasehold.ErrMisconfigured (as the store classified it, or
+// for an error it did not classify) for anything else.
+func openFailed(desc string, err error) error {
+	switch {
+	case errors.Is(err, leasehold.ErrUnavailable):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+	case errors.Is(err, leasehold.ErrMisconfigured), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: %w", desc, err)
+	}
+	return fmt.Errorf("%s: %w: %w", desc, leasehold.ErrMisconfigured, err)
+}
 
 // Kind names a kind of store.
 type Kind string
