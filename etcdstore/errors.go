@@ -31,7 +31,7 @@ var outageErrors = []error{
 // handshakeText are gRPC's words for a connection whose TLS or HTTP/2
 // handshake failed: it reports them as Unavailable, like an outage, and
 // repeats them in the error of an RPC that waited for the connection.
-var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2"}
+var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2", "speaks TLS"}
 
 // wrap makes err the error of op on key, classified by classify. The
 // request timeout (ctx's cause errTimeout, not the caller's context) marks
