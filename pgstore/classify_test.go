@@ -120,3 +120,40 @@ func TestOutageFailsOpen(t *testing.T) {
 	}
 	_ = l.Release(t.Context())
 }
+
+// The grants README.md lists under "Privileges" are enough for locks and
+// semaphores with MigrateNever.
+func TestDocumentedPrivilegesSuffice(t *testing.T) {
+	srv := testpg.Start(t)
+	open(t, srv.DSN(), pgstore.Options{})
+	admin := srv.Pool(t)
+	for _, q := range []string{
+		"CREATE ROLE app LOGIN",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters, leasehold_locks_permits, leasehold_locks_permit_queue, leasehold_locks_permit_limits TO app",
+		"GRANT SELECT, UPDATE ON leasehold_locks_counter TO app",
+	} {
+		if _, err := admin.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s := open(t, fmt.Sprintf("postgres://app@127.0.0.1:%d/postgres?sslmode=disable", srv.Port), pgstore.Options{Migrate: pgstore.MigrateNever})
+	lk, err := leasehold.New(s, leasehold.Options{Name: "grants"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	l, err := lk.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatalf("lock with the documented grants: %v", err)
+	}
+	_ = l.Release(t.Context())
+	sem, err := lk.Semaphore("sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(t.Context())
+	if err != nil {
+		t.Fatalf("semaphore permit with the documented grants: %v", err)
+	}
+	_ = p.Release(t.Context())
+}
