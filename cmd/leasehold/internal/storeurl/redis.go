@@ -88,9 +88,6 @@ func redisClient(u *url.URL, q url.Values, c common) (redis.UniversalClient, err
 		if opts.TLSConfig, err = redisTLS(opts.TLSConfig, "", c); err != nil {
 			return nil, err
 		}
-		if opts.TLSConfig != nil {
-			opts.NewClient = verifyNode
-		}
 		return redis.NewClusterClient(opts), nil
 	}
 	opts, err := redis.ParseURL(u.String())
@@ -187,20 +184,6 @@ func redisTLS(parsed *tls.Config, addr string, c common) (*tls.Config, error) {
 		host, _, _ = net.SplitHostPort(addr)
 	}
 	return c.tlsConfig(host)
-}
-
-// verifyNode builds the client of one Cluster node, whose certificate is
-// checked against the host name of the address it is dialled at (a seed
-// addr= or an address CLUSTER SLOTS announced).
-func verifyNode(o *redis.Options) *redis.Client {
-	if o.TLSConfig != nil && o.TLSConfig.ServerName == "" {
-		host, _, err := net.SplitHostPort(o.Addr)
-		if err == nil {
-			o.TLSConfig = o.TLSConfig.Clone()
-			o.TLSConfig.ServerName = host
-		}
-	}
-	return redis.NewClient(o)
 }
 
 // honourDeadlines turns on go-redis's ContextTimeoutEnabled unless the URL
