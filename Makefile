@@ -20,7 +20,7 @@ BIN ?= bin/leasehold
 # Issue 14 asks for 25 MB; README, "Modules", says why the binary is larger.
 MAX_BINARY_BYTES ?= 31000000
 
-.PHONY: test deps gotest gotest-serial lint modgraph binsize rules drill build man print-build-tags
+.PHONY: test deps gotest gotest-serial lint modgraph binsize rules drill build man print-build-tags vuln
 
 test: deps lint modgraph binsize gotest rules
 
@@ -42,6 +42,14 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@set -e; for m in $(MODULES); do echo "== vet, staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GOBIN)/staticcheck ./...); done
+
+# Known vulnerabilities in what each module calls (govulncheck, symbol level).
+# Needs network access: it installs govulncheck and reads the Go
+# vulnerability database (vuln.go.dev, or $GOVULNDB); not part of `make test`.
+GOVULNCHECK_VERSION ?= v1.1.4
+vuln:
+	@test -x $(GOBIN)/govulncheck || $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+	@set -e; for m in $(MODULES); do echo "== govulncheck $$m"; (cd $$m && $(GOBIN)/govulncheck ./...); done
 
 # The library's module graph must stay small (issue 14).
 modgraph:
