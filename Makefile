@@ -46,7 +46,7 @@ lint:
 # Known vulnerabilities in what each module calls (govulncheck, symbol level).
 # Needs network access: it installs govulncheck and reads the Go
 # vulnerability database (vuln.go.dev, or $GOVULNDB); not part of `make test`.
-GOVULNCHECK_VERSION ?= v1.1.4
+GOVULNCHECK_VERSION ?= v1.9.0
 vuln:
 	@test -x $(GOBIN)/govulncheck || $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
 	@set -e; for m in $(MODULES); do echo "== govulncheck $$m"; (cd $$m && $(GOBIN)/govulncheck ./...); done

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -81,7 +82,9 @@ const (
 )
 
 // Options configure a Store. The zero value means the documented defaults.
-// Identifiers are used exactly as given (case-sensitive) and always quoted.
+// Schema and Table must match [a-z_][a-z0-9_]* and Channel
+// [a-z_][a-z0-9_.]* (what PostgreSQL folds an unquoted name to), so no name
+// can break out of the store's SQL whatever the quoting.
 type Options struct {
 	// Schema of the store's tables and functions. Default "public".
 	Schema string
@@ -238,8 +241,13 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("%w: pgstore: %s %q is %d bytes%s, PostgreSQL names are at most %d",
 				leasehold.ErrInvalidOptions, f.name, f.v, len(f.v), f.hint, maxIdentLen)
 		}
-		if strings.IndexByte(f.v, 0) >= 0 {
-			return fmt.Errorf("%w: pgstore: %s contains a NUL byte", leasehold.ErrInvalidOptions, f.name)
+	}
+	for _, f := range []struct {
+		name, v string
+		re      *regexp.Regexp
+	}{{"Schema", o.Schema, identRE}, {"Table", o.Table, identRE}, {"Channel", o.Channel, channelRE}} {
+		if !f.re.MatchString(f.v) {
+			return fmt.Errorf("%w: pgstore: %s %q must match %s", leasehold.ErrInvalidOptions, f.name, f.v, f.re)
 		}
 	}
 	switch {
@@ -268,6 +276,12 @@ func checkKey(key string) error {
 	}
 	return nil
 }
+
+// identRE and channelRE are the names Options accepts.
+var (
+	identRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
+)
 
 // micros converts a TTL to whole microseconds (PostgreSQL's resolution).
 func micros(ttl time.Duration) (int64, error) {

@@ -335,6 +335,10 @@ func TestOptionsRejected(t *testing.T) {
 		{Schema: long},
 		{Table: strings.Repeat("x", 60)}, // the derived names would be too long
 		{Table: "a\x00b"},
+		{Table: "t$fn$; DROP TABLE x; --"},
+		{Table: "Locks"},
+		{Schema: "a b"},
+		{Channel: "c'h"},
 		{Migrate: 7},
 		{ReconnectDelay: -time.Second},
 	} {

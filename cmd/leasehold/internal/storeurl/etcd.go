@@ -65,6 +65,9 @@ func openEtcd(ctx context.Context, raw, desc string, c common) (*Opened, error) 
 	if err := etcdTLS(&cfg, strings.EqualFold(scheme, "etcds"), c); err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	}
+	if err := checkPrefix(prefix, desc); err != nil {
+		return nil, err
+	}
 	if prefix == "" {
 		prefix = etcdstore.DefaultPrefix
 	}
