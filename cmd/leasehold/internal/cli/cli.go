@@ -143,12 +143,28 @@ func (a *App) Execute(ctx context.Context, root *cobra.Command, args []string) (
 		ee = &ExitError{Code: ExitUsage, Err: err}
 	}
 	if ee.Err != nil {
-		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(ee.Err.Error(), "leasehold: "))
+		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(redactArgs(ee.Err, args).Error(), "leasehold: "))
 		if ee.Code == ExitUsage && cmd != nil {
 			fmt.Fprintf(a.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
 	return ee.Code
+}
+
+// redactArgs removes from err the password of every argument that looks
+// like a store URL: cobra quotes a misplaced positional argument (`inspect
+// KEY redis://u:PW@h`, `leasehold redis://u:PW@h`) in its usage errors.
+func redactArgs(err error, args []string) error {
+	for _, arg := range args {
+		if strings.Contains(arg, "://") || strings.Contains(arg, "=") {
+			_, v, _ := strings.Cut(arg, "--store=")
+			if v == "" {
+				v = arg
+			}
+			err = storeurl.RedactError(err, v)
+		}
+	}
+	return err
 }
 
 // Root returns the leasehold command with every subcommand.
