@@ -3,10 +3,10 @@ package main
 import (
 	"net/url"
 	"os"
-	"regexp"
-	"strconv"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
