@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -12,9 +13,9 @@ import (
 // mask replaces a secret in descriptions and errors.
 const mask = "xxxxx"
 
-// minFragment is the shortest piece of a password that is scrubbed from
-// messages: a parser may quote any part of a malformed URL, so a password
-// is removed piece by piece, not only whole.
+// minFragment is the shortest piece of a password that a message may not
+// show: a parser may quote any part of a malformed URL, and a message with
+// such a piece is withheld whole (see scrub).
 const minFragment = 3
 
 // Describe returns raw with every password replaced by "xxxxx", for logs and
@@ -115,8 +116,10 @@ func plainUser(s string) bool {
 // whose value is a path).
 var secretKey = regexp.MustCompile(`(?i)[a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*`)
 
-// nextKey matches the start of the next libpq setting.
-var nextKey = regexp.MustCompile(`\s+[A-Za-z_]+\s*=`)
+// nextKey matches the start of the next libpq setting: a keyword libpq,
+// pgx or this package knows, so that an unquoted password with a space
+// and an '=' ("password=correct horse=battery") is masked whole.
+var nextKey = regexp.MustCompile(`\s+(?i:host|hostaddr|port|dbname|user|passfile|password_file|channel_binding|connect_timeout|client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|keepalives_interval|keepalives_count|tcp_user_timeout|replication|gssencmode|sslmode|requiressl|sslcompression|sslcert|sslkey|sslcertmode|sslrootcert|sslcrl|sslcrldir|sslsni|requirepeer|ssl_min_protocol_version|ssl_max_protocol_version|krbsrvname|gsslib|gssdelegation|service|target_session_attrs|load_balance_hosts|require_auth|sslnegotiation|pool_[a-z_]+|statement_cache_capacity|description_cache_capacity|default_query_exec_mode|table|schema|migrate|ca_file|cert_file|key_file|skip_verify)\s*=`)
 
 // conninfo matches a libpq key=value connection string.
 var conninfo = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
@@ -257,33 +260,33 @@ func userInfoPassword(raw string) string {
 	return pass
 }
 
-// scrub replaces in msg every piece of a secret of minFragment characters or
-// more, longest first, and a whole secret of any length.
+// scrub replaces in msg every whole secret (as written and unescaped) with
+// "xxxxx". When a piece of minFragment characters or more of a secret is
+// still there (a parser quoted part of a malformed URL), the whole message
+// is withheld: masking the piece alone would show which fragments the
+// password contains ("etcd://" printed as "exxxxx://").
 func scrub(msg string, secrets []string) string {
-	var pieces []string
-	seen := map[string]bool{}
-	for _, s := range secrets {
-		if !seen[s] {
-			seen[s] = true
-			pieces = append(pieces, s)
+	whole := slices.Clone(secrets)
+	sort.SliceStable(whole, func(i, j int) bool { return len(whole[i]) > len(whole[j]) })
+	for _, s := range whole {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, mask)
 		}
-		for n := len(s) - 1; n >= minFragment; n-- {
+	}
+	for _, s := range secrets {
+		for n := minFragment; n <= len(s); n++ {
 			for i := 0; i+n <= len(s); i++ {
-				if p := s[i : i+n]; !seen[p] {
-					seen[p] = true
-					pieces = append(pieces, p)
+				if strings.Contains(msg, s[i:i+n]) {
+					return withheld
 				}
 			}
 		}
 	}
-	sort.SliceStable(pieces, func(i, j int) bool { return len(pieces[i]) > len(pieces[j]) })
-	for _, p := range pieces {
-		if strings.Contains(msg, p) {
-			msg = strings.ReplaceAll(msg, p, mask)
-		}
-	}
 	return msg
 }
+
+// withheld stands for a message that quoted part of a password.
+const withheld = "the message was withheld: it quoted part of the store's password (check the URL's syntax, and percent-encode the password)"
 
 // RedactError returns err with every password of the store URL raw, and
 // every piece of one, replaced by "xxxxx". It keeps err's chain for
