@@ -69,7 +69,7 @@ func PostgresConfig(raw string, getenv func(string) string) (*pgxpool.Config, pg
 		return nil, pgstore.Options{}, fmt.Errorf("%w: %s is not a postgres:// URL", ErrBadURL, quoteDesc(desc))
 	}
 	cfg, opts, err := postgresConfig(raw, desc, &secrets, getenv)
-	return cfg, opts, redact(err, secrets)
+	return cfg, opts, redact(err, secrets, desc)
 }
 
 func postgresConfig(raw, desc string, secrets *[]string, getenv func(string) string) (*pgxpool.Config, pgstore.Options, error) {

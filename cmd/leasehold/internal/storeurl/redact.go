@@ -264,8 +264,9 @@ func userInfoPassword(raw string) string {
 // "xxxxx". When a piece of minFragment characters or more of a secret is
 // still there (a parser quoted part of a malformed URL), the whole message
 // is withheld: masking the piece alone would show which fragments the
-// password contains ("etcd://" printed as "exxxxx://").
-func scrub(msg string, secrets []string) string {
+// password contains ("etcd://" printed as "exxxxx://"). Pieces inside the
+// safe strings (the URL's description, already masked) do not count.
+func scrub(msg string, secrets []string, safe ...string) string {
 	whole := slices.Clone(secrets)
 	sort.SliceStable(whole, func(i, j int) bool { return len(whole[i]) > len(whole[j]) })
 	for _, s := range whole {
@@ -273,10 +274,16 @@ func scrub(msg string, secrets []string) string {
 			msg = strings.ReplaceAll(msg, s, mask)
 		}
 	}
+	rest := msg
+	for _, sf := range safe {
+		if sf != "" {
+			rest = strings.ReplaceAll(rest, sf, "")
+		}
+	}
 	for _, s := range secrets {
 		for n := minFragment; n <= len(s); n++ {
 			for i := 0; i+n <= len(s); i++ {
-				if strings.Contains(msg, s[i:i+n]) {
+				if strings.Contains(rest, s[i:i+n]) {
 					return withheld
 				}
 			}
@@ -305,14 +312,14 @@ func RedactError(err error, raw string) error {
 		}
 		err = &redactedError{msg: strings.Replace(err.Error(), ue.Error(), short, 1), err: err}
 	}
-	return redact(err, secretsOf(raw))
+	return redact(err, secretsOf(raw), Describe(raw))
 }
 
-func redact(err error, secrets []string) error {
+func redact(err error, secrets []string, safe ...string) error {
 	if err == nil {
 		return nil
 	}
-	msg := scrub(err.Error(), secrets)
+	msg := scrub(err.Error(), secrets, safe...)
 	if msg == err.Error() {
 		return err
 	}

@@ -144,7 +144,7 @@ func LoadRedisFunctions(ctx context.Context, raw string, getenv func(string) str
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)
 	desc = Describe(raw)
-	defer func() { err = redact(err, secrets) }()
+	defer func() { err = redact(err, secrets, desc) }()
 	scheme, _, _ := strings.Cut(raw, "://")
 	if s := strings.ToLower(scheme); s != "redis" && s != "rediss" && s != "unix" {
 		return desc, fmt.Errorf("%w: %q: want a redis://, rediss:// or unix:// URL", ErrBadURL, desc)

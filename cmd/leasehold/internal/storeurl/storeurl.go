@@ -122,7 +122,7 @@ func (o *Opened) Close() error {
 // Redact returns err with every secret of the URL (its password) replaced,
 // or nil for nil. Use it on any store error that reaches output.
 func (o *Opened) Redact(err error) error {
-	return redact(err, o.secrets)
+	return redact(err, o.secrets, o.Desc)
 }
 
 // Open parses raw and opens the store it names. A Redis store is not
@@ -145,7 +145,7 @@ func OpenEnv(ctx context.Context, raw string, getenv func(string) string) (*Open
 	desc := Describe(raw)
 	o, err := open(ctx, raw, desc, &secrets, getenv)
 	if err != nil {
-		return nil, redact(err, secrets)
+		return nil, redact(err, secrets, desc)
 	}
 	o.Desc, o.secrets = desc, secrets
 	return o, nil
