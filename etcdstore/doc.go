@@ -168,10 +168,16 @@
 // equal to "absent" again; so a read without a guard also requires every
 // holder and waiter key to be no newer than the read.
 //
-// Errors: a request that gets no answer within Options.RequestTimeout fails
-// with ErrUnavailable (a store failure, never contention); etcd's auth and
-// permission errors wrap leasehold.ErrMisconfigured; List skips locks it
-// cannot decode and reports them with leasehold.ErrBadEntry.
+// Errors (errors.go, one classification): a request that gets no answer
+// within Options.RequestTimeout, a refused or reset connection, gRPC
+// Unavailable or DeadlineExceeded and etcd's no-leader and timeout answers
+// are outages (ErrUnavailable, which matches leasehold.ErrUnavailable: the
+// only errors a FailOpen Locker fails open on); auth and permission errors
+// wrap leasehold.ErrAccessDenied; everything else, TLS handshake failures
+// (gRPC reports them as Unavailable; Open probes the handshake when its
+// first read times out), a TTL above etcd's maximum and any unclassified
+// error, wraps leasehold.ErrMisconfigured. List skips locks it cannot decode
+// and reports them with leasehold.ErrBadEntry.
 //
 // Not guaranteed: fences keep growing only while the cluster keeps its
 // revision history. Restoring an old snapshot, or rebuilding the cluster from
