@@ -147,3 +147,49 @@ func TestOutageFailsOpen(t *testing.T) {
 		})
 	}
 }
+
+// Cluster and Sentinel clients fail closed on configuration errors too.
+func TestMisconfigurationNeverFailsOpenClusterSentinel(t *testing.T) {
+	cl := testredis.StartCluster(t, 3)
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		if err := c.ConfigSet(t.Context(), "requirepass", "right-pass-123").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := testredis.StartSentinel(t, testredis.SentinelOptions{})
+	master := redis.NewClient(&redis.Options{Addr: g.Master.Addr})
+	t.Cleanup(func() { _ = master.Close() })
+	if err := master.ConfigSet(t.Context(), "requirepass", "right-pass-123").Err(); err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(web.Close)
+	webAddr := strings.TrimPrefix(web.URL, "http://")
+	for _, tc := range []struct {
+		name string
+		c    redisstore.Client
+		want error
+	}{
+		{"Cluster wrong password", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Password: "wrong-pass-456", MaxRedirects: 1}), leasehold.ErrAccessDenied},
+		{"Cluster no password", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 1}), leasehold.ErrAccessDenied},
+		{"Cluster seed that is not Redis", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{webAddr}, MaxRedirects: 1}), leasehold.ErrMisconfigured},
+		{"Sentinel master with a password the sentinels lack", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: g.Sentinels, Password: "wrong-pass-456"}), leasehold.ErrMisconfigured},
+		{"Sentinel unknown master name", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "nosuchmaster", SentinelAddrs: g.Sentinels, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
+		{"Sentinel address that is not Redis", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{webAddr}, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { _ = tc.c.(interface{ Close() error }).Close() })
+			l, err := failOpenAcquire(t, tc.c)
+			if l != nil {
+				t.Fatalf("expected no lease, got one (degraded %v)", l.Degraded())
+			}
+			if !errors.Is(err, tc.want) || errors.Is(err, leasehold.ErrUnavailable) {
+				t.Fatalf("expected %v (and not ErrUnavailable), got %v", tc.want, err)
+			}
+			if strings.Contains(err.Error(), "pass-") {
+				t.Fatalf("the error shows a password: %v", err)
+			}
+		})
+	}
+}
