@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -14,8 +15,7 @@ import (
 const mask = "xxxxx"
 
 // minFragment is the shortest piece of a password that a message may not
-// show: a parser may quote any part of a malformed URL, and a message with
-// such a piece is withheld whole (see scrub).
+// show: a parser may quote any part of a malformed URL (see scrub).
 const minFragment = 3
 
 // Describe returns raw with every password replaced by "xxxxx", for logs and
@@ -261,11 +261,12 @@ func userInfoPassword(raw string) string {
 }
 
 // scrub replaces in msg every whole secret (as written and unescaped) with
-// "xxxxx". When a piece of minFragment characters or more of a secret is
-// still there (a parser quoted part of a malformed URL), the whole message
-// is withheld: masking the piece alone would show which fragments the
-// password contains ("etcd://" printed as "exxxxx://"). Pieces inside the
-// safe strings (the URL's description, already masked) do not count.
+// "xxxxx". A parser may quote part of a malformed URL, so pieces of
+// minFragment characters or more are masked as well, but never inside the
+// safe strings (the URL's masked description, the list of supported URLs),
+// and a quoted string that holds a piece is masked whole: masking a piece
+// of fixed text would show which fragments the password contains
+// ("etcd://" printed as "exxxxx://").
 func scrub(msg string, secrets []string, safe ...string) string {
 	whole := slices.Clone(secrets)
 	sort.SliceStable(whole, func(i, j int) bool { return len(whole[i]) > len(whole[j]) })
@@ -274,26 +275,64 @@ func scrub(msg string, secrets []string, safe ...string) string {
 			msg = strings.ReplaceAll(msg, s, mask)
 		}
 	}
-	rest := msg
+	pieces := fragments(secrets)
+	if !containsAny(msg, pieces) {
+		return msg
+	}
+	// Set the safe strings aside behind NUL-delimited placeholders.
+	safe = append(safe, Supported)
+	var kept []string
 	for _, sf := range safe {
-		if sf != "" {
-			rest = strings.ReplaceAll(rest, sf, "")
+		if sf != "" && strings.Contains(msg, sf) {
+			msg = strings.ReplaceAll(msg, sf, "\x00"+strconv.Itoa(len(kept))+"\x00")
+			kept = append(kept, sf)
 		}
 	}
-	for _, s := range secrets {
-		for n := minFragment; n <= len(s); n++ {
-			for i := 0; i+n <= len(s); i++ {
-				if strings.Contains(rest, s[i:i+n]) {
-					return withheld
-				}
-			}
+	msg = quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		if containsAny(q, pieces) {
+			return q[:1] + mask + q[len(q)-1:]
 		}
+		return q
+	})
+	for _, p := range pieces {
+		msg = strings.ReplaceAll(msg, p, mask)
+	}
+	for i, sf := range kept {
+		msg = strings.ReplaceAll(msg, "\x00"+strconv.Itoa(i)+"\x00", sf)
 	}
 	return msg
 }
 
-// withheld stands for a message that quoted part of a password.
-const withheld = "the message was withheld: it quoted part of the store's password (check the URL's syntax, and percent-encode the password)"
+// quoted matches a double- or single-quoted string in a message.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
+
+// fragments returns the pieces of minFragment characters or more of the
+// secrets, longest first.
+func fragments(secrets []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range secrets {
+		for n := len(s); n >= minFragment; n-- {
+			for i := 0; i+n <= len(s); i++ {
+				if p := s[i : i+n]; !seen[p] {
+					seen[p] = true
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+func containsAny(s string, pieces []string) bool {
+	for _, p := range pieces {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // RedactError returns err with every password of the store URL raw, and
 // every piece of one, replaced by "xxxxx". It keeps err's chain for
