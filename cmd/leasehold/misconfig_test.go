@@ -32,6 +32,7 @@ func expectConfigExit(t *testing.T, url string, want int, secret string, all boo
 		{"release", "e2e:misconfig", "--force"},
 		{"permits", "e2e:misconfig"},
 		{"leader", "e2e:misconfig"},
+		{"elect", "--key", "e2e:misconfig", "--", "sh", "-c", "touch " + marker},
 	}
 	if !all {
 		commands = [][]string{commands[0], commands[2]}

@@ -177,6 +177,8 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 		return nil
 	case ctx.Err() != nil:
 		return Exit(ExitFailure, "interrupted; resigned from %q", o.key)
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return misconfigured(st.Desc, fmt.Errorf("elect %q: %w", o.key, st.Redact(err)))
 	}
 	return Exit(ExitFailure, "elect %q: %v", o.key, st.Redact(err))
 }
