@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -400,5 +403,34 @@ func TestRunLimit(t *testing.T) {
 	}
 	if most != 2 || len(fences) != 4 {
 		t.Fatalf("expected at most and at least 2 runs at once and 4 fences, got %d at once, %d fences", most, len(fences))
+	}
+}
+
+// The metrics server closes an idle keep-alive connection (IdleTimeout), so
+// idle clients cannot pile up connections for the whole run.
+func TestMetricsServerClosesIdleConnections(t *testing.T) {
+	srv := testredis.Start(t)
+	addr := "127.0.0.1:" + strconv.Itoa(testredis.FreePort(t))
+	log := filepath.Join(t.TempDir(), "log")
+	start(t, storeEnv(srv), "run", "--key", "e2e:idle", "--metrics-addr", addr, "--", "sh", "-c", "echo up >> "+log+"; sleep 60")
+	waitFor(t, 10*time.Second, "the command", func() bool { return strings.Contains(readFile(t, log), "up") })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Now idle: the server must close the connection well before 30 s.
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("expected the server to close the idle connection, got %v", err)
 	}
 }
