@@ -264,8 +264,8 @@ func userInfoPassword(raw string) string {
 // "xxxxx". A parser may quote part of a malformed URL, so pieces of
 // minFragment characters or more are masked as well, but never inside the
 // safe strings (the URL's masked description, the list of supported URLs),
-// and a quoted string that holds a piece is masked whole: masking a piece
-// of fixed text would show which fragments the password contains
+// and the whole quoted string or word that holds a piece is masked: masking
+// the piece alone would show which fragments the password contains
 // ("etcd://" printed as "exxxxx://").
 func scrub(msg string, secrets []string, safe ...string) string {
 	whole := slices.Clone(secrets)
@@ -294,14 +294,20 @@ func scrub(msg string, secrets []string, safe ...string) string {
 		}
 		return q
 	})
-	for _, p := range pieces {
-		msg = strings.ReplaceAll(msg, p, mask)
-	}
+	msg = word.ReplaceAllStringFunc(msg, func(w string) string {
+		if containsAny(w, pieces) {
+			return mask
+		}
+		return w
+	})
 	for i, sf := range kept {
 		msg = strings.ReplaceAll(msg, "\x00"+strconv.Itoa(i)+"\x00", sf)
 	}
 	return msg
 }
+
+// word matches a run of characters without white space.
+var word = regexp.MustCompile(`\S+`)
 
 // quoted matches a double- or single-quoted string in a message.
 var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
