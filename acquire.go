@@ -267,9 +267,10 @@ func (a *attempt) gaveUp() error {
 // failed handles a store failure: it cleans up whatever the store may have
 // applied (an acquire whose reply was lost, our place in the queue), then
 // follows OnStoreError. A deadline after the store had shown another owner is
-// contention; without such an answer it is a store failure. Fail-open never
-// applies after another owner was seen, nor to a misconfigured store, nor
-// once ctx ended: the error then also matches ctx's error.
+// contention; without such an answer it is a store failure. Fail-open
+// applies only to an error the store marked ErrUnavailable (an outage), never
+// after another owner was seen, and never once ctx ended: the error then also
+// matches ctx's error.
 func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease, error) {
 	l, key := a.l, a.spec.key
 	l.background(ctx, a.ops, key, a.token)
@@ -285,7 +286,7 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 		}
 		return nil, joinErrors(serr, cerr)
 	}
-	if l.opts.OnStoreError != FailOpen || a.seen || errors.Is(err, ErrMisconfigured) {
+	if l.opts.OnStoreError != FailOpen || a.seen || !errors.Is(err, ErrUnavailable) {
 		return nil, serr
 	}
 	l.observe(Event{Kind: EventFailOpen, Key: key, Err: err, Permit: a.ops.permit()})

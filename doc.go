@@ -65,9 +65,12 @@
 //
 // FailClosed (the default) returns the store's error: nothing runs. FailOpen
 // returns a degraded, local-only lease (Degraded() == true, fence 0) and logs
-// one line saying that cross-replica races are now possible. Contention is
-// never turned into fail-open, and neither is a misconfigured store
-// (ErrMisconfigured). Use one Locker per risk class.
+// one line saying that cross-replica races are now possible, but only on an
+// error the store marked as an outage (ErrUnavailable: refused or reset
+// connection, timeout, a server loading or failing over). Contention, a
+// misconfigured store (ErrMisconfigured: credentials, permissions, TLS,
+// protocol, schema) and any error the store did not classify fail closed.
+// Use one Locker per risk class.
 //
 // # What is not guaranteed
 //

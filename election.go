@@ -230,8 +230,10 @@ func (o *observer) step(ctx context.Context, ch chan<- Leader) (time.Duration, b
 // Run takes part in the election until ctx ends: it campaigns, calls
 // OnStartedLeading while it leads, resigns when leadership ends, calls
 // OnStoppedLeading, and campaigns again. It never gives up after losing
-// leadership; store failures are logged and retried every WaitCap. When ctx
-// ends it resigns (so another candidate takes over at once), waits for every
+// leadership; store failures are logged and retried every WaitCap, except a
+// misconfigured store, which retrying cannot fix: Run returns its error
+// (wrapping ErrMisconfigured) when a campaign fails with one. When ctx ends
+// it resigns (so another candidate takes over at once), waits for every
 // callback, and returns ctx's error; it returns ErrLockerClosed when the
 // Locker closes.
 func (e *Election) Run(ctx context.Context) error {
@@ -258,7 +260,7 @@ func (e *Election) Run(ctx context.Context) error {
 				_ = e.Resign(context.WithoutCancel(ctx))
 			}
 			return ctx.Err()
-		case errors.Is(err, ErrLockerClosed):
+		case errors.Is(err, ErrLockerClosed), errors.Is(err, ErrMisconfigured):
 			return err
 		case err != nil:
 			e.l.opts.Logger.WarnContext(ctx, "leasehold: election campaign failed", slog.String("locker", e.l.opts.Name),

@@ -32,13 +32,30 @@ var (
 	// apart from contention.
 	ErrStore = errors.New("leasehold: store failure")
 
-	// ErrMisconfigured marks a store failure that retrying cannot fix and
-	// that is not an outage: wrong password, missing permission or ACL, wrong
-	// key type, cross-slot keys, a missing table or schema. Stores wrap such
-	// errors with it; the Locker never fails open on them (it fails closed,
-	// and the CLI exits 2 naming what to fix). It reaches the caller inside a
+	// ErrUnavailable marks a store failure positively known to be an outage
+	// of a reachable, correctly configured store: a refused or reset
+	// connection, a dial or request timeout, a connection closed after it
+	// had answered, a server that is loading or failing over. It is the only
+	// store failure on which a FailOpen Locker returns a degraded lease.
+	// Stores wrap such errors with it; it reaches the caller inside a
 	// *StoreError, so it matches ErrStore as well.
+	ErrUnavailable = errors.New("leasehold: store unavailable")
+
+	// ErrMisconfigured marks a store failure that retrying cannot fix and
+	// that is not an outage: wrong password, missing permission or ACL, a
+	// TLS handshake or certificate failure, a server that speaks another
+	// protocol, wrong key type, cross-slot keys, a missing table or schema,
+	// an argument the server refuses, and every error a store cannot
+	// classify. The Locker never fails open on it (nor on any error without
+	// ErrUnavailable), and the CLI exits 77 (credentials, permissions) or 78
+	// (other configuration) naming what to fix. It reaches the caller
+	// inside a *StoreError, so it matches ErrStore as well.
 	ErrMisconfigured = errors.New("leasehold: store misconfigured")
+
+	// ErrAccessDenied is the ErrMisconfigured of refused credentials or
+	// permissions (wrong password, no password, a role or ACL without the
+	// store's keys, a missing privilege). It matches ErrMisconfigured too.
+	ErrAccessDenied = fmt.Errorf("%w: access denied", ErrMisconfigured)
 
 	// ErrInvalidKey is returned for an empty, oversized or otherwise
 	// unusable key.

@@ -52,31 +52,35 @@ func TestDeadlineWithoutAnAnswerIsAStoreFailure(t *testing.T) {
 	})
 }
 
-func TestFailOpenOnAHungStoreButNeverWhenMisconfigured(t *testing.T) {
+// FailOpen applies only to an error the store marked as an outage
+// (ErrUnavailable); a configuration error and an error nobody classified
+// fail closed.
+func TestFailOpenOnlyOnAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()
 		l, rec, _ := newLocker(t, store, leasehold.Options{OnStoreError: leasehold.FailOpen})
-		// The store's own request timeout ends the call, not the caller's
-		// context (a caller whose context ended gets no lease).
-		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
-			return memstore.Fault{Delay: 300 * time.Millisecond, Err: context.DeadlineExceeded}
-		})
-		lease, err := l.TryAcquire(t.Context(), "hung")
+		store.SetDown(true)
+		lease, err := l.TryAcquire(t.Context(), "down")
 		if err != nil || !lease.Degraded() {
-			t.Fatalf("expected a degraded lease when the store gave no answer, got %v, %v", lease, err)
+			t.Fatalf("expected a degraded lease when the store is down, got %v, %v", lease, err)
 		}
 		_ = lease.Release(t.Context())
+		store.SetDown(false)
 
-		misconfigured := fmt.Errorf("%w: WRONGPASS invalid username-password pair", leasehold.ErrMisconfigured)
-		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
-			return memstore.Fault{Err: misconfigured}
-		})
-		lease, err = l.TryAcquire(t.Context(), "bad")
-		if lease != nil || !errors.Is(err, leasehold.ErrMisconfigured) || !errors.Is(err, leasehold.ErrStore) {
-			t.Fatalf("expected a misconfigured store to fail closed under FailOpen, got %v, %v", lease, err)
+		for _, fault := range []error{
+			fmt.Errorf("%w: WRONGPASS invalid username-password pair", leasehold.ErrMisconfigured),
+			errors.New("an error no store classified"),
+		} {
+			store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+				return memstore.Fault{Err: fault}
+			})
+			lease, err = l.TryAcquire(t.Context(), "bad")
+			if lease != nil || !errors.Is(err, fault) || !errors.Is(err, leasehold.ErrStore) {
+				t.Fatalf("expected %q to fail closed under FailOpen, got %v, %v", fault, lease, err)
+			}
 		}
 		if n := rec.count(leasehold.EventFailOpen); n != 1 {
-			t.Fatalf("expected exactly 1 fail-open (the hung store), got %d", n)
+			t.Fatalf("expected exactly 1 fail-open (the store that was down), got %d", n)
 		}
 	})
 }

@@ -45,7 +45,9 @@ const (
 	FailClosed StorePolicy = iota
 	// FailOpen returns a local-only lease with Degraded() == true and fence 0:
 	// goroutines of this process still exclude each other, but other replicas
-	// may run the same work. Contention never fails open.
+	// may run the same work, only when the store's error is an outage
+	// (ErrUnavailable). Contention, configuration errors and every error
+	// the store did not classify as an outage fail closed.
 	FailOpen
 )
 

@@ -2,7 +2,10 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -20,6 +23,16 @@ const dialTimeout = 5 * time.Second
 // client. The client logs nothing.
 func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error) {
 	return open(ctx, clientv3.Config{Endpoints: endpoints}, opts)
+}
+
+// OpenConfig is Open with a client configuration of the caller's: its
+// endpoints, credentials and TLS. Errors of Open, OpenURL and OpenConfig
+// are classified as the Store's are: leasehold.ErrAccessDenied for refused
+// credentials or permissions, leasehold.ErrUnavailable for an outage, and
+// leasehold.ErrMisconfigured for anything else (TLS, a port that does not
+// speak etcd).
+func OpenConfig(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
+	return open(ctx, cfg, opts)
 }
 
 // OpenURL opens the store named by a URL of the form
@@ -113,7 +126,7 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, openError("connect to "+strings.Join(cfg.Endpoints, ","), err)
 	}
 	// A linearizable read proves a quorum answers (and that auth works, for
 	// a user whose role covers the prefix only).
@@ -123,7 +136,10 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	}
 	if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
 		_ = cli.Close()
-		return nil, fmt.Errorf("etcdstore: etcd at %s does not answer: %w", strings.Join(cfg.Endpoints, ","), err)
+		if perr := probeTLS(cfg); perr != nil {
+			err = perr
+		}
+		return nil, openError("etcd at "+strings.Join(cfg.Endpoints, ",")+" does not answer", err)
 	}
 	s, err := New(cli, opts)
 	if err != nil {
@@ -133,3 +149,62 @@ func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error
 	s.owned = true
 	return s, nil
 }
+
+// openError wraps an error of Open with its classification.
+func openError(what string, err error) error {
+	if class := classify(err); class != nil {
+		return fmt.Errorf("etcdstore: %s: %w: %w%s", what, class, err, hint(err))
+	}
+	return fmt.Errorf("etcdstore: %s: %w", what, err)
+}
+
+// probeTLS explains a first read that failed: gRPC reports a failed TLS
+// handshake as a connection it keeps retrying, so the read only times out.
+// probeTLS dials the first endpoint and shakes hands as the client would
+// (with cfg.TLS), or, without TLS, checks whether the port speaks TLS. It
+// returns the handshake's error, or nil when the probe proves nothing (no
+// connection, a handshake that worked or got no answer).
+func probeTLS(cfg clientv3.Config) error {
+	ep := cfg.Endpoints[0]
+	if i := strings.Index(ep, "://"); i >= 0 {
+		ep = ep[i+3:]
+	}
+	host, _, err := net.SplitHostPort(ep)
+	if err != nil {
+		return nil
+	}
+	d := net.Dialer{Timeout: probeTimeout}
+	conn, err := d.Dial("tcp", ep)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	tc := &tls.Config{InsecureSkipVerify: true} // only to learn whether the port speaks TLS
+	if cfg.TLS != nil {
+		tc = cfg.TLS.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName = host
+		}
+	}
+	c := tls.Client(conn, tc)
+	err = c.Handshake()
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil
+	case err != nil && cfg.TLS != nil:
+		return fmt.Errorf("TLS handshake with %s: %w", ep, err)
+	case err == nil && cfg.TLS == nil:
+		return fmt.Errorf("%s speaks TLS (https): use etcds:// with its CA", ep)
+	case err == nil && c.ConnectionState().Version == tls.VersionTLS13:
+		// TLS 1.3 refuses a client certificate after the handshake.
+		if _, err := c.Read(make([]byte, 1)); err != nil && strings.Contains(err.Error(), "remote error: tls:") {
+			return fmt.Errorf("TLS with %s: %w", ep, err)
+		}
+	}
+	return nil
+}
+
+// probeTimeout bounds each step of probeTLS.
+const probeTimeout = 2 * time.Second

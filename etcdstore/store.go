@@ -11,7 +11,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -25,8 +24,8 @@ var (
 	ErrInvalidOptions = errors.New("etcdstore: invalid options")
 	// ErrUnavailable wraps the error of a request that did not finish within
 	// Options.RequestTimeout: no member answered, or the cluster has no
-	// quorum or no leader.
-	ErrUnavailable = errors.New("etcdstore: etcd unavailable")
+	// quorum or no leader. It matches leasehold.ErrUnavailable (an outage).
+	ErrUnavailable = fmt.Errorf("etcdstore: etcd unavailable: %w", leasehold.ErrUnavailable)
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -140,29 +139,6 @@ func (s *Store) begin(ctx context.Context) (context.Context, context.CancelFunc,
 
 // errTimeout is the cause of an operation context that hit RequestTimeout.
 var errTimeout = errors.New("request timeout")
-
-// misconfigured are the etcd errors that retrying cannot fix: wrong
-// credentials, a role without the prefix, a transaction over the server's
-// --max-txn-ops.
-var misconfigured = []error{
-	rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrInvalidAuthToken,
-	rpctypes.ErrUserEmpty, rpctypes.ErrTooManyOps,
-}
-
-// wrap makes err the error of op on key. It marks it ErrUnavailable when the
-// request timeout (not the caller's context) ended it, and
-// leasehold.ErrMisconfigured for auth and permission errors.
-func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
-	if errors.Is(context.Cause(ctx), errTimeout) {
-		return fmt.Errorf("etcdstore: %s %q: %w: no answer within %v: %w", op, key, ErrUnavailable, s.timeout, err)
-	}
-	for _, m := range misconfigured {
-		if errors.Is(err, m) {
-			return fmt.Errorf("etcdstore: %s %q: %w: %w", op, key, leasehold.ErrMisconfigured, err)
-		}
-	}
-	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
-}
 
 // Layout (docs/etcd.md): the lock on key K is P+K, a waiter with token T is
 // P+K+"\x00"+T, and [P+K, P+K+"\x01") is exactly the lock and its queue.

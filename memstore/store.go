@@ -12,7 +12,7 @@ package memstore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -25,11 +25,14 @@ import (
 // Injected failures. Both are store failures to a Locker (they match neither
 // ErrNotAcquired nor ErrNotOwned).
 var (
-	// ErrUnavailable is returned while the store is down.
-	ErrUnavailable = errors.New("memstore: store unavailable")
+	// ErrUnavailable is returned while the store is down. It wraps
+	// leasehold.ErrUnavailable: an outage, on which a FailOpen Locker
+	// fails open.
+	ErrUnavailable = fmt.Errorf("memstore: store unavailable: %w", leasehold.ErrUnavailable)
 	// ErrReplyLost is returned when a fault dropped the reply of an
-	// operation the store did apply.
-	ErrReplyLost = errors.New("memstore: reply lost")
+	// operation the store did apply; like a request timeout, it is an outage
+	// (it wraps leasehold.ErrUnavailable).
+	ErrReplyLost = fmt.Errorf("memstore: reply lost: %w", leasehold.ErrUnavailable)
 )
 
 // Op names a store operation, for fault injection.

@@ -126,6 +126,19 @@
 // needs CREATE on the schema. With MigrateNever a role needs only SELECT,
 // INSERT, UPDATE, DELETE on the lock and waiter tables, SELECT, UPDATE on
 // the counter, and EXECUTE on the functions (granted to PUBLIC by default).
-// Missing objects or privileges are errors wrapping
+// For semaphores, also SELECT, INSERT, UPDATE, DELETE on the tables
+// Table+"_permits", "_permit_queue" and "_permit_limits". Missing privileges
+// and failed logins wrap leasehold.ErrAccessDenied, missing objects
 // leasehold.ErrMisconfigured.
+//
+// # Errors
+//
+// One classification (errors.go): SQLSTATE class 08, 53, shutdown and
+// startup (57P01-03, 57P05), statement and lock timeouts, a read-only
+// standby, and a refused, reset or timed-out dial or a connection lost after
+// it was established are outages (leasehold.ErrUnavailable, the only errors
+// a FailOpen Locker fails open on); everything else is a configuration
+// error: TLS, a server that does not speak PostgreSQL (a port that takes the
+// connection and never answers is not proven down), missing objects, any
+// unclassified error.
 package pgstore

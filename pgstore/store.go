@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -81,7 +82,9 @@ const (
 )
 
 // Options configure a Store. The zero value means the documented defaults.
-// Identifiers are used exactly as given (case-sensitive) and always quoted.
+// Schema and Table must match [a-z_][a-z0-9_]* and Channel
+// [a-z_][a-z0-9_.]* (what PostgreSQL folds an unquoted name to), so no name
+// can break out of the store's SQL whatever the quoting.
 type Options struct {
 	// Schema of the store's tables and functions. Default "public".
 	Schema string
@@ -238,8 +241,13 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("%w: pgstore: %s %q is %d bytes%s, PostgreSQL names are at most %d",
 				leasehold.ErrInvalidOptions, f.name, f.v, len(f.v), f.hint, maxIdentLen)
 		}
-		if strings.IndexByte(f.v, 0) >= 0 {
-			return fmt.Errorf("%w: pgstore: %s contains a NUL byte", leasehold.ErrInvalidOptions, f.name)
+	}
+	for _, f := range []struct {
+		name, v string
+		re      *regexp.Regexp
+	}{{"Schema", o.Schema, identRE}, {"Table", o.Table, identRE}, {"Channel", o.Channel, channelRE}} {
+		if !f.re.MatchString(f.v) {
+			return fmt.Errorf("%w: pgstore: %s %q must match %s", leasehold.ErrInvalidOptions, f.name, f.v, f.re)
 		}
 	}
 	switch {
@@ -269,6 +277,12 @@ func checkKey(key string) error {
 	return nil
 }
 
+// identRE and channelRE are the names Options accepts.
+var (
+	identRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
+)
+
 // micros converts a TTL to whole microseconds (PostgreSQL's resolution).
 func micros(ttl time.Duration) (int64, error) {
 	us := ttl.Microseconds()
@@ -276,30 +290,6 @@ func micros(ttl time.Duration) (int64, error) {
 		return 0, fmt.Errorf("%w: pgstore: TTL must be at least 1µs, got %v", leasehold.ErrInvalidOptions, ttl)
 	}
 	return us, nil
-}
-
-func storeErr(op, key string, err error) error {
-	return fmt.Errorf("pgstore: %s %q: %w", op, key, classify(err))
-}
-
-// classify marks the errors retrying cannot fix (a missing table or
-// function, a missing privilege, a failed login) with
-// leasehold.ErrMisconfigured, and bad rows with leasehold.ErrBadEntry.
-func classify(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	switch {
-	case pe.Code == "XX001": // data_corrupted, raised by the acquire function
-		return fmt.Errorf("%w: %w", leasehold.ErrBadEntry, err)
-	case pe.Code == "42P01", pe.Code == "42883", pe.Code == "3F000", pe.Code == "42703", // undefined table, function, schema, column
-		pe.Code == "42501",                     // insufficient privilege
-		pe.Code == "28P01", pe.Code == "28000", // failed login
-		pe.Code == "3D000": // no such database
-		return fmt.Errorf("%w: %w", leasehold.ErrMisconfigured, err)
-	}
-	return err
 }
 
 // retryable reports a serialization failure or a deadlock: under REPEATABLE

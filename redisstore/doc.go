@@ -79,10 +79,23 @@
 // the next fence comes from the server clock) or force-release the key, which
 // deletes an unusable fence key with the lock. A lock key without expiry is
 // reported the same way (delete it). List skips bad entries and reports them
-// with the good ones. Wrong or missing passwords, ACL refusals, a database
-// number that does not exist, WRONGTYPE and CROSSSLOT are errors wrapping
-// leasehold.ErrMisconfigured: retrying cannot fix them and the Locker never
-// fails open on them.
+// with the good ones.
+//
+// # Errors
+//
+// One classification (errors.go) decides every error: an outage wraps
+// leasehold.ErrUnavailable (a refused, reset or timed-out connection, a pool
+// timeout, a connection closed after the server had answered, LOADING,
+// READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, BUSY, NOREPLICAS), and only
+// an outage lets a FailOpen Locker fail open. Wrong or missing passwords and
+// ACL refusals wrap leasehold.ErrAccessDenied; everything else wraps
+// leasehold.ErrMisconfigured: a TLS handshake or verification failure, a
+// port that does not speak Redis (a plaintext client on a TLS port is closed
+// before the server ever answers), a database number that does not exist,
+// WRONGTYPE, CROSSSLOT, and any error not known to be an outage. New adds a
+// hook to the client that tells a failed handshake apart from an outage. A
+// TLS server that takes the connection and never answers the handshake is
+// not proven down, so it fails closed too.
 //
 // # What is not guaranteed
 //

@@ -1,29 +1,31 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/outage"
 )
 
-// misconfigured lists the Redis error prefixes that retrying cannot fix:
-// credentials, permissions, key types, cross-slot names, a database that
-// does not exist, a server without a command the store needs.
-var misconfigured = []string{"WRONGPASS", "NOAUTH", "NOPERM", "WRONGTYPE", "CROSSSLOT"}
+// outageReplies are the Redis error prefixes of a server that is up but
+// cannot serve for now: loading its data set, a replica during failover,
+// a Cluster resharding or without quorum, a long script.
+var outageReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS"}
 
-// misconfiguredText matches errors whose prefix is the generic ERR.
-var misconfiguredText = []string{
-	"DB index is out of range", "invalid DB index", "unknown command", "Unknown Redis command",
-	"can't run this command", "no permissions to", "NOPERM",
-}
+// credentialReplies are the Redis error prefixes of refused credentials or
+// permissions.
+var credentialReplies = []string{"WRONGPASS", "NOAUTH", "NOPERM"}
 
-// fail wraps an error of op on key: ErrBadEntry for an entry the scripts
-// cannot use (BADENTRY, WRONGTYPE), ErrMisconfigured for configuration
-// errors. The Locker wraps the result in a *StoreError.
+// fail wraps an error of op on key with what classify says. The Locker
+// wraps the result in a *StoreError.
 func (s *Store) fail(op, key string, err error) error {
 	switch {
 	case redis.HasErrorPrefix(err, "BADENTRY"):
@@ -32,31 +34,132 @@ func (s *Store) fail(op, key string, err error) error {
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return fmt.Errorf("redisstore: %s %q: %w: %w: %w (a Redis key under %s{...} holds another type: delete it or use another Prefix)",
 			op, key, leasehold.ErrMisconfigured, leasehold.ErrBadEntry, err, s.prefix)
-	case strings.Contains(err.Error(), "unauthenticated"):
-		return fmt.Errorf("redisstore: %s %q: %w: %w (the server requires a password)", op, key, leasehold.ErrMisconfigured, err)
-	case isMisconfigured(err):
-		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, leasehold.ErrMisconfigured, err)
+	}
+	if class := classify(err); class != nil {
+		return fmt.Errorf("redisstore: %s %q: %w: %w%s", op, key, class, err, hint(err))
 	}
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 
-func isMisconfigured(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+// classify is the one place where the store classifies Redis errors. It
+// returns leasehold.ErrUnavailable for an outage (see isOutage); nil for
+// the caller's cancellation and a closed client; leasehold.ErrAccessDenied
+// for refused credentials or permissions; and leasehold.ErrMisconfigured
+// for everything else (TLS, a server that speaks another protocol, a
+// database that does not exist, any error not known to be an outage).
+func classify(err error) error {
+	switch {
+	case isOutage(err):
+		return leasehold.ErrUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, redis.ErrClosed), errors.Is(err, ErrClosed):
+		return nil
+	case isCredentials(err):
+		return leasehold.ErrAccessDenied
+	}
+	return leasehold.ErrMisconfigured
+}
+
+// isOutage reports an error positively known to be an outage of a
+// reachable, correctly configured server: a refused or reset connection, a
+// timeout, a connection closed after its handshake, a pool that timed out,
+// or a server answer from outageReplies.
+func isOutage(err error) bool {
+	var hs *handshakeError
+	if errors.As(err, &hs) {
 		return false
 	}
-	for _, p := range misconfigured {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, p := range outageReplies {
+			if redis.HasErrorPrefix(err, p) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || outage.Net(err) || outage.Closed(err)
+}
+
+// isCredentials reports an error about credentials or permissions.
+func isCredentials(err error) bool {
+	for _, p := range credentialReplies {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
 	}
-	msg := rerr.Error()
-	for _, m := range misconfiguredText {
-		if strings.Contains(msg, m) {
-			return true
-		}
+	msg := err.Error()
+	return strings.Contains(msg, "unauthenticated") || strings.Contains(msg, "no permissions to")
+}
+
+// hint says what to check for a configuration error.
+func hint(err error) string {
+	var hs *handshakeError
+	switch {
+	case strings.Contains(err.Error(), "unauthenticated"):
+		return " (the server requires a password)"
+	case errors.As(err, &hs):
+		return " (" + hs.hint + ")"
 	}
-	return false
+	return ""
+}
+
+// handshakeError is a connection that was made but whose handshake failed:
+// a TLS handshake or verification error, or a server that closed a fresh
+// connection instead of answering HELLO. Neither is an outage.
+type handshakeError struct {
+	err  error
+	hint string
+}
+
+func (e *handshakeError) Error() string { return e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// handshakeHook marks handshake failures as handshakeError, for classify: a
+// dial error other than the TCP connection's own (*net.OpError) comes from
+// the TLS handshake, and a connection closed before the server ever
+// answered refused the protocol (a plaintext client on a TLS port) or the
+// client certificate (TLS 1.3 reports it after the handshake). Once
+// the server has answered, a closed connection is an outage.
+type handshakeHook struct {
+	answered atomic.Bool // the server answered a command
+}
+
+func (h *handshakeHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		var op *net.OpError
+		if err != nil && !errors.As(err, &op) && !errors.Is(err, context.Canceled) {
+			err = &handshakeError{err, "the TLS handshake failed or got no answer: check that the port speaks TLS (rediss://), the CA, the host name and the client certificate"}
+		}
+		return c, err
+	}
+}
+
+func (h *handshakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.check(next(ctx, cmd))
+	}
+}
+
+func (h *handshakeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.check(next(ctx, cmds))
+	}
+}
+
+// check notes an answer from the server, or marks a connection closed
+// before any answer.
+func (h *handshakeHook) check(err error) error {
+	var rerr redis.Error
+	switch {
+	case err == nil || errors.As(err, &rerr):
+		if !h.answered.Load() {
+			h.answered.Store(true)
+		}
+	case (outage.Closed(err) || errors.Is(err, syscall.ECONNRESET)) && !h.answered.Load():
+		return &handshakeError{err, "the server closed the connection before it ever answered: check that the port speaks Redis without TLS (redis://) or with TLS (rediss://), and the client certificate"}
+	}
+	return err
 }
 
 // isEntryError reports an error that concerns one entry, not the store.

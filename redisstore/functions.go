@@ -92,15 +92,19 @@ type FunctionLoader interface {
 // LoadFunctions loads Library into Redis with FUNCTION LOAD REPLACE. An
 // operator runs it once per server (and after every upgrade of leasehold),
 // with a user allowed FUNCTION; the service user then needs +fcall and
-// no +eval (Options.Functions). A refusal that retrying cannot fix (NOPERM:
-// the user may not run FUNCTION; WRONGPASS, NOAUTH) wraps
-// leasehold.ErrMisconfigured.
+// no +eval (Options.Functions). Errors are classified as the Store's are:
+// leasehold.ErrAccessDenied (NOPERM: the user may not run FUNCTION;
+// WRONGPASS, NOAUTH), leasehold.ErrUnavailable (an outage), or
+// leasehold.ErrMisconfigured (anything else).
 func LoadFunctions(ctx context.Context, c FunctionLoader) error {
 	err := c.FunctionLoadReplace(ctx, Library()).Err()
-	if err != nil && (isMisconfigured(err) || strings.Contains(err.Error(), "unauthenticated")) {
-		return fmt.Errorf("redisstore: FUNCTION LOAD: %w: %w", leasehold.ErrMisconfigured, err)
+	if err == nil {
+		return nil
 	}
-	return err
+	if class := classify(err); class != nil {
+		return fmt.Errorf("redisstore: FUNCTION LOAD: %w: %w%s", class, err, hint(err))
+	}
+	return fmt.Errorf("redisstore: FUNCTION LOAD: %w", err)
 }
 
 // fcaller is what Functions mode needs of the client.

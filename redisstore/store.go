@@ -130,7 +130,10 @@ type Store struct {
 }
 
 // New returns a Store over client. It does not contact Redis; the first
-// call does. Close the Store before the client.
+// call does. Close the Store before the client. When client has AddHook
+// (every go-redis client does), New adds a hook that marks a failed TLS or
+// protocol handshake of a new connection, so that the store never takes
+// one for an outage (see the package doc, "Errors").
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: client is nil", leasehold.ErrInvalidOptions)
@@ -159,6 +162,9 @@ func New(client Client, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: redisstore: Functions needs a client with FCall, got %T", leasehold.ErrInvalidOptions, client)
 		}
 		s.fcall = fc
+	}
+	if h, ok := client.(interface{ AddHook(redis.Hook) }); ok {
+		h.AddHook(&handshakeHook{})
 	}
 	s.notify.init(s)
 	return s, nil

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -432,5 +435,34 @@ func TestRunFlockFlags(t *testing.T) {
 	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
 	if code := holder.wait(10 * time.Second); code != 0 {
 		t.Errorf("holder: expected 0, got %d: %s", code, holder.stderr)
+	}
+}
+
+// The metrics server closes an idle keep-alive connection (IdleTimeout), so
+// idle clients cannot pile up connections for the whole run.
+func TestMetricsServerClosesIdleConnections(t *testing.T) {
+	srv := testredis.Start(t)
+	addr := "127.0.0.1:" + strconv.Itoa(testredis.FreePort(t))
+	log := filepath.Join(t.TempDir(), "log")
+	start(t, storeEnv(srv), "run", "--key", "e2e:idle", "--metrics-addr", addr, "--", "sh", "-c", "echo up >> "+log+"; sleep 60")
+	waitFor(t, 10*time.Second, "the command", func() bool { return strings.Contains(readFile(t, log), "up") })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Now idle: the server must close the connection well before 30 s.
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("expected the server to close the idle connection, got %v", err)
 	}
 }

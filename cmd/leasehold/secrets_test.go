@@ -65,8 +65,8 @@ func TestSetupRedisThenFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := "redis://svc@" + srv.Addr + "?functions=true&password_file=" + file
-	if code, out, errOut := lh(t, nil, "run", "--store", svc, "--key", "k", "--ttl", "5s", "--", "true"); code != 2 || !strings.Contains(errOut, "setup redis") {
-		t.Errorf("before setup: expected exit 2 naming setup redis, got %d\n%s%s", code, out, errOut)
+	if code, out, errOut := lh(t, nil, "run", "--store", svc, "--key", "k", "--ttl", "5s", "--", "true"); code != 78 || !strings.Contains(errOut, "setup redis") {
+		t.Errorf("before setup: expected exit 78 naming setup redis, got %d\n%s%s", code, out, errOut)
 	}
 	if code, out, errOut := lh(t, nil, "setup", "redis", "--store", srv.URL()); code != 0 || !strings.Contains(out, "loaded") {
 		t.Fatalf("setup redis: exit %d\n%s%s", code, out, errOut)
@@ -104,8 +104,8 @@ func TestSetupRedisRefusedIsConfiguration(t *testing.T) {
 		{"WRONGPASS", "redis://svc:QZJ-wrong@" + srv.Addr, "QZJ-wrong"},
 	} {
 		code, out, errOut := lh(t, nil, "setup", "redis", "--store", c.url)
-		if code != 2 || !strings.Contains(errOut, c.name) || !strings.Contains(errOut, "FUNCTION") {
-			t.Errorf("%s: expected exit 2 naming %s and FUNCTION, got %d\n%s%s", c.name, c.name, code, out, errOut)
+		if code != 77 || !strings.Contains(errOut, c.name) || !strings.Contains(errOut, "FUNCTION") {
+			t.Errorf("%s: expected exit 77 naming %s and FUNCTION, got %d\n%s%s", c.name, c.name, code, out, errOut)
 		}
 		checkNoPiece(t, c.name, c.pw, out+errOut)
 	}

@@ -100,10 +100,10 @@ func TestPasswordNeverPrinted(t *testing.T) {
 
 func TestHelpDocumentsEverything(t *testing.T) {
 	for cmd, wants := range map[string][]string{
-		"run":       {"--key", "--ttl", "--wait", "--renew-every", "--max-renew-failures", "--on-store-error", "--grace", "--metrics-addr", "LEASEHOLD_KEY", "LEASEHOLD_TOKEN", "LEASEHOLD_FENCE", "LEASEHOLD_DEGRADED", "75", "69", "79", "--store", "--json"},
-		"inspect":   {"remaining_ms", "facts", "token", "fence"},
-		"ls":        {"remaining_ms", "PREFIX"},
-		"release":   {"--token", "--force", "lock not owned"},
+		"run":       {"--key", "--ttl", "--wait", "--renew-every", "--max-renew-failures", "--on-store-error", "--grace", "--metrics-addr", "LEASEHOLD_KEY", "LEASEHOLD_TOKEN", "LEASEHOLD_FENCE", "LEASEHOLD_DEGRADED", "75", "69", "77", "78", "79", "--store", "--json"},
+		"inspect":   {"remaining_ms", "facts", "token", "fence", "69", "77", "78"},
+		"ls":        {"remaining_ms", "PREFIX", "69", "77", "78"},
+		"release":   {"--token", "--force", "lock not owned", "69", "77", "78"},
 		"calibrate": {"--p99", "--jitter", "--guard", "--slo", "--samples", "--renew-timeout", "--max-failures", "worst_takeover_ms", "verdict"},
 		"bench":     {"--duration", "--concurrency", "--waiters", "cycles_per_sec", "handoff"},
 	} {

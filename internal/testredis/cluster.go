@@ -2,6 +2,7 @@ package testredis
 
 import (
 	"context"
+	"crypto/tls"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -21,6 +22,19 @@ type Cluster struct {
 // cluster_state:ok, and stops them in t.Cleanup.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return startCluster(tb, n, nil)
+}
+
+// StartClusterTLS is StartCluster with TLS only, on the client and the
+// cluster bus: every node serves certFile and keyFile (signed by caFile) and
+// asks no client certificate.
+func StartClusterTLS(tb testing.TB, n int, caFile, certFile, keyFile string) *Cluster {
+	tb.Helper()
+	return startCluster(tb, n, &[3]string{caFile, certFile, keyFile})
+}
+
+func startCluster(tb testing.TB, n int, tlsFiles *[3]string) *Cluster {
+	tb.Helper()
 	if n < 3 {
 		tb.Fatalf("testredis: a cluster needs at least 3 masters, got %d", n)
 	}
@@ -29,20 +43,35 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		tb.Fatalf("redis-cli not found: run `make test` or scripts/install-test-deps.sh (Debian package redis-tools)")
 	}
 	c := &Cluster{}
+	var cliTLS []string
+	var clientTLS *tls.Config
 	for range n {
-		c.Nodes = append(c.Nodes, Start(tb,
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000", "--cluster-port", strconv.Itoa(FreePort(tb))))
+		args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--cluster-port", strconv.Itoa(FreePort(tb))}
+		if tlsFiles == nil {
+			c.Nodes = append(c.Nodes, Start(tb, args...))
+			continue
+		}
+		args = append(args, "--tls-cluster", "yes", "--tls-ca-cert-file", tlsFiles[0])
+		c.Nodes = append(c.Nodes, StartTLS(tb, tlsFiles[1], tlsFiles[2], args...))
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	if tlsFiles != nil {
+		cliTLS = []string{"--tls", "--cacert", tlsFiles[0]}
+		// Readiness only: the tests check the certificates (a node may
+		// serve one for another host name on purpose).
+		clientTLS = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // see above
+	}
+	args := append(append([]string{"--cluster", "create"}, c.Addrs()...), cliTLS...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(cctx, cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range c.Nodes {
-		nc := redis.NewClient(&redis.Options{Addr: s.Addr})
+		nc := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: clientTLS})
 		for {
 			info, err := nc.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {

@@ -30,6 +30,10 @@ type Files struct {
 	// ClientCert and ClientKey are a client certificate (common name
 	// "leasehold-client") for mutual TLS.
 	ClientCert, ClientKey string
+	// OtherHostCert and OtherHostKey are a server certificate of the same CA
+	// for the name "other.example" only: a client that dials a loopback
+	// address must refuse it (host-name mismatch).
+	OtherHostCert, OtherHostKey string
 }
 
 var serial atomic.Int64
@@ -58,7 +62,7 @@ func New(tb testing.TB) Files {
 	f := Files{CA: filepath.Join(dir, "ca.crt")}
 	writePEM(tb, f.CA, "CERTIFICATE", caDER)
 
-	leaf := func(name string, usage []x509.ExtKeyUsage, hosts bool) (string, string) {
+	leaf := func(name string, usage []x509.ExtKeyUsage, hosts bool, dnsNames ...string) (string, string) {
 		key := newKey(tb)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial.Add(1)),
@@ -72,6 +76,7 @@ func New(tb testing.TB) Files {
 			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 			tmpl.DNSNames = []string{"localhost"}
 		}
+		tmpl.DNSNames = append(tmpl.DNSNames, dnsNames...)
 		cert, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 		writePEM(tb, cert, "CERTIFICATE", create(tb, tmpl, ca, key, caKey))
 		kder, err := x509.MarshalPKCS8PrivateKey(key)
@@ -85,6 +90,7 @@ func New(tb testing.TB) Files {
 	// the server certificate is good for client authentication too.
 	f.ServerCert, f.ServerKey = leaf("server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true)
 	f.ClientCert, f.ClientKey = leaf("leasehold-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false)
+	f.OtherHostCert, f.OtherHostKey = leaf("other-host", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, false, "other.example")
 	return f
 }
 

@@ -127,8 +127,8 @@ release{…}}, handoff{waiters, handoffs, reacquired_by_releaser, errors,
 latency{p50_ms, p90_ms, p99_ms, max_ms}, min_acquisitions_per_waiter,
 max_acquisitions_per_waiter}.
 
-Exit status: 0, 69 when every operation failed (store unavailable), 2 on bad
-usage.`,
+Exit status: 0, 69 when every operation failed (store unavailable), 77/78
+when the store refuses the credentials or is misconfigured, 2 on bad usage.`,
 		Example: `  leasehold bench --store redis://127.0.0.1:6379 --duration 5s --concurrency 1,16
   leasehold bench --store memory --json
   leasehold bench --contention --replicas 8 --processes --redis redis://127.0.0.1:6379`,
@@ -202,6 +202,9 @@ func (a *App) bench(ctx context.Context, o *benchOpts) error {
 		out.Handoff = h
 	}
 	if total > 0 && failed == total {
+		if errors.Is(firstErr, leasehold.ErrMisconfigured) {
+			return misconfigured(st.Desc, "bench: every operation failed: ", st.Redact(firstErr))
+		}
 		return Exit(ExitUnavailable, "bench: every operation failed; store %s unavailable: %v", st.Desc, st.Redact(firstErr))
 	}
 	if firstErr != nil {

@@ -4,8 +4,10 @@
 // Exit statuses are part of the interface (see ExitOK and the rest): 0 on
 // success, 2 for bad usage or input with a message saying what to fix, and
 // for run the child's own status, 75 when the lock was not acquired in time,
-// 69 when the store is unavailable under fail-closed and 79 when the lease
-// ended while the command ran.
+// 69 when the store is unavailable under fail-closed, 77 when the store
+// refused the credentials or permissions, 78 for other store configuration
+// errors (in every command that opens a store) and 79 when the lease ended
+// while the command ran.
 package cli
 
 import (
@@ -37,6 +39,13 @@ const (
 	// ExitUnavailable (EX_UNAVAILABLE): the store could not be reached
 	// (fail-closed: the command did not run).
 	ExitUnavailable = 69
+	// ExitNoPerm (EX_NOPERM): the store refused the credentials or
+	// permissions (wrong password, a role or ACL without the prefix).
+	ExitNoPerm = 77
+	// ExitConfig (EX_CONFIG): other store configuration is wrong (TLS, a
+	// port that speaks another protocol, a missing table or schema, an
+	// argument the store refuses, an error not known to be an outage).
+	ExitConfig = 78
 	// ExitNotAcquired (EX_TEMPFAIL): another owner held the lock for the
 	// whole --wait.
 	ExitNotAcquired = 75
@@ -135,12 +144,28 @@ func (a *App) Execute(ctx context.Context, root *cobra.Command, args []string) (
 		ee = &ExitError{Code: ExitUsage, Err: err, usage: true}
 	}
 	if ee.Err != nil {
-		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(ee.Err.Error(), "leasehold: "))
+		fmt.Fprintf(a.Stderr, "leasehold: %s\n", strings.TrimPrefix(redactArgs(ee.Err, args).Error(), "leasehold: "))
 		if ee.usage && cmd != nil {
 			fmt.Fprintf(a.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
 	return ee.Code
+}
+
+// redactArgs removes from err the password of every argument that looks
+// like a store URL: cobra quotes a misplaced positional argument (`inspect
+// KEY redis://u:PW@h`, `leasehold redis://u:PW@h`) in its usage errors.
+func redactArgs(err error, args []string) error {
+	for _, arg := range args {
+		if strings.Contains(arg, "://") || strings.Contains(arg, "=") {
+			_, v, _ := strings.Cut(arg, "--store=")
+			if v == "" {
+				v = arg
+			}
+			err = storeurl.RedactError(err, v)
+		}
+	}
+	return err
 }
 
 // Root returns the leasehold command with every subcommand.
@@ -175,6 +200,9 @@ Exit statuses:
   1   the operation failed (no such lock, lock not owned, SLO impossible)
   2   bad usage or input; the message says what to fix
   69  store unavailable (run under fail-closed: the command did not run)
+  77  the store refused the credentials or permissions (nothing ran)
+  78  other store configuration: TLS, a port that speaks another protocol,
+      a missing table or schema, an unclassified store error (nothing ran)
   75  run: not acquired within --wait
   79  run: the lease was lost, abandoned or expired while the command ran
   126/127  run: the command could not be executed / was not found
@@ -247,6 +275,8 @@ func (a *App) openStore(ctx context.Context, cmdName string, shared bool) (*stor
 	switch {
 	case errors.Is(err, storeurl.ErrUnavailable):
 		return nil, &ExitError{Code: ExitUnavailable, Err: &unavailableError{cmd: cmdName, desc: storeurl.Describe(raw), err: err}}
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return nil, misconfigured(storeurl.Describe(raw), "", err)
 	case errors.Is(err, storeurl.ErrBadURL):
 		return nil, usage("--store: %v", err)
 	case err != nil: // the store refused or a file the URL names is unusable
@@ -285,7 +315,7 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 	case errors.Is(err, context.Canceled):
 		return Exit(ExitFailure, "%s: interrupted", what)
 	case errors.Is(err, leasehold.ErrMisconfigured):
-		return Exit(ExitUnavailable, "%s: store %s refused the request: %s; fix the store URL or the store's configuration", what, o.Desc, storeSays(o.Desc, err))
+		return misconfigured(o.Desc, what+": ", err)
 	}
 	return Exit(ExitUnavailable, "%s: store %s unavailable: %s", what, o.Desc, storeSays(o.Desc, err))
 }
@@ -316,6 +346,17 @@ func storeSays(desc string, err error) string {
 // isRedisURL reports whether desc is a redis:// or rediss:// URL.
 func isRedisURL(desc string) bool {
 	return strings.HasPrefix(desc, "redis://") || strings.HasPrefix(desc, "rediss://")
+}
+
+// misconfigured is the exit of a store that refused us or failed in a way
+// not known to be an outage: ExitNoPerm for credentials and permissions,
+// ExitConfig for the rest. what prefixes the message ("" or `acquire "k": `);
+// err must be redacted.
+func misconfigured(desc, what string, err error) error {
+	if errors.Is(err, leasehold.ErrAccessDenied) {
+		return Exit(ExitNoPerm, "%sstore %s refused the credentials or permissions: %s; fix the URL's user and password or the user's grants (nothing ran)", what, desc, storeSays(desc, err))
+	}
+	return Exit(ExitConfig, "%sstore %s is misconfigured: %s; fix the store URL or the store's configuration (nothing ran)", what, desc, storeSays(desc, err))
 }
 
 // logger returns the slog logger for lockers: warnings and errors on stderr,

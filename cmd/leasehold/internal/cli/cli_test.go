@@ -93,3 +93,21 @@ func TestDrillExitStatuses(t *testing.T) {
 		t.Fatalf("expected the unfenced drill to fail with exit 1, got %d: %s", code, out)
 	}
 }
+
+// A store URL given where a positional argument goes is never echoed with
+// its password.
+func TestPositionalStoreURLRedacted(t *testing.T) {
+	for _, args := range [][]string{
+		{"inspect", "k", "redis://u:QZJsecretVK@127.0.0.1:1"},
+		{"redis://u:QZJsecretVK@127.0.0.1:1"},
+		{"ls", "a", "etcd://u:QZJsecretVK@127.0.0.1:1"},
+	} {
+		code, stdout, errOut := runMain(t, args...)
+		if code != ExitUsage {
+			t.Errorf("%q: expected exit %d, got %d: %s", args, ExitUsage, code, errOut)
+		}
+		if strings.Contains(stdout+errOut, "QZJ") || strings.Contains(stdout+errOut, "secret") {
+			t.Errorf("%q: the output shows the password: %s%s", args, stdout, errOut)
+		}
+	}
+}

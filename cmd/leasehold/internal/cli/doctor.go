@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 )
@@ -41,8 +42,9 @@ it saw, why it matters for a lock, and the exact fix. --json prints the same
 as one JSON object. doctor changes nothing on the server.
 
 Exit status: 0 when no check FAILed (WARN and SKIP lines included), 1 when
-at least one check FAILed, 69 when the store is unavailable, 2 on bad usage
-(the memory store, or a store that refused the user or password).`,
+at least one check FAILed, 69 when the store is unavailable, 77 when it
+refused the user or password, 78 for other store configuration, 2 on bad
+usage (the memory store).`,
 		Example: `  leasehold doctor --store redis://127.0.0.1:6379
   leasehold doctor --store 'postgres://leasehold@db:5432/app?sslmode=verify-full' --json`,
 		Args: cobra.NoArgs,
@@ -87,6 +89,8 @@ func (a *App) doctor(ctx context.Context, o doctor.Options) (string, []doctor.Re
 		switch {
 		case errors.Is(err, storeurl.ErrUnavailable):
 			return "", nil, &ExitError{Code: ExitUnavailable, Err: err}
+		case errors.Is(err, leasehold.ErrMisconfigured):
+			return "", nil, misconfigured(desc, "doctor: ", err)
 		case err != nil:
 			return "", nil, usage("--store: %v", err)
 		}
@@ -104,7 +108,7 @@ func (a *App) doctor(ctx context.Context, o doctor.Options) (string, []doctor.Re
 		rs, err = doctor.Redis(ctx, c, o)
 		switch {
 		case errors.Is(err, doctor.ErrRefused):
-			return "", nil, usage("doctor: %s refused the connection; check the user and password: %v", st.Desc, st.Redact(err))
+			return "", nil, Exit(ExitNoPerm, "doctor: store %s refused the credentials; check the user and password: %v", st.Desc, st.Redact(err))
 		case err != nil:
 			return "", nil, Exit(ExitUnavailable, "doctor: store %s unavailable: %v", st.Desc, st.Redact(err))
 		}

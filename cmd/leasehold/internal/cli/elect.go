@@ -22,7 +22,8 @@ func (a *App) leaderCmd() *cobra.Command {
 		Short: "Print who leads the election on KEY (its holder and fence); --watch streams changes",
 		Long: `leader prints the holder identity, fence and remaining TTL of the lease on KEY:
 the leader of 'leasehold elect' (or of any Election) on that key. Exit status 1
-when nobody leads. With --watch it prints one line (one JSON object with --json)
+when nobody leads, 69 when the store is unavailable, 77 when it refuses the
+credentials or permissions, 78 for other store configuration errors. With --watch it prints one line (one JSON object with --json)
 for every change, vacancies included, until interrupted.`,
 		Args: exactArgs(1, "KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -177,6 +178,8 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 		return nil
 	case ctx.Err() != nil:
 		return Exit(ExitFailure, "interrupted; resigned from %q", o.key)
+	case errors.Is(err, leasehold.ErrMisconfigured):
+		return misconfigured(st.Desc, fmt.Sprintf("elect %q: ", o.key), st.Redact(err))
 	}
 	if errors.Is(err, leasehold.ErrStore) {
 		return storeFailure(st, fmt.Sprintf("elect %q", o.key), err)

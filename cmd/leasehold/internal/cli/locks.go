@@ -83,7 +83,8 @@ permits held or waiters, inspect shows the semaphore instead, as
 token, holder identity, fence, remaining TTL) and the waiters.
 
 Exit status: 0 when a lock (or a permit) is held, 1 when none is, 69 when the
-store is unavailable, 2 on bad usage. The memory store is refused: it lives
+store is unavailable, 77 when it refuses the credentials or permissions, 78
+for other store configuration errors, 2 on bad usage. The memory store is refused: it lives
 inside one process and would always be empty.`,
 		Example: `  leasehold inspect scheduler:job:42 --store redis://127.0.0.1:6379
   leasehold inspect scheduler:job:42 --json | jq .fence`,
@@ -149,7 +150,8 @@ sorted by key. With --json it prints an array (empty when there are none).
 ` + lockFields + `
 
 Exit status: 0 (also when there are no locks), 69 when the store is
-unavailable, 2 on bad usage. The memory store is refused.`,
+unavailable, 77 when it refuses the credentials or permissions, 78 for other
+store configuration errors, 2 on bad usage. The memory store is refused.`,
 		Example: `  leasehold ls scheduler: --store redis://127.0.0.1:6379
   leasehold ls --json`,
 		Args: maxArgs(1, "one PREFIX"),
@@ -232,7 +234,8 @@ still rejects the old holder's writes.
 remaining_ms of the deleted lock.
 
 Exit status: 0 released, 1 not owned (with --token) or no lock held, 69 store
-unavailable, 2 bad usage (also: neither or both of --token and --force, or a
+unavailable, 77 credentials or permissions refused, 78 other store
+configuration, 2 bad usage (also: neither or both of --token and --force, or a
 store that cannot force-release). The memory store is refused.`,
 		Example: `  leasehold release scheduler:job:42 --token 3f2a…
   leasehold release scheduler:job:42 --force`,

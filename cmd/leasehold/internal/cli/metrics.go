@@ -53,7 +53,10 @@ func (m *metrics) serve(a *App, addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A scraper reconnects in no time; an idle or slow client must not hold
+	// a connection (and a goroutine) for the whole run.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

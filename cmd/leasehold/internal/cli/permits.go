@@ -19,7 +19,8 @@ every live permit (owner token, holder identity, fence, remaining TTL), and
 the number of waiters with the identity of the one at the head.
 
 Exit status: 0 when at least one permit is held, 1 when none is, 69 when the
-store is unavailable, 2 on bad usage.`,
+store is unavailable, 77 when it refuses the credentials or permissions, 78
+for other store configuration errors, 2 on bad usage.`,
 		Example: `  leasehold permits tenant:7:runs --store redis://127.0.0.1:6379
   leasehold permits tenant:7:runs --json | jq '.holders | length'`,
 		Args: exactArgs(1, "one KEY"),

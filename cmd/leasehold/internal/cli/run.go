@@ -105,6 +105,10 @@ Exit status:
        --conflict-exit-code)
   69   the store was unavailable and --on-store-error is fail-closed:
        COMMAND did not run
+  77   the store refused the credentials or permissions: COMMAND did not
+       run, also under fail-open
+  78   other store configuration (TLS, protocol, schema, an error not known
+       to be an outage): COMMAND did not run, also under fail-open
   79   the lease ended while COMMAND ran (lost to another owner, released by
        someone else, abandoned, expired locally, --max-hold reached: the
        message says which; COMMAND was stopped), or at release another owner
@@ -137,7 +141,7 @@ Exit status:
 	f.DurationVar(&o.renewTimeout, "renew-timeout", 0, "bound on each renewal attempt (default: the library's, which fits the failure budget, at most 2s); < --ttl")
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
-	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1)")
+	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1); a misconfigured store always fails closed (77, 78)")
 	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
@@ -282,7 +286,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 			res.Outcome = "not_acquired"
 			return Exit(o.conflictCode, "%s", notAcquired(err, o))
 		case errors.Is(err, leasehold.ErrMisconfigured):
-			return Exit(ExitUsage, "acquire %q: store %s refused the request: %s; fix the store URL or the store's configuration (nothing ran)", o.key, st.Desc, storeSays(st.Desc, err))
+			return misconfigured(st.Desc, fmt.Sprintf("acquire %q: ", o.key), err)
 		case errors.Is(err, leasehold.ErrStore) && o.onStoreError == "fail-open":
 			return Exit(ExitUnavailable, "acquire %q: store %s did not answer within --wait: %s; the command did not run (fail-open applies only to a store that fails before the wait ends)", o.key, st.Desc, storeSays(st.Desc, err))
 		case errors.Is(err, leasehold.ErrStore):

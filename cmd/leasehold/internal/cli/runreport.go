@@ -72,7 +72,7 @@ func (r *runReport) start(name string) (leasehold.Observer, error) {
 		r.reg.MustRegister(g)
 		return g
 	}
-	r.exit = gauge("leasehold_run_last_exit_code", "Exit status of the last run: the command's own, 75 not acquired, 69 store unavailable, 79 lease lost, 2 bad usage.")
+	r.exit = gauge("leasehold_run_last_exit_code", "Exit status of the last run: the command's own, 75 not acquired, 69 store unavailable, 77/78 store misconfigured, 79 lease lost, 2 bad usage.")
 	r.held = gauge("leasehold_run_last_held_seconds", "How long the last run held its lease (0 when it did not acquire one).")
 	r.end = gauge("leasehold_run_last_end_timestamp_seconds", "When the last run ended, in Unix seconds.")
 	r.outcome = prometheus.NewGaugeVec(prometheus.GaugeOpts{

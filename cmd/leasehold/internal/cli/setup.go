@@ -32,8 +32,9 @@ server and again after every upgrade of leasehold. Services then use
 functions=true in their store URL and need +fcall and no +eval (see the
 redisstore README for both ACLs).
 
-Exit status: 0 when loaded, 69 when Redis is unavailable, 2 on bad usage or
-when Redis refuses (a user not allowed FUNCTION, a wrong password).`,
+Exit status: 0 when loaded, 69 when Redis is unavailable, 77 when Redis
+refuses (a user not allowed FUNCTION, a wrong password), 78 for other
+configuration errors (TLS, protocol), 2 on bad usage.`,
 		Example: `  leasehold setup redis --store 'redis://admin@127.0.0.1:6379?password_file=/run/secrets/redis-admin'`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,8 +46,10 @@ when Redis refuses (a user not allowed FUNCTION, a wrong password).`,
 			switch {
 			case errors.Is(err, storeurl.ErrBadURL):
 				return usage("--store: %v", err)
+			case errors.Is(err, leasehold.ErrAccessDenied):
+				return Exit(ExitNoPerm, "setup redis: Redis refused; the URL's user must be an operator allowed FUNCTION (ACL in the redisstore README): %v", err)
 			case errors.Is(err, leasehold.ErrMisconfigured):
-				return Exit(ExitUsage, "setup redis: Redis refused; the URL's user must be an operator allowed FUNCTION (ACL in the redisstore README): %v", err)
+				return Exit(ExitConfig, "setup redis: %v", err)
 			case err != nil:
 				return Exit(ExitUnavailable, "setup redis: %v", err)
 			}

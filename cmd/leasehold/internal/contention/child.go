@@ -67,13 +67,22 @@ type childFlags struct {
 func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) int {
 	var f childFlags
 	fs := flag.NewFlagSet("bench-child", flag.ContinueOnError)
-	fs.StringVar(&f.url, "store", "", "store URL")
+	fs.StringVar(&f.url, "store", "", `store URL, or "-" for the first line of stdin (keeps the password out of argv)`)
 	fs.StringVar(&f.key, "key", "leasehold-bench:contention", "the contended key")
 	fs.StringVar(&f.mode, "mode", "loop", "loop or crash")
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "critical section")
 	fs.DurationVar(&f.ttl, "ttl", time.Second, "lease TTL")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	in := bufio.NewReader(stdin)
+	if f.url == "-" {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			fmt.Fprintf(stdout, "fatal reading the store URL: %v\n", err)
+			return 1
+		}
+		f.url = strings.TrimSuffix(line, "\n")
 	}
 	ctx := context.Background()
 	o, err := open(ctx, f.url, f.ttl)
@@ -83,7 +92,7 @@ func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) in
 	}
 	defer o.Close()
 	fmt.Fprintln(stdout, "ready")
-	start, end, err := readGo(stdin)
+	start, end, err := readGo(in)
 	if err != nil {
 		fmt.Fprintf(stdout, "fatal %v\n", err)
 		return 1

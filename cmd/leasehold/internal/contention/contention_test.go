@@ -37,9 +37,9 @@ func TestSummarize(t *testing.T) {
 // 50 ms window once held a single one.
 func TestChildLoop(t *testing.T) {
 	start := Mono()
-	in := strings.NewReader(fmt.Sprintf("go %d %d\n", start, start+int64(500*time.Millisecond)))
+	in := strings.NewReader(fmt.Sprintf("memory\ngo %d %d\n", start, start+int64(500*time.Millisecond)))
 	var out bytes.Buffer
-	if code := ChildMain([]string{"-store", "memory", "-hold", "1ms"}, OpenLeasehold, in, &out); code != 0 {
+	if code := ChildMain([]string{"-store", "-", "-hold", "1ms"}, OpenLeasehold, in, &out); code != 0 {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -58,5 +58,16 @@ func TestChildLoop(t *testing.T) {
 	}
 	if n < 3 {
 		t.Fatalf("%d acquisitions in 500 ms with a 1 ms hold", n)
+	}
+}
+
+// A replica's argv never carries the store URL: its password would show in
+// ps to every user of the host. The URL goes on stdin.
+func TestChildArgsHoldNoURL(t *testing.T) {
+	for _, mode := range []string{"loop", "crash"} {
+		args := childArgs(Config{Hold: time.Millisecond, TTL: time.Second}, Target{URL: "redis://u:QZJsecretVK@127.0.0.1:1"}, "k", mode)
+		if s := strings.Join(args, " "); strings.Contains(s, "QZJ") || strings.Contains(s, "redis://") {
+			t.Errorf("%s: the child's argv shows the store URL: %s", mode, s)
+		}
 	}
 }

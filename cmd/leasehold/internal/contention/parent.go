@@ -170,7 +170,10 @@ type line struct {
 	text string
 }
 
-func start(v Variant, idx int, args []string, merged chan<- line) (*child, error) {
+// start runs one replica with args. The store URL, password included,
+// reaches it on stdin ("-store -"), never in its argv, which every user of
+// the host can read (ps, /proc/PID/cmdline).
+func start(v Variant, idx int, args []string, url string, merged chan<- line) (*child, error) {
 	argv := append(slices.Clone(v.Argv[1:]), args...)
 	cmd := exec.Command(v.Argv[0], argv...)
 	c := &child{idx: idx, cmd: cmd, lines: make(chan string, 1024)}
@@ -184,6 +187,11 @@ func start(v Variant, idx int, args []string, merged chan<- line) (*child, error
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(c.stdin, url+"\n"); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		return nil, err
 	}
 	go func() { // ends at the child's EOF; the child is always killed or waited
@@ -229,7 +237,7 @@ func (c *child) kill() {
 }
 
 func childArgs(cfg Config, t Target, key, mode string) []string {
-	return []string{"-store", t.URL, "-key", key, "-mode", mode, "-hold", cfg.Hold.String(), "-ttl", cfg.TTL.String()}
+	return []string{"-store", "-", "-key", key, "-mode", mode, "-hold", cfg.Hold.String(), "-ttl", cfg.TTL.String()}
 }
 
 type event struct {
@@ -247,7 +255,7 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 			}
 		}
 	}()
-	if err := startReady(kids, v, childArgs(cfg, t, key, "loop")); err != nil {
+	if err := startReady(kids, v, childArgs(cfg, t, key, "loop"), t.URL); err != nil {
 		return Cell{}, err
 	}
 	var before int64
@@ -291,9 +299,9 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 }
 
 // startReady starts len(kids) replicas and waits for each to be ready.
-func startReady(kids []*child, v Variant, args []string) error {
+func startReady(kids []*child, v Variant, args []string, url string) error {
 	for i := range kids {
-		k, err := start(v, i, args, nil)
+		k, err := start(v, i, args, url, nil)
 		if err != nil {
 			return err
 		}
@@ -418,7 +426,7 @@ type crashRun struct {
 }
 
 func (r *crashRun) spawn() error {
-	k, err := start(r.v, r.next, childArgs(r.cfg, r.t, r.key, "crash"), r.merged)
+	k, err := start(r.v, r.next, childArgs(r.cfg, r.t, r.key, "crash"), r.t.URL, r.merged)
 	if err != nil {
 		return err
 	}

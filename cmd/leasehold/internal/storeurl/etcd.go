@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/etcdstore"
 )
@@ -51,9 +50,8 @@ func checkEtcd(raw, desc string) error {
 // etcdDialTimeout bounds connecting (and authenticating) to etcd.
 const etcdDialTimeout = 5 * time.Second
 
-// openEtcd connects to etcd and checks that a quorum answers. It dials the
-// client itself, with a dial timeout, because authenticating a user blocks in
-// clientv3.New otherwise.
+// openEtcd connects to etcd and checks that a quorum answers, with a dial
+// timeout, because authenticating a user blocks in clientv3.New otherwise.
 func openEtcd(ctx context.Context, raw, desc string, c common) (*Opened, error) {
 	scheme, rest, _ := strings.Cut(raw, "://")
 	raw = "etcd://" + rest
@@ -67,6 +65,9 @@ func openEtcd(ctx context.Context, raw, desc string, c common) (*Opened, error) 
 	if err := etcdTLS(&cfg, strings.EqualFold(scheme, "etcds"), c); err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	}
+	if err := checkPrefix(prefix, desc); err != nil {
+		return nil, err
+	}
 	if prefix == "" {
 		prefix = etcdstore.DefaultPrefix
 	}
@@ -77,22 +78,15 @@ func openEtcd(ctx context.Context, raw, desc string, c common) (*Opened, error) 
 		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
 	}
 	cfg.Context = context.WithoutCancel(ctx)
-	cfg.Logger = zap.NewNop()
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
-	}
-	if _, err := cli.Get(dctx, prefix, clientv3.WithCountOnly()); err != nil {
-		_ = cli.Close()
-		return nil, fmt.Errorf("%w: %s does not answer: %w", ErrUnavailable, desc, err)
-	}
-	st, err := etcdstore.New(cli, etcdstore.Options{Prefix: prefix})
-	if err != nil {
-		_ = cli.Close()
+	st, err := etcdstore.OpenConfig(dctx, cfg, etcdstore.Options{Prefix: prefix})
+	switch {
+	case errors.Is(err, etcdstore.ErrInvalidOptions):
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
+	case err != nil:
+		return nil, openFailed(desc, err)
 	}
-	// The store before the client it uses.
-	return &Opened{Store: st, Kind: Etcd, Shared: true, closers: []io.Closer{st, cli}, Warnings: c.warnings()}, nil
+	// Close closes the client OpenConfig dialled.
+	return &Opened{Store: st, Kind: Etcd, Shared: true, closers: []io.Closer{st}, Warnings: c.warnings()}, nil
 }
 
 // etcdTLS sets up TLS for an etcds:// URL: https endpoints (gRPC checks

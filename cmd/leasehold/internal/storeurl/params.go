@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -174,6 +175,19 @@ const skipVerifyWarning = "skip_verify=true: the store's TLS certificate is not 
 func (c common) warnings() []string {
 	if c.skipVerify {
 		return []string{skipVerifyWarning}
+	}
+	return nil
+}
+
+// prefixRE is what a prefix= parameter may hold: key-name characters only,
+// so no prefix can reach into another application's keys by a pattern or
+// control character.
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.:/{}-]{1,128}$`)
+
+// checkPrefix validates a prefix= parameter ("" is the default).
+func checkPrefix(prefix, desc string) error {
+	if prefix != "" && !prefixRE.MatchString(prefix) {
+		return fmt.Errorf("%w: %q: prefix=%q must match %s", ErrBadURL, desc, prefix, prefixRE)
 	}
 	return nil
 }

@@ -35,10 +35,21 @@ func openPostgres(ctx context.Context, raw, desc string, c common) (*Opened, err
 	case errors.Is(err, leasehold.ErrInvalidOptions):
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadURL, desc, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+		return nil, openFailed(desc, err)
 	}
 	// Close stops the LISTEN connection and closes the pool Open created.
-	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}, Warnings: c.warnings()}, nil
+	return &Opened{Store: st, Kind: Postgres, Shared: true, closers: []io.Closer{st}, Warnings: append(c.warnings(), plaintextWarning(dsn)...)}, nil
+}
+
+// plaintextWarning warns when dsn names a TCP host without sslmode: libpq's
+// default, prefer, falls back to plaintext (password included) when the
+// server or a man in the middle declines TLS.
+func plaintextWarning(dsn string) []string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Query().Has("sslmode") || u.Host == "" || strings.HasPrefix(u.Query().Get("host"), "/") {
+		return nil
+	}
+	return []string{"no sslmode: PostgreSQL's default (prefer) may fall back to plaintext, password included; set ca_file= (sslmode=verify-full), or sslmode=disable on a network you trust"}
 }
 
 // PostgresConfig parses a postgres:// or postgresql:// URL as Open does
@@ -58,7 +69,7 @@ func PostgresConfig(raw string, getenv func(string) string) (*pgxpool.Config, pg
 		return nil, pgstore.Options{}, fmt.Errorf("%w: %s is not a postgres:// URL", ErrBadURL, quoteDesc(desc))
 	}
 	cfg, opts, err := postgresConfig(raw, desc, &secrets, getenv)
-	return cfg, opts, redact(err, secrets)
+	return cfg, opts, redact(err, secrets, desc)
 }
 
 func postgresConfig(raw, desc string, secrets *[]string, getenv func(string) string) (*pgxpool.Config, pgstore.Options, error) {
@@ -120,7 +131,8 @@ func postgresParams(raw, desc string, c common) (string, pgstore.Options, error)
 // pgTLS maps the common TLS parameters to libpq's: ca_file to sslrootcert,
 // cert_file and key_file to sslcert and sslkey. With any of them and no
 // sslmode, sslmode is verify-full (certificate and host name checked);
-// skip_verify means sslmode=require (encrypted, nothing checked).
+// ca_file with any other sslmode is refused; skip_verify means
+// sslmode=require (encrypted, nothing checked).
 func pgTLS(q url.Values, c common) error {
 	for _, p := range []struct{ from, to string }{
 		{c.caFile, "sslrootcert"}, {c.certFile, "sslcert"}, {c.keyFile, "sslkey"},
@@ -133,6 +145,8 @@ func pgTLS(q url.Values, c common) error {
 	switch {
 	case c.skipVerify && (mode == "verify-ca" || mode == "verify-full"):
 		return fmt.Errorf("skip_verify=true contradicts sslmode=%s", mode)
+	case c.caFile != "" && !c.skipVerify && mode != "" && mode != "verify-full":
+		return fmt.Errorf("ca_file= with sslmode=%s does not check the server's host name (disable, allow and prefer may not even use TLS): use sslmode=verify-full, or leave sslmode out", mode)
 	case c.skipVerify:
 		q.Set("sslmode", "require")
 	case c.wantsTLS() && mode == "":

@@ -95,8 +95,8 @@ func TestPostgresPasswordRedacted(t *testing.T) {
 	}
 	raw := fmt.Sprintf("postgres://nologin_user:%s@127.0.0.1:%d/postgres?sslmode=disable", secret, srv.Port)
 	_, err := storeurl.Open(ctx, raw)
-	if !errors.Is(err, storeurl.ErrUnavailable) {
-		t.Fatalf("expected ErrUnavailable for a role that may not log in, got %v", err)
+	if !errors.Is(err, leasehold.ErrAccessDenied) || errors.Is(err, storeurl.ErrUnavailable) {
+		t.Fatalf("expected ErrAccessDenied (never unavailable) for a role that may not log in, got %v", err)
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("error leaks the password: %v", err)

@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
 // mask replaces a secret in descriptions and errors.
 const mask = "xxxxx"
 
-// minFragment is the shortest piece of a password that is scrubbed from
-// messages: a parser may quote any part of a malformed URL, so a password
-// is removed piece by piece, not only whole.
+// minFragment is the shortest piece of a password that a message may not
+// show: a parser may quote any part of a malformed URL (see scrub).
 const minFragment = 3
 
 // Describe returns raw with every password replaced by "xxxxx", for logs and
@@ -115,8 +116,10 @@ func plainUser(s string) bool {
 // whose value is a path).
 var secretKey = regexp.MustCompile(`(?i)[a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*`)
 
-// nextKey matches the start of the next libpq setting.
-var nextKey = regexp.MustCompile(`\s+[A-Za-z_]+\s*=`)
+// nextKey matches the start of the next libpq setting: a keyword libpq,
+// pgx or this package knows, so that an unquoted password with a space
+// and an '=' ("password=correct horse=battery") is masked whole.
+var nextKey = regexp.MustCompile(`\s+(?i:host|hostaddr|port|dbname|user|passfile|password_file|channel_binding|connect_timeout|client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|keepalives_interval|keepalives_count|tcp_user_timeout|replication|gssencmode|sslmode|requiressl|sslcompression|sslcert|sslkey|sslcertmode|sslrootcert|sslcrl|sslcrldir|sslsni|requirepeer|ssl_min_protocol_version|ssl_max_protocol_version|krbsrvname|gsslib|gssdelegation|service|target_session_attrs|load_balance_hosts|require_auth|sslnegotiation|pool_[a-z_]+|statement_cache_capacity|description_cache_capacity|default_query_exec_mode|table|schema|migrate|ca_file|cert_file|key_file|skip_verify)\s*=`)
 
 // conninfo matches a libpq key=value connection string.
 var conninfo = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
@@ -257,32 +260,84 @@ func userInfoPassword(raw string) string {
 	return pass
 }
 
-// scrub replaces in msg every piece of a secret of minFragment characters or
-// more, longest first, and a whole secret of any length.
-func scrub(msg string, secrets []string) string {
-	var pieces []string
-	seen := map[string]bool{}
-	for _, s := range secrets {
-		if !seen[s] {
-			seen[s] = true
-			pieces = append(pieces, s)
+// scrub replaces in msg every whole secret (as written and unescaped) with
+// "xxxxx". A parser may quote part of a malformed URL, so pieces of
+// minFragment characters or more are masked as well, but never inside the
+// safe strings (the URL's masked description, the list of supported URLs),
+// and the whole quoted string or word that holds a piece is masked: masking
+// the piece alone would show which fragments the password contains
+// ("etcd://" printed as "exxxxx://").
+func scrub(msg string, secrets []string, safe ...string) string {
+	whole := slices.Clone(secrets)
+	sort.SliceStable(whole, func(i, j int) bool { return len(whole[i]) > len(whole[j]) })
+	for _, s := range whole {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, mask)
 		}
-		for n := len(s) - 1; n >= minFragment; n-- {
+	}
+	pieces := fragments(secrets)
+	if !containsAny(msg, pieces) {
+		return msg
+	}
+	// Set the safe strings aside behind NUL-delimited placeholders.
+	safe = append(safe, Supported)
+	var kept []string
+	for _, sf := range safe {
+		if sf != "" && strings.Contains(msg, sf) {
+			msg = strings.ReplaceAll(msg, sf, "\x00"+strconv.Itoa(len(kept))+"\x00")
+			kept = append(kept, sf)
+		}
+	}
+	msg = quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		if containsAny(q, pieces) {
+			return q[:1] + mask + q[len(q)-1:]
+		}
+		return q
+	})
+	msg = word.ReplaceAllStringFunc(msg, func(w string) string {
+		if containsAny(w, pieces) {
+			return mask
+		}
+		return w
+	})
+	for i, sf := range kept {
+		msg = strings.ReplaceAll(msg, "\x00"+strconv.Itoa(i)+"\x00", sf)
+	}
+	return msg
+}
+
+// word matches a run of characters without white space.
+var word = regexp.MustCompile(`\S+`)
+
+// quoted matches a double- or single-quoted string in a message.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
+
+// fragments returns the pieces of minFragment characters or more of the
+// secrets, longest first.
+func fragments(secrets []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range secrets {
+		for n := len(s); n >= minFragment; n-- {
 			for i := 0; i+n <= len(s); i++ {
 				if p := s[i : i+n]; !seen[p] {
 					seen[p] = true
-					pieces = append(pieces, p)
+					out = append(out, p)
 				}
 			}
 		}
 	}
-	sort.SliceStable(pieces, func(i, j int) bool { return len(pieces[i]) > len(pieces[j]) })
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+func containsAny(s string, pieces []string) bool {
 	for _, p := range pieces {
-		if strings.Contains(msg, p) {
-			msg = strings.ReplaceAll(msg, p, mask)
+		if strings.Contains(s, p) {
+			return true
 		}
 	}
-	return msg
+	return false
 }
 
 // RedactError returns err with every password of the store URL raw, and
@@ -302,14 +357,14 @@ func RedactError(err error, raw string) error {
 		}
 		err = &redactedError{msg: strings.Replace(err.Error(), ue.Error(), short, 1), err: err}
 	}
-	return redact(err, secretsOf(raw))
+	return redact(err, secretsOf(raw), Describe(raw))
 }
 
-func redact(err error, secrets []string) error {
+func redact(err error, secrets []string, safe ...string) error {
 	if err == nil {
 		return nil
 	}
-	msg := scrub(err.Error(), secrets)
+	msg := scrub(err.Error(), secrets, safe...)
 	if msg == err.Error() {
 		return err
 	}

@@ -156,6 +156,7 @@ func FuzzNoPasswordInOutput(f *testing.F) {
 	for _, seed := range []string{
 		"QXA/QXA", "QZJ#VKQ", "QZJ?VKQ", "QZ:J/V@K", "QZJ%zzVK", "QZJ%41VK", "Q Z J V K",
 		"QZJ[VK]", "QZJ@@VK", "QZJ://VK", "QZJ&password=VK", "'QZJ'VK", "QZJ\\VK", "QZJ%VK",
+		"QZJ VKQ=ZJV K", "QZJ horse=VKQ staple", // unquoted libpq values with a space and '='
 	} {
 		f.Add([]byte(seed))
 	}
@@ -214,5 +215,25 @@ func TestPasswordFileFromEnvironment(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "QZJ") {
 		t.Errorf("error shows the password: %v", err)
+	}
+}
+
+// Redaction never shows which fragments a password contains: a password
+// with "tcd" in it does not turn "etcd://" into "exxxxx://".
+func TestRedactionRevealsNoFragment(t *testing.T) {
+	for _, raw := range []string{
+		"etcd://usr:xtcdQZJ@127.0.0.1:notaport",
+		"redis://usr:edisQZJ@127.0.0.1:notaport",
+	} {
+		_, err := storeurl.Open(t.Context(), raw)
+		if err == nil {
+			t.Fatalf("%s: expected an error", raw)
+		}
+		if strings.Contains(err.Error(), "xxxxx:") && !strings.Contains(err.Error(), "usr:xxxxx@") || strings.Contains(err.Error(), "exxxxx") || strings.Contains(err.Error(), "rxxxxx") {
+			t.Errorf("%s: the error masks a fragment of the password in other text: %v", raw, err)
+		}
+		if strings.Contains(err.Error(), "QZJ") {
+			t.Errorf("%s: the error shows the password: %v", raw, err)
+		}
 	}
 }

@@ -55,6 +55,9 @@ func parseRedis(raw, desc string, c common) (*redisURL, error) {
 	if q.Has("prefix") && r.prefix == "" {
 		return nil, fmt.Errorf("%w: %q: prefix= is empty; leave it out for the default %q", ErrBadURL, desc, redisstore.DefaultPrefix)
 	}
+	if err := checkPrefix(r.prefix, desc); err != nil {
+		return nil, err
+	}
 	if q.Has("functions") {
 		if r.functions, err = strconv.ParseBool(q.Get("functions")); err != nil {
 			return nil, fmt.Errorf("%w: %q: functions=%q: want true or false", ErrBadURL, desc, q.Get("functions"))
@@ -141,7 +144,7 @@ func LoadRedisFunctions(ctx context.Context, raw string, getenv func(string) str
 	raw = strings.TrimSpace(raw)
 	secrets := secretsOf(raw)
 	desc = Describe(raw)
-	defer func() { err = redact(err, secrets) }()
+	defer func() { err = redact(err, secrets, desc) }()
 	scheme, _, _ := strings.Cut(raw, "://")
 	if s := strings.ToLower(scheme); s != "redis" && s != "rediss" && s != "unix" {
 		return desc, fmt.Errorf("%w: %q: want a redis://, rediss:// or unix:// URL", ErrBadURL, desc)

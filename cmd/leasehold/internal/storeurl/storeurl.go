@@ -53,9 +53,26 @@ var (
 	// it also matches ErrBadURL.
 	ErrUnknownScheme = fmt.Errorf("%w: unknown scheme", ErrBadURL)
 	// ErrUnavailable is returned by Open for a well-formed URL whose store
-	// did not answer (etcd and PostgreSQL are dialled at open; Redis is not).
+	// did not answer (etcd and PostgreSQL are dialled at open; Redis is not):
+	// an outage (leasehold.ErrUnavailable). A store that answered with a
+	// refusal, or failed in a way not known to be an outage, returns an
+	// error wrapping leasehold.ErrMisconfigured (leasehold.ErrAccessDenied
+	// for credentials and permissions) instead.
 	ErrUnavailable = errors.New("storeurl: store unavailable")
 )
+
+// openFailed wraps an error of dialling a store at open: ErrUnavailable for
+// an outage, leasehold.ErrMisconfigured (as the store classified it, or
+// for an error it did not classify) for anything else.
+func openFailed(desc string, err error) error {
+	switch {
+	case errors.Is(err, leasehold.ErrUnavailable):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, desc, err)
+	case errors.Is(err, leasehold.ErrMisconfigured), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: %w", desc, err)
+	}
+	return fmt.Errorf("%s: %w: %w", desc, leasehold.ErrMisconfigured, err)
+}
 
 // Kind names a kind of store.
 type Kind string
@@ -105,7 +122,7 @@ func (o *Opened) Close() error {
 // Redact returns err with every secret of the URL (its password) replaced,
 // or nil for nil. Use it on any store error that reaches output.
 func (o *Opened) Redact(err error) error {
-	return redact(err, o.secrets)
+	return redact(err, o.secrets, o.Desc)
 }
 
 // Open parses raw and opens the store it names. A Redis store is not
@@ -128,7 +145,7 @@ func OpenEnv(ctx context.Context, raw string, getenv func(string) string) (*Open
 	desc := Describe(raw)
 	o, err := open(ctx, raw, desc, &secrets, getenv)
 	if err != nil {
-		return nil, redact(err, secrets)
+		return nil, redact(err, secrets, desc)
 	}
 	o.Desc, o.secrets = desc, secrets
 	return o, nil

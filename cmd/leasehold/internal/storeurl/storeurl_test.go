@@ -207,3 +207,18 @@ func TestRedisHonoursContextDeadlines(t *testing.T) {
 	}
 	_ = px.Blackhole(false)
 }
+
+// Identifiers in URLs are checked against a strict pattern, not quoted.
+func TestIdentifiersValidated(t *testing.T) {
+	for _, raw := range []string{
+		"redis://127.0.0.1:1?prefix=a*b",
+		"redis://127.0.0.1:1?prefix=a%0Ab",
+		"etcd://127.0.0.1:1?prefix=a%20b",
+		"postgres://u@127.0.0.1:1/db?table=t$fn$x",
+		"postgres://u@127.0.0.1:1/db?schema=Public",
+	} {
+		if _, err := storeurl.Open(t.Context(), raw); !errors.Is(err, storeurl.ErrBadURL) {
+			t.Errorf("%s: expected ErrBadURL, got %v", raw, err)
+		}
+	}
+}

@@ -50,6 +50,39 @@ func expectCertError(t *testing.T, what string, err error) {
 	if !strings.Contains(err.Error(), "certificate") && !strings.Contains(err.Error(), "tls") {
 		t.Errorf("%s: expected a certificate error, got %v", what, err)
 	}
+	if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrUnavailable) {
+		t.Errorf("%s: expected ErrMisconfigured (never an outage), got %v", what, err)
+	}
+}
+
+// TestRedisClusterTLS: a Cluster over TLS checks every node's certificate
+// against ca_file and the host name it dials.
+func TestRedisClusterTLS(t *testing.T) {
+	f, other := testtls.New(t), testtls.New(t)
+	c := testredis.StartClusterTLS(t, 3, f.CA, f.ServerCert, f.ServerKey)
+	a := c.Addrs()
+	url := func(host, ca string) string {
+		return fmt.Sprintf("rediss://%s?addr=%s&addr=%s&prefix=tls:&ca_file=%s", strings.Replace(a[0], "127.0.0.1", host, 1), a[1], a[2], ca)
+	}
+	for i := range 5 { // keys in different slots, on different nodes
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		o, err := storeurl.Open(ctx, url("127.0.0.1", f.CA))
+		if err == nil {
+			_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprint("cluster-", i), Token: "t", TTL: 5 * time.Second})
+			_ = o.Close()
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("Cluster over TLS with the test CA: %v", err)
+		}
+	}
+	_, err := acquireOnce(t, url("127.0.0.1", other.CA))
+	expectCertError(t, "Cluster nodes' certificates from an untrusted CA", err)
+
+	wrong := testredis.StartClusterTLS(t, 3, f.CA, f.OtherHostCert, f.OtherHostKey)
+	a = wrong.Addrs()
+	_, err = acquireOnce(t, url("127.0.0.1", f.CA))
+	expectCertError(t, "Cluster nodes' certificates for another host name", err)
 }
 
 // TestRedisTLS runs redis-server with mutual TLS and a CA the test makes.
@@ -103,7 +136,10 @@ func TestEtcdTLS(t *testing.T) {
 	if _, err := acquireOnce(t, "etcd://"+m.Addr+"?prefix=tls/"); err == nil {
 		t.Errorf("plain etcd:// to a TLS member: expected no connection")
 	}
-	_, err := storeurl.Open(t.Context(), "etcd://"+m.Addr+"?"+tlsParams(f.CA, f, true))
+	wrong := testetcd.StartTLS(t, f.CA, f.OtherHostCert, f.OtherHostKey)
+	_, err := acquireOnce(t, "etcds://"+wrong.Addr+"?prefix=tls/&"+tlsParams(f.CA, f, true))
+	expectCertError(t, "member certificate for another host name", err)
+	_, err = storeurl.Open(t.Context(), "etcd://"+m.Addr+"?"+tlsParams(f.CA, f, true))
 	if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "etcds://") {
 		t.Errorf("TLS parameters on etcd://: expected ErrBadURL naming etcds://, got %v", err)
 	}
@@ -127,4 +163,25 @@ func TestPostgresTLS(t *testing.T) {
 	if !errors.Is(err, storeurl.ErrBadURL) {
 		t.Errorf("skip_verify with sslmode=verify-full: expected ErrBadURL, got %v", err)
 	}
+	// ca_file with a mode that does not check the host name, or may not use
+	// TLS at all, is refused with the fix.
+	for _, mode := range []string{"disable", "allow", "prefer", "require", "verify-ca"} {
+		_, err := storeurl.Open(t.Context(), fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=%s&ca_file=%s", testpg.Superuser, srv.Port, mode, f.CA))
+		if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "verify-full") {
+			t.Errorf("ca_file with sslmode=%s: expected ErrBadURL naming verify-full, got %v", mode, err)
+		}
+	}
+	// Without sslmode, PostgreSQL's default (prefer) may fall back to
+	// plaintext: a warning says so.
+	o, err := acquireOnce(t, fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?table=tls_locks", testpg.Superuser, srv.Port))
+	if err != nil {
+		t.Fatal(err)
+	} else if len(o.Warnings) != 1 || !strings.Contains(o.Warnings[0], "plaintext") {
+		t.Errorf("no sslmode: expected a warning about plaintext, got %q", o.Warnings)
+	}
+	// A server certificate for another host name is refused.
+	wrong := testpg.Start(t)
+	wrong.EnableTLS(f.OtherHostCert, f.OtherHostKey)
+	_, err = acquireOnce(t, fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?table=tls_locks&ca_file=%s", testpg.Superuser, wrong.Port, f.CA))
+	expectCertError(t, "server certificate for another host name", err)
 }

@@ -1,0 +1,114 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/outage"
+)
+
+// accessErrors are etcd's refusals of credentials or permissions.
+var accessErrors = []error{
+	rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrInvalidAuthToken,
+	rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound, rpctypes.ErrRoleNotFound, rpctypes.ErrAuthNotEnabled,
+}
+
+// outageErrors are etcd's answers of a cluster that is up but cannot serve
+// for now: no leader, a leader change, a proposal that timed out.
+var outageErrors = []error{
+	rpctypes.ErrNoLeader, rpctypes.ErrNotCapable, rpctypes.ErrStopped, rpctypes.ErrTimeout,
+	rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex,
+	rpctypes.ErrLeaderChanged, rpctypes.ErrTooManyRequests, rpctypes.ErrUnhealthy,
+}
+
+// handshakeText are gRPC's words for a connection whose TLS or HTTP/2
+// handshake failed: it reports them as Unavailable, like an outage, and
+// repeats them in the error of an RPC that waited for the connection.
+var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2", "speaks TLS"}
+
+// wrap makes err the error of op on key, classified by classify. The
+// request timeout (ctx's cause errTimeout, not the caller's context) marks
+// it ErrUnavailable unless the connection's last error says the handshake
+// failed.
+func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
+	if errors.Is(context.Cause(ctx), errTimeout) && !isHandshake(err) {
+		return fmt.Errorf("etcdstore: %s %q: %w: no answer within %v: %w", op, key, ErrUnavailable, s.timeout, err)
+	}
+	if class := classify(err); class != nil {
+		return fmt.Errorf("etcdstore: %s %q: %w: %w%s", op, key, class, err, hint(err))
+	}
+	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
+}
+
+// classify is the one place where the store classifies etcd errors. It
+// returns nil for an error already marked ErrUnavailable, the caller's
+// cancellation and a closed store; leasehold.ErrAccessDenied for refused
+// credentials or permissions; leasehold.ErrUnavailable for an outage (a
+// refused, reset or timed-out connection, gRPC Unavailable or
+// DeadlineExceeded without a handshake failure, outageErrors); and
+// leasehold.ErrMisconfigured for everything else: TLS, a port that does
+// not speak etcd, a TTL or transaction etcd refuses, any error not known to
+// be an outage.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
+		return nil
+	case isAccess(err):
+		return leasehold.ErrAccessDenied
+	case isOutage(err):
+		return leasehold.ErrUnavailable
+	}
+	return leasehold.ErrMisconfigured
+}
+
+func isAccess(err error) bool {
+	for _, e := range accessErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	c := status.Code(err)
+	return c == codes.PermissionDenied || c == codes.Unauthenticated
+}
+
+func isOutage(err error) bool {
+	if isHandshake(err) {
+		return false
+	}
+	for _, e := range outageErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	c := status.Code(err)
+	return c == codes.Unavailable || c == codes.DeadlineExceeded || outage.Net(err)
+}
+
+// isHandshake reports an error that names a failed TLS or HTTP/2 handshake.
+func isHandshake(err error) bool {
+	msg := err.Error()
+	for _, t := range handshakeText {
+		if strings.Contains(msg, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// hint says what to fix for a configuration error.
+func hint(err error) string {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseTTLTooLarge):
+		return " (the TTL is larger than etcd allows: etcd allows at most 9,000,000,000 s, about 285 years)"
+	case isHandshake(err):
+		return " (the TLS handshake failed: check etcds:// against the member's port, the CA, the host name and the client certificate)"
+	}
+	return ""
+}
