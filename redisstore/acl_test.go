@@ -32,7 +32,7 @@ func TestACLRestrictedUser(t *testing.T) {
 	if err := admin.Do(t.Context(), args...).Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
-	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lh", Password: "s3cret-pass"})
+	user := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Username: "lh", Password: "s3cret-pass"})
 	t.Cleanup(func() { _ = user.Close() })
 	if err := user.Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("PING as lh: %v", err)

@@ -65,7 +65,7 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 	const pass = "right-pass-123"
 	ca, other := testtls.New(t), testtls.New(t)
 	plain := testredis.Start(t, "--requirepass", pass)
-	admin := redis.NewClient(&redis.Options{Addr: plain.Addr, Password: pass})
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr, Password: pass})
 	t.Cleanup(func() { _ = admin.Close() })
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "narrow", "on", ">narrow-pass-1", "resetkeys", "~other:*",
 		"resetchannels", "&other:*", "+@all").Err(); err != nil {
@@ -81,16 +81,16 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 		opt  redis.Options
 		want error // ErrAccessDenied, or ErrMisconfigured alone
 	}{
-		{"wrong password", redis.Options{Addr: plain.Addr, Password: "wrong-pass-456"}, leasehold.ErrAccessDenied},
-		{"no password", redis.Options{Addr: plain.Addr}, leasehold.ErrAccessDenied},
-		{"ACL without the prefix", redis.Options{Addr: plain.Addr, Username: "narrow", Password: "narrow-pass-1"}, leasehold.ErrAccessDenied},
-		{"TLS with another CA", redis.Options{Addr: tlsSrv.Addr, TLSConfig: tlsConfig(t, other.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"TLS host-name mismatch", redis.Options{Addr: tlsSrv.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "redis.example.com")}, leasehold.ErrMisconfigured},
-		{"TLS without the client certificate", redis.Options{Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"TLS with a foreign client certificate", redis.Options{Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, other, true, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"plaintext to a TLS port", redis.Options{Addr: tlsSrv.Addr}, leasehold.ErrMisconfigured},
-		{"TLS to a plaintext port", redis.Options{Addr: plain.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"redis:// to an HTTP port", redis.Options{Addr: strings.TrimPrefix(web.URL, "http://")}, leasehold.ErrMisconfigured},
+		{"wrong password", redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr, Password: "wrong-pass-456"}, leasehold.ErrAccessDenied},
+		{"no password", redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr}, leasehold.ErrAccessDenied},
+		{"ACL without the prefix", redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr, Username: "narrow", Password: "narrow-pass-1"}, leasehold.ErrAccessDenied},
+		{"TLS with another CA", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr, TLSConfig: tlsConfig(t, other.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
+		{"TLS host-name mismatch", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "redis.example.com")}, leasehold.ErrMisconfigured},
+		{"TLS without the client certificate", redis.Options{ContextTimeoutEnabled: true, Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
+		{"TLS with a foreign client certificate", redis.Options{ContextTimeoutEnabled: true, Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, other, true, "127.0.0.1")}, leasehold.ErrMisconfigured},
+		{"plaintext to a TLS port", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr}, leasehold.ErrMisconfigured},
+		{"TLS to a plaintext port", redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
+		{"redis:// to an HTTP port", redis.Options{ContextTimeoutEnabled: true, Addr: strings.TrimPrefix(web.URL, "http://")}, leasehold.ErrMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.DialTimeout, tc.opt.ReadTimeout, tc.opt.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
@@ -124,7 +124,7 @@ func TestOutageFailsOpen(t *testing.T) {
 	refused := ln.Addr().String()
 	_ = ln.Close()
 	srv := testredis.Start(t)
-	crashed := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 3 * time.Second})
+	crashed := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 3 * time.Second})
 	t.Cleanup(func() { _ = crashed.Close() })
 	if err := crashed.Ping(t.Context()).Err(); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestOutageFailsOpen(t *testing.T) {
 		name string
 		c    *redis.Client
 	}{
-		{"refused port", redis.NewClient(&redis.Options{Addr: refused, DialTimeout: 3 * time.Second})},
+		{"refused port", redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: refused, DialTimeout: 3 * time.Second})},
 		{"server killed after it answered", crashed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestMisconfigurationNeverFailsOpenClusterSentinel(t *testing.T) {
 		}
 	}
 	g := testredis.StartSentinel(t, testredis.SentinelOptions{})
-	master := redis.NewClient(&redis.Options{Addr: g.Master.Addr})
+	master := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: g.Master.Addr})
 	t.Cleanup(func() { _ = master.Close() })
 	if err := master.ConfigSet(t.Context(), "requirepass", "right-pass-123").Err(); err != nil {
 		t.Fatal(err)
@@ -171,12 +171,12 @@ func TestMisconfigurationNeverFailsOpenClusterSentinel(t *testing.T) {
 		c    redisstore.Client
 		want error
 	}{
-		{"Cluster wrong password", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Password: "wrong-pass-456", MaxRedirects: 1}), leasehold.ErrAccessDenied},
-		{"Cluster no password", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 1}), leasehold.ErrAccessDenied},
-		{"Cluster seed that is not Redis", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{webAddr}, MaxRedirects: 1}), leasehold.ErrMisconfigured},
-		{"Sentinel master with a password the sentinels lack", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: g.Sentinels, Password: "wrong-pass-456"}), leasehold.ErrMisconfigured},
-		{"Sentinel unknown master name", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "nosuchmaster", SentinelAddrs: g.Sentinels, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
-		{"Sentinel address that is not Redis", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{webAddr}, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
+		{"Cluster wrong password", redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs(), Password: "wrong-pass-456", MaxRedirects: 1}), leasehold.ErrAccessDenied},
+		{"Cluster no password", redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs(), MaxRedirects: 1}), leasehold.ErrAccessDenied},
+		{"Cluster seed that is not Redis", redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: []string{webAddr}, MaxRedirects: 1}), leasehold.ErrMisconfigured},
+		{"Sentinel master with a password the sentinels lack", redis.NewFailoverClient(&redis.FailoverOptions{ContextTimeoutEnabled: true, MasterName: "mymaster", SentinelAddrs: g.Sentinels, Password: "wrong-pass-456"}), leasehold.ErrMisconfigured},
+		{"Sentinel unknown master name", redis.NewFailoverClient(&redis.FailoverOptions{ContextTimeoutEnabled: true, MasterName: "nosuchmaster", SentinelAddrs: g.Sentinels, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
+		{"Sentinel address that is not Redis", redis.NewFailoverClient(&redis.FailoverOptions{ContextTimeoutEnabled: true, MasterName: "mymaster", SentinelAddrs: []string{webAddr}, Password: "right-pass-123"}), leasehold.ErrMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() { _ = tc.c.(interface{ Close() error }).Close() })

@@ -120,7 +120,7 @@ func TestConfigWarningEviction(t *testing.T) {
 	if err := admin.ConfigSet(t.Context(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	svc := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lh", Password: "s3cret-pass"})
+	svc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Username: "lh", Password: "s3cret-pass"})
 	t.Cleanup(func() { _ = svc.Close() })
 	events, logs = checkedLocker(t, svc, 0)
 	if len(events) != 0 || !strings.Contains(logs, "store settings not checked") || !strings.Contains(logs, "+info") {

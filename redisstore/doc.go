@@ -141,9 +141,9 @@
 // leasehold.ErrNotOwned. Both need +info, which the ACL above leaves out:
 // add it to let the store check, or run `leasehold doctor` as an operator.
 //
-// Build the go-redis client with ContextTimeoutEnabled: true, so that the
-// Locker's deadlines bound every call on a dead connection; go-redis
-// otherwise waits for its own ReadTimeout. Pass a Sentinel failover client's
+// Build the go-redis client with ContextTimeoutEnabled: true (New refuses
+// one without it), so that the Locker's deadlines bound every call on a dead
+// connection; go-redis otherwise waits for its own ReadTimeout. Pass a Sentinel failover client's
 // options through TuneFailover, so that it leaves a sentinel it can no
 // longer reach.
 package redisstore

@@ -15,7 +15,7 @@ import (
 // A Locker over Redis. For a Cluster pass a *redis.ClusterClient (or
 // redis.NewUniversalClient with several addresses) instead.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	store, err := redisstore.New(client, redisstore.Options{Prefix: "leasehold:"})
 	if err != nil {

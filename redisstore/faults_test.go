@@ -186,7 +186,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if _, err := redisstore.New(nil, redisstore.Options{}); !errors.Is(err, leasehold.ErrInvalidOptions) {
 		t.Fatalf("nil client: expected ErrInvalidOptions, got %v", err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "127.0.0.1:1"})
 	defer c.Close()
 	if _, err := redisstore.New(c, redisstore.Options{FenceRetention: -1}); !errors.Is(err, leasehold.ErrInvalidOptions) {
 		t.Fatalf("negative FenceRetention: expected ErrInvalidOptions, got %v", err)

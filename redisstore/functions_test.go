@@ -137,7 +137,7 @@ func TestFunctionsSemaphore(t *testing.T) {
 		Break: func(t *testing.T, _ leasehold.Semaphorer) { srv.Stop() },
 		Heal: func(t *testing.T, _ leasehold.Semaphorer) {
 			srv.Restart()
-			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 			defer admin.Close()
 			if err := admin.Do(t.Context(), append([]any{"ACL", "SETUSER", "op", "on", ">pw-op"}, fieldsAny(operatorACL+semaphoreACL)...)...).Err(); err != nil {
 				t.Fatalf("ACL SETUSER after restart: %v", err)

@@ -18,7 +18,7 @@ import (
 // not run work without a lock on them. Each case is a real server refusing.
 func TestMisconfigurationErrors(t *testing.T) {
 	srv := testredis.Start(t, "--requirepass", "right-pass-123")
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "right-pass-123"})
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Password: "right-pass-123"})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := t.Context()
 	// A user that may use the commands but not the store's keys (another prefix).
@@ -46,10 +46,10 @@ func TestMisconfigurationErrors(t *testing.T) {
 		want    string
 		release error // what Release then says
 	}{
-		{"wrong password", client(redis.Options{Password: "wrong-pass-456"}), "k", "WRONGPASS", leasehold.ErrMisconfigured},
-		{"no password", client(redis.Options{}), "k", "NOAUTH", leasehold.ErrMisconfigured},
-		{"ACL denies the prefix", client(redis.Options{Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM", leasehold.ErrMisconfigured},
-		{"database that does not exist", client(redis.Options{Password: "right-pass-123", DB: 99}), "k", "DB index", leasehold.ErrMisconfigured},
+		{"wrong password", client(redis.Options{ContextTimeoutEnabled: true, Password: "wrong-pass-456"}), "k", "WRONGPASS", leasehold.ErrMisconfigured},
+		{"no password", client(redis.Options{ContextTimeoutEnabled: true}), "k", "NOAUTH", leasehold.ErrMisconfigured},
+		{"ACL denies the prefix", client(redis.Options{ContextTimeoutEnabled: true, Username: "narrow", Password: "narrow-pass-1"}), "k", "NOPERM", leasehold.ErrMisconfigured},
+		{"database that does not exist", client(redis.Options{ContextTimeoutEnabled: true, Password: "right-pass-123", DB: 99}), "k", "DB index", leasehold.ErrMisconfigured},
 		{"lock key of another type", admin, "hash", "WRONGTYPE", leasehold.ErrMisconfigured},
 		{"fence key of another type", admin, "hashfence", "WRONGTYPE", leasehold.ErrNotHeld}, // no lock left behind
 	} {
@@ -75,7 +75,7 @@ func TestMisconfigurationErrors(t *testing.T) {
 // never hands out a degraded lease.
 func TestMisconfigurationFailsClosed(t *testing.T) {
 	srv := testredis.Start(t, "--requirepass", "right-pass-123")
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-pass-456"})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Password: "wrong-pass-456"})
 	t.Cleanup(func() { _ = c.Close() })
 	s := newStore(t, c, redisstore.Options{})
 	lk, err := leasehold.New(s, leasehold.Options{Name: "misconfigured", OnStoreError: leasehold.FailOpen})

@@ -133,10 +133,16 @@ type Store struct {
 // call does. Close the Store before the client. When client has AddHook
 // (every go-redis client does), New adds a hook that marks a failed TLS or
 // protocol handshake of a new connection, so that the store never takes
-// one for an outage (see the package doc, "Errors").
+// one for an outage (see the package doc, "Errors"). A *redis.Client,
+// *redis.ClusterClient or *redis.Ring must have ContextTimeoutEnabled (New
+// returns an error wrapping leasehold.ErrInvalidOptions otherwise), so that
+// the Locker's deadlines bound every call.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: client is nil", leasehold.ErrInvalidOptions)
+	}
+	if !honoursDeadlines(client) {
+		return nil, fmt.Errorf("%w: redisstore: the go-redis client has ContextTimeoutEnabled false: set it to true, or the Locker's deadlines and renewal failure budget do not bound a call on a dead connection", leasehold.ErrInvalidOptions)
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -168,6 +174,21 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s.notify.init(s)
 	return s, nil
+}
+
+// honoursDeadlines reports whether a go-redis client bounds each call by its
+// context's deadline (ContextTimeoutEnabled). A client type it cannot look
+// into (a wrapper) is taken to.
+func honoursDeadlines(c Client) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // tag returns the hash tag text of key: key with '%', '{' and '}' written as

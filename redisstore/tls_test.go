@@ -88,12 +88,12 @@ func TestTLS(t *testing.T) {
 	}
 
 	// The server really speaks TLS only: an untrusting or plain client fails.
-	untrusting := redis.NewClient(&redis.Options{Addr: srv.Addr, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}, MaxRetries: -1})
+	untrusting := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}, MaxRetries: -1})
 	defer untrusting.Close()
 	if err := untrusting.Ping(t.Context()).Err(); err == nil {
 		t.Fatal("PING with a client that does not trust the certificate: expected an error")
 	}
-	plain := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	plain := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer plain.Close()
 	if err := plain.Ping(t.Context()).Err(); err == nil {
 		t.Fatal("PING without TLS on the TLS port: expected an error")

@@ -18,7 +18,7 @@ import (
 // by the resource, not by the holder's belief.
 func ExampleRedis() {
 	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "redis.internal:6379"})
 	defer client.Close()
 	store, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {

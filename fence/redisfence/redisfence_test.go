@@ -30,7 +30,7 @@ func TestRedis(t *testing.T) {
 
 	mk := func(t *testing.T) resourcetest.Subject {
 		// A fresh logical database per subject keeps keys apart.
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: int(1 + redisDB.Add(1)%15)})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, DB: int(1 + redisDB.Add(1)%15)})
 		t.Cleanup(func() { _ = c.Close() })
 		if err := c.FlushDB(t.Context()).Err(); err != nil {
 			t.Fatal(err)

@@ -71,7 +71,7 @@ func startCluster(tb testing.TB, n int, tlsFiles *[3]string) *Cluster {
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range c.Nodes {
-		nc := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: clientTLS})
+		nc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: s.Addr, TLSConfig: clientTLS})
 		for {
 			info, err := nc.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
@@ -100,7 +100,7 @@ func (c *Cluster) Addrs() []string {
 // Client returns a go-redis cluster client, closed in t.Cleanup.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: c.Addrs()})
 	tb.Cleanup(func() { _ = cc.Close() })
 	if err := cc.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error {
 		return s.Ping(ctx).Err()

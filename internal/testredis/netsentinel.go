@@ -133,7 +133,7 @@ func (g *NetSentinel) Direct(tb testing.TB, i int, addr string) *redis.Client {
 
 func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].Dialer(time.Second)})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: g.NodeAddr(i, 6379), Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -150,7 +150,7 @@ func (g *NetSentinel) waitInfo(tb testing.TB, i int, want string) {
 
 func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 	tb.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
+	c := redis.NewSentinelClient(&redis.Options{ContextTimeoutEnabled: true, Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -168,7 +168,7 @@ func (g *NetSentinel) waitSentinel(tb testing.TB, i int) {
 // MasterFrom returns the master's address as the sentinel of node i
 // reports it.
 func (g *NetSentinel) MasterFrom(ctx context.Context, i int) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
+	c := redis.NewSentinelClient(&redis.Options{ContextTimeoutEnabled: true, Addr: g.Sentinels[i], Dialer: g.Net.Nodes[i].Dialer(time.Second)})
 	defer c.Close()
 	r, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
 	if err != nil || len(r) != 2 {

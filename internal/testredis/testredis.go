@@ -88,7 +88,7 @@ func (s *Server) Restart() {
 // Client returns a go-redis client for the server, closed in t.Cleanup.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: s.Addr})
 	tb.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		tb.Fatalf("ping %s: %v", s.Addr, err)

@@ -43,7 +43,7 @@ func TestDoctorRedisExitStatus(t *testing.T) {
 			fix, _, _ = strings.Cut(r.Fix, " (")
 		}
 	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "doctor-secret"})
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Password: "doctor-secret"})
 	defer admin.Close()
 	var args []any
 	for _, f := range strings.Fields(fix) {

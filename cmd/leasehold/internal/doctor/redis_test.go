@@ -154,12 +154,12 @@ func checkRedis(t *testing.T, c redis.UniversalClient, o Options) []Result {
 // a check result.
 func TestRedisUnreachableOrRefused(t *testing.T) {
 	srv := testredis.Start(t, "--requirepass", "right-pass")
-	wrong := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-pass"})
+	wrong := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Password: "wrong-pass"})
 	defer wrong.Close()
 	if _, err := Redis(t.Context(), wrong, Options{}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("expected ErrRefused for a wrong password, got %v", err)
 	}
-	down := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testredis.FreePort(t)), MaxRetries: -1})
+	down := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: fmt.Sprintf("127.0.0.1:%d", testredis.FreePort(t)), MaxRetries: -1})
 	defer down.Close()
 	if _, err := Redis(t.Context(), down, Options{}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("expected ErrUnavailable for a closed port, got %v", err)

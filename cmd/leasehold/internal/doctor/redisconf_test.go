@@ -99,7 +99,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 		}
 	}
 	user := func(name, pass string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: name, Password: pass})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Username: name, Password: pass})
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}

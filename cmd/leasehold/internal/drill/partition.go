@@ -127,7 +127,7 @@ func (b *redisBackend) openPartition(ctx context.Context, cfg Config) error {
 		"--dir", dir, "--loglevel", "warning"); err != nil {
 		return fmt.Errorf("%w: start redis-server in a namespace: %v", ErrSetup, err)
 	}
-	b.setDirect(redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true,
+	b.setDirect(redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true,
 		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}))
 	if !waitUntil(10*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)

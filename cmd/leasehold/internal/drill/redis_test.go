@@ -85,7 +85,7 @@ func TestRedisUnsafeConfigurationFails(t *testing.T) {
 	if len(rep.History.Restarts) != 0 {
 		t.Errorf("expected no restart recorded, got %v", rep.History.Restarts)
 	}
-	db3 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
+	db3 := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, DB: 3})
 	defer db3.Close()
 	for _, c := range []*redis.Client{direct, db3} {
 		if left, err := c.Keys(t.Context(), "leasehold-drill:*").Result(); err != nil || len(left) != 0 {

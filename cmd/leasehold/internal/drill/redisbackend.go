@@ -153,6 +153,7 @@ func baseOptions(url string) (*redis.Options, error) {
 		opts.Protocol = 2 // no HELLO round trip on every new connection
 	}
 	opts.DisableIdentity = true
+	opts.ContextTimeoutEnabled = true // redisstore.New requires it
 	return opts, nil
 }
 

@@ -42,6 +42,7 @@ func (b *redisBackend) startSentinel(ctx context.Context, cfg Config) error {
 	direct := &redis.FailoverOptions{
 		MasterName: redisproc.SentinelMaster, SentinelAddrs: g.Sentinels, Protocol: 2, DisableIdentity: true,
 		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		ContextTimeoutEnabled: true,
 	}
 	b.setDirect(redis.NewFailoverClient(direct))
 	replica := *direct

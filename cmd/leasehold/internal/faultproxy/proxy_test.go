@@ -35,7 +35,8 @@ func startProxy(t *testing.T, upstream string) *faultproxy.Proxy {
 func client(t *testing.T, addr string, timeout time.Duration) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{
-		Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1,
+		ContextTimeoutEnabled: true,
+		Addr:                  addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolSize: 2,
 	})
 	t.Cleanup(func() { _ = c.Close() })
