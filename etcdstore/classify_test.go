@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
@@ -31,30 +28,7 @@ func TestTooLargeTTLIsMisconfigured(t *testing.T) {
 // role without the prefix are ErrAccessDenied, a refused port an outage.
 func TestOpenClassifiesErrors(t *testing.T) {
 	c := testetcd.Start(t)
-	root := c.Client(t)
-	ctx := ctxFor(t, 20*time.Second)
-	for _, step := range []func() error{
-		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := root.RoleAdd(ctx, "other"); return err },
-		func() error {
-			_, err := root.RoleGrantPermission(ctx, "other", "other/", clientv3.GetPrefixRangeEnd("other/"), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := root.UserAdd(ctx, "app", "apppw"); return err },
-		func() error { _, err := root.UserGrantRole(ctx, "app", "other"); return err },
-		func() error { _, err := root.AuthEnable(ctx); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatalf("auth setup: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		if rc, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Username: "root", Password: "rootpw", Logger: zap.NewNop()}); err == nil {
-			_, _ = rc.AuthDisable(ctxFor(t, 5*time.Second))
-			_ = rc.Close()
-		}
-	})
+	enableAuth(t, c)
 	ep := strings.TrimPrefix(c.Endpoints()[0], "http://")
 	for _, tc := range []struct {
 		name, url string

@@ -42,6 +42,32 @@ func TestListSkipsBadEntries(t *testing.T) {
 // store failure that is not an outage, and never contention.
 func TestPermissionDeniedIsMisconfigured(t *testing.T) {
 	c := testetcd.Start(t)
+	enableAuth(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Username: "app", Password: "apppw", Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
+	if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("Acquire outside the user's prefix: expected ErrMisconfigured, got %v", err)
+	}
+	if strings.Contains(err.Error(), "apppw") {
+		t.Fatalf("the password leaked into the error: %v", err)
+	}
+}
+
+// enableAuth turns on auth in c with a user root (password rootpw) and a
+// user app (password apppw) whose role covers only the prefix other/; auth
+// is turned off again in t.Cleanup.
+func enableAuth(t *testing.T, c *testetcd.Cluster) {
+	t.Helper()
 	root := c.Client(t)
 	ctx := ctxFor(t, 20*time.Second)
 	for _, step := range []func() error{
@@ -66,21 +92,4 @@ func TestPermissionDeniedIsMisconfigured(t *testing.T) {
 			_ = rc.Close()
 		}
 	})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Username: "app", Password: "apppw", Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	_, err = s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
-	if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("Acquire outside the user's prefix: expected ErrMisconfigured, got %v", err)
-	}
-	if strings.Contains(err.Error(), "apppw") {
-		t.Fatalf("the password leaked into the error: %v", err)
-	}
 }
