@@ -157,7 +157,7 @@ func (h *handshakeHook) check(err error) error {
 			h.answered.Store(true)
 		}
 	case (outage.Closed(err) || errors.Is(err, syscall.ECONNRESET)) && !h.answered.Load():
-		return &handshakeError{err, "the server closed the connection before it ever answered: check that the port speaks Redis without TLS (redis://) or with TLS (rediss://), and the client certificate"}
+		return &handshakeError{err, "is this a Redis server? it closed the connection before it ever answered: check that the port speaks Redis, without TLS (redis://) or with TLS (rediss://), and the client certificate"}
 	}
 	return err
 }

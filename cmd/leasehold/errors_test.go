@@ -35,8 +35,8 @@ func TestErrorStoreRefused(t *testing.T) {
 	srv := testredis.Start(t, "--requirepass", "right")
 	env := []string{"LEASEHOLD_STORE=redis://:wrong@" + srv.Addr}
 	code, _, stderr := lh(t, env, "run", "--key", "job:7", "--", "true")
-	if code == 0 || !strings.Contains(stderr, "WRONGPASS") || !strings.Contains(stderr, "fix the store URL") || strings.Count(stderr, `"job:7"`) != 1 {
-		t.Errorf("run: expected a failure with WRONGPASS, the key once and what to fix, got %d:\n%s", code, stderr)
+	if code != 77 || !strings.Contains(stderr, "WRONGPASS") || !strings.Contains(stderr, "fix the URL's user and password") || strings.Count(stderr, `"job:7"`) != 1 {
+		t.Errorf("run: expected exit 77 with WRONGPASS, the key once and what to fix, got %d:\n%s", code, stderr)
 	}
 	sayOnce(t, "run", stderr)
 	code, _, stderr = lh(t, env, "inspect", "job:7")

@@ -19,9 +19,11 @@ import (
 // o.
 func (o *Opened) Client() any {
 	for _, c := range o.closers {
-		switch c.(type) {
+		switch c := c.(type) {
 		case redis.UniversalClient, *clientv3.Client:
 			return c
+		case interface{ Client() *clientv3.Client }: // an etcdstore.Store that dialled its own client
+			return c.Client()
 		}
 	}
 	return nil
