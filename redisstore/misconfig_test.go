@@ -27,7 +27,7 @@ func TestMisconfigurationErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := func(o redis.Options) *redis.Client {
-		o.Addr = srv.Addr
+		o.Addr, o.ContextTimeoutEnabled = srv.Addr, true
 		c := redis.NewClient(&o)
 		t.Cleanup(func() { _ = c.Close() })
 		return c

@@ -81,6 +81,7 @@ func TestTLS(t *testing.T) {
 	}
 	opt.TLSConfig.RootCAs = pool
 	opt.TLSConfig.MinVersion = tls.VersionTLS12
+	opt.ContextTimeoutEnabled = true
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(t.Context()).Err(); err != nil {
