@@ -383,7 +383,7 @@ func parseGrant(s string) (handoff, string, bool) {
 }
 
 // Granted implements leasehold.Granter: the grant a release made to token
-// for key (see the package doc, Waiting and hand-off), taken from the
+// for key (see README.md), taken from the
 // NOTIFY payload that woke token's WaitRelease; it is forgotten once
 // returned, and when the subscription stops.
 func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {

@@ -147,7 +147,7 @@ ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.ex
 	// (A subscription never extends a queue entry: the entry's deadline is
 	// the waiter's queue TTL, so a dead waiter leaves the queue in time.)
 
-	// Renewals are durable commits (see the package doc, Durability).
+	// Renewals are durable commits (see README.md, "Durability").
 	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
 	// Many renewals in one statement: $1 keys, $2 tokens, $3 TTLs in µs,

@@ -77,7 +77,7 @@ const (
 	// advisory lock. It needs the CREATE privilege on the schema.
 	MigrateCreate
 	// MigrateNever issues no DDL: the objects must exist (see MigrationSQL
-	// and the package doc, Privileges).
+	// and README.md, "Privileges").
 	MigrateNever
 )
 
@@ -106,7 +106,7 @@ type Options struct {
 	// lock and waiter tables, and acquire and release commit durably. By
 	// default the lock and waiter tables are UNLOGGED and acquire and release
 	// commit with synchronous_commit off: a crash loses the locks (never the
-	// fence order); see the package doc, Durability.
+	// fence order); see README.md, "Durability".
 	Durable bool
 
 	// Listen opens the dedicated connection the store LISTENs on (LISTEN

@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold/storetest"
 )
 
-// aclRule is the ACL documented in README.md and doc.go (minus the user name
+// aclRule is the ACL documented in README.md (minus the user name
 // and password).
 const aclRule = "resetkeys ~leasehold:* resetchannels &leasehold:* -@all " +
 	"+evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time " +

@@ -24,7 +24,7 @@ var ErrEvicted = errors.New("redisstore: Redis evicted keys (maxmemory) while th
 // CheckConfig implements leasehold.ConfigChecker: it reports a maxmemory
 // with an evicting policy (check "redis_eviction"), under which Redis can
 // delete a held lock's key, read from INFO memory in one round trip. The
-// service ACL of the package doc does not grant INFO: then it returns an
+// service ACL of README.md does not grant INFO: then it returns an
 // error wrapping leasehold.ErrConfigNotChecked that names the right (and
 // the server's ACL LOG records one denied INFO). On a Cluster it reads the
 // node the client picks.

@@ -88,7 +88,7 @@ var (
 type Options struct {
 	// Prefix starts every Redis key and notification channel of this store.
 	// Default "leasehold:". Give an ACL user `~PREFIX*` and `&PREFIX*` (see
-	// the package doc). A prefix whose first '{' is directly followed by '}'
+	// README.md). A prefix whose first '{' is directly followed by '}'
 	// is refused: Redis Cluster would then hash every name whole, and a
 	// key's lock and fence would land in different slots.
 	Prefix string
@@ -133,7 +133,7 @@ type Store struct {
 // call does. Close the Store before the client. When client has AddHook
 // (every go-redis client does), New adds a hook that marks a failed TLS or
 // protocol handshake of a new connection, so that the store never takes
-// one for an outage (see the package doc, "Errors"). A *redis.Client,
+// one for an outage (see README.md). A *redis.Client,
 // *redis.ClusterClient or *redis.Ring must have ContextTimeoutEnabled (New
 // returns an error wrapping leasehold.ErrInvalidOptions otherwise), so that
 // the Locker's deadlines bound every call.

@@ -62,7 +62,7 @@ func pgError(check string, err error) Result {
 }
 
 // pgPrivileges checks that the objects exist and that the current role has
-// the privileges the store's statements need (pgstore's package doc,
+// the privileges the store's statements need (pgstore's README.md,
 // Privileges). Missing privileges FAIL; missing objects FAIL when required
 // (the lock tables) and WARN otherwise (the semaphore tables).
 func pgPrivileges(ctx context.Context, db *pgxpool.Pool, check, schema string, objs pgObjects, required bool) Result {

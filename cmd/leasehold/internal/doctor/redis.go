@@ -25,7 +25,7 @@ var (
 // Redis runs every Redis check against the server of client: on each
 // master of a Cluster, on the master of a Sentinel client. CONFIG GET and
 // INFO are what most checks read; a user allowed neither (the service ACL
-// of redisstore/doc.go) gets SKIP lines naming the rights. It returns an
+// of redisstore/README.md) gets SKIP lines naming the rights. It returns an
 // error wrapping ErrUnavailable or ErrRefused when a server does not answer
 // PING.
 func Redis(ctx context.Context, client redis.UniversalClient, o Options) ([]Result, error) {

@@ -79,7 +79,7 @@ func TestRedisClock(t *testing.T) {
 	}
 }
 
-// Under the service ACL of redisstore/doc.go (no CONFIG, no INFO) the
+// Under the service ACL of redisstore/README.md (no CONFIG, no INFO) the
 // checks that need them SKIP and name the right; the clock check still
 // runs (TIME is granted). A user allowed INFO but not CONFIG still gets
 // the eviction verdict, from INFO memory.
@@ -88,7 +88,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := t.Context()
 	for _, acl := range [][]any{
-		// The service user's ACL of redisstore/doc.go.
+		// The service user's ACL of redisstore/README.md.
 		append([]any{"ACL", "SETUSER", "svc", "on", ">svc-pass"}, anys(strings.Fields("resetkeys ~leasehold:* resetchannels &leasehold:* -@all "+
 			"+evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time +scan "+
 			"+subscribe +unsubscribe +ssubscribe +sunsubscribe +ping"))...),
