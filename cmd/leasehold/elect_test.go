@@ -3,9 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,26 +121,6 @@ func isAncestor(anc, pid int) bool {
 		}
 	}
 	return false
-}
-
-// parentOf returns pid's parent, or 0.
-func parentOf(pid int) int {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	b := string(raw)
-	// pid (comm) state ppid ...
-	i := strings.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(b[i+1:])
-	if len(fields) < 2 {
-		return 0
-	}
-	got, _ := strconv.Atoi(fields[1])
-	return got
 }
 
 // watched returns the fences of the leaders that `leader --watch --json`

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,8 +13,31 @@ import (
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
-// groupMembers lists the live (not zombie) processes of process group pgid.
-func groupMembers(t *testing.T, pgid int) []int {
+// procStat is what a test reads of a process's /proc/PID/stat.
+type procStat struct {
+	state      string
+	ppid, pgrp int
+}
+
+// statOf reads pid's /proc/PID/stat; ok is false when pid is gone.
+func statOf(pid int) (st procStat, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, false
+	}
+	// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 3 {
+		return st, false
+	}
+	st.state = f[0]
+	st.ppid, _ = strconv.Atoi(f[1])
+	st.pgrp, _ = strconv.Atoi(f[2])
+	return st, true
+}
+
+// livePids lists the live (not zombie) processes for which keep is true.
+func livePids(t *testing.T, keep func(pid int, st procStat) bool) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -25,20 +49,23 @@ func groupMembers(t *testing.T, pgid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) < 3 || f[0] == "Z" {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid {
+		if st, ok := statOf(pid); ok && st.state != "Z" && keep(pid, st) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// parentOf returns pid's parent, 0 when pid is gone.
+func parentOf(pid int) int {
+	st, _ := statOf(pid)
+	return st.ppid
+}
+
+// groupMembers lists the live processes of process group pgid.
+func groupMembers(t *testing.T, pgid int) []int {
+	t.Helper()
+	return livePids(t, func(_ int, st procStat) bool { return st.pgrp == pgid })
 }
 
 // killedWrapper SIGKILLs a leasehold process (run or elect) whose command,
@@ -126,22 +153,13 @@ func TestElectKilledLeavesNoCommand(t *testing.T) {
 // substr.
 func childrenOf(t *testing.T, pid int, substr string) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || parentOf(p) != pid {
-			continue
+	return livePids(t, func(p int, st procStat) bool {
+		if st.ppid != pid {
+			return false
 		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.Contains(string(cmdline), substr) {
-			pids = append(pids, p)
-		}
-	}
-	return pids
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		return strings.Contains(string(cmdline), substr)
+	})
 }
 
 // Should the supervisor itself be killed, run kills the command's group,
