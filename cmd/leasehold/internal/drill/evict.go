@@ -31,16 +31,9 @@ func (d *drill) injectEvict(ctx context.Context) string {
 	if !ok {
 		return fmt.Sprintf("skipped: the eviction fault needs --store %s", StoreRedisServer)
 	}
-	r, _ := d.victim(ctx, -1)
+	r, pe, note := d.pauseHolder(ctx)
 	if r == nil {
-		return "skipped: no replica was working"
-	}
-	pe, got, interrupted := d.awaitPause(ctx, r)
-	switch {
-	case interrupted:
-		return "interrupted"
-	case !got:
-		return "skipped: the replica did not reach its write"
+		return note
 	}
 	defer func() {
 		if inc := r.current(); inc != nil {

@@ -15,8 +15,8 @@ func (d *drill) inject(ctx context.Context) {
 	defer func() {
 		d.injected.Store(true)
 		d.be.heal()
+		d.pauseReq.cancel()
 		for _, r := range d.replicas {
-			r.requestPause(false)
 			if inc := r.current(); inc != nil {
 				inc.proc.thaw()
 			}
@@ -192,32 +192,13 @@ func (d *drill) redeliver(job, from int) {
 	}
 }
 
-// injectPause asks a working replica to freeze right before its write, hands
+// injectPause freezes a holder right before its write (pauseHolder), hands
 // its job to another replica, waits until that one has written it (or a
 // cap), then thaws the paused one, which writes with its old fence.
 func (d *drill) injectPause(ctx context.Context) string {
-	// A victim may not reach its write (its lease ended, the job was done):
-	// try up to three victims before the fault counts as skipped.
-	var (
-		r   *replica
-		ev  pauseEvent
-		got bool
-		why = "skipped: no replica was working"
-	)
-	for attempt := 0; attempt < 3 && !got; attempt++ {
-		if r, _ = d.victim(ctx, -1); r == nil {
-			continue
-		}
-		var interrupted bool
-		if ev, got, interrupted = d.awaitPause(ctx, r); interrupted {
-			return "interrupted"
-		}
-		if !got {
-			why = "skipped: the replica did not reach its write"
-		}
-	}
-	if !got {
-		return why
+	r, ev, note := d.pauseHolder(ctx)
+	if r == nil {
+		return note
 	}
 	start := time.Now()
 	d.redeliver(ev.job, ev.replica)
@@ -244,20 +225,61 @@ func (d *drill) injectPause(ctx context.Context) string {
 	return fmt.Sprintf("replica %d %s %v before writing job %d, which another replica took over and wrote meanwhile", ev.replica, how, time.Since(start).Round(time.Millisecond), ev.job)
 }
 
-// awaitPause asks r to freeze right before its next write and waits for it
-// to do so, up to a cap; got is false when it did not reach a write in time.
-func (d *drill) awaitPause(ctx context.Context, r *replica) (ev pauseEvent, got, interrupted bool) {
-	r.requestPause(true)
-	t := time.NewTimer(2*d.cfg.WorkMax + d.cfg.TTL)
+// pauseHolder freezes a holder right before its write and returns it with
+// the pause; a nil replica with the note when none could be paused (or
+// "interrupted" when ctx ended). In the jobs workload it asks a working
+// replica, and up to three in turn: one may not reach its write (its lease
+// ended, its job was done). In the election and semaphore workloads one
+// key passes from holder to holder, and a holder whose term ends before its
+// next write queues behind every other candidate, so a request to that one
+// holder could wait out its window (and three in a row did on a loaded
+// machine); there the next holder to reach its write, whichever it is,
+// takes the request: one writes every TTL/4 at most while anyone holds the
+// key.
+func (d *drill) pauseHolder(ctx context.Context) (*replica, pauseEvent, string) {
+	if d.cfg.Workload != WorkloadJobs {
+		ev, got, interrupted := d.awaitPause(ctx, nil, 5*d.cfg.WorkMax+5*d.cfg.TTL)
+		switch {
+		case interrupted:
+			return nil, ev, "interrupted"
+		case !got:
+			return nil, ev, "skipped: no holder reached its write"
+		}
+		return d.replicas[ev.replica], ev, ""
+	}
+	why := "skipped: no replica was working"
+	for range 3 {
+		r, _ := d.victim(ctx, -1)
+		if r == nil {
+			continue
+		}
+		ev, got, interrupted := d.awaitPause(ctx, r, 2*d.cfg.WorkMax+d.cfg.TTL)
+		switch {
+		case interrupted:
+			return nil, ev, "interrupted"
+		case got:
+			return r, ev, ""
+		}
+		why = "skipped: the replica did not reach its write"
+	}
+	return nil, pauseEvent{}, why
+}
+
+// awaitPause asks only (nil: any holder) to freeze right before its next
+// write and waits for it to do so, up to within; got is false when it did
+// not reach a write in time.
+func (d *drill) awaitPause(ctx context.Context, only *replica, within time.Duration) (ev pauseEvent, got, interrupted bool) {
+	d.pauseReq.set(only)
+	t := time.NewTimer(within)
 	defer t.Stop()
 	select {
 	case ev = <-d.pauses:
 		return ev, true, false
 	case <-t.C:
-		if r.requestPause(false) {
+		if d.pauseReq.cancel() {
 			return ev, false, false
 		}
-		select { // it took the request just now
+		select { // a holder took the request just now
 		case ev = <-d.pauses:
 			return ev, true, false
 		case <-ctx.Done():

@@ -88,7 +88,7 @@ func (s *session) handle(m wire) (wire, error) {
 	case m.K == "inspect":
 		return s.inspect(m.Key), nil
 	case m.K == "prewrite" && held:
-		if r.requestPause(false) { // take the injector's request
+		if d.pauseReq.take(r) { // take the injector's request
 			d.pause(s.ctx, r, s.inc, m.Job, m.Key, m.Token, m.Sec)
 		}
 		d.cutOff.wait(s.ctx, r.id)

@@ -22,10 +22,9 @@ type replica struct {
 	id    int
 	hints chan int // jobs redelivered to this replica: taken with a blocking Acquire
 
-	mu       sync.Mutex
-	inc      *incarnation
-	working  int // the job in its work phase under a store lease, or -1
-	pauseReq bool
+	mu      sync.Mutex
+	inc     *incarnation
+	working int // the job in its work phase under a store lease, or -1
 }
 
 // incarnation is one process lifetime of a replica: in-process, a Locker
@@ -384,15 +383,46 @@ func (r *replica) busyJob() int {
 	return r.working
 }
 
-// requestPause sets or clears the injector's request that r freeze before
-// its next write, and reports whether one was pending: requestPause(false)
-// also takes a request.
-func (r *replica) requestPause(on bool) (wasPending bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	wasPending = r.pauseReq
-	r.pauseReq = on
+// pauseRequest is the injector's request that a holder freeze right before
+// its next write: one replica (the jobs workload's victim), or whichever
+// holder working under a store lease gets to its write first (the election
+// and semaphore workloads, where the holder a fault picks may lose its term
+// before its next write and wait behind every other candidate for the
+// next). At most one holder takes it.
+type pauseRequest struct {
+	mu      sync.Mutex
+	pending bool
+	only    *replica // nil: any holder
+}
+
+// set requests a pause of only, or of any holder when only is nil.
+func (p *pauseRequest) set(only *replica) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending, p.only = true, only
+}
+
+// cancel withdraws the request and reports whether it was still pending
+// (false: a holder took it).
+func (p *pauseRequest) cancel() (wasPending bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wasPending = p.pending
+	p.pending, p.only = false, nil
 	return wasPending
+}
+
+// take is r's check right before its write: true when the request is r's
+// to take, and then it is taken.
+func (p *pauseRequest) take(r *replica) bool {
+	busy := r.busyJob() >= 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.pending || (p.only != r && (p.only != nil || !busy)) {
+		return false
+	}
+	p.pending, p.only = false, nil
+	return true
 }
 
 // pause freezes the whole process right before its write: every store call

@@ -81,6 +81,7 @@ type drill struct {
 	doneOnce  sync.Once
 
 	replicas []*replica
+	pauseReq pauseRequest
 	pauses   chan pauseEvent
 
 	// Jobs arrive at a steady rate over the planned fault schedule, so every
