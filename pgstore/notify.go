@@ -89,9 +89,10 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 		}
 		return nil, nil, storeErr("listen", s.channel, err)
 	}
-	if token != "" && s.track.isQueued(key, token) {
+	if token != "" && s.Resumes(key, token) {
 		// Its queue entry makes every release that frees the key for it
-		// notify it: no subscription row needed.
+		// notify this connection: no subscription row needed. (Otherwise
+		// the row's upsert leaves a live queue entry of token as it is.)
 		return ch, stop, nil
 	}
 	row := s.rowToken(token)

@@ -132,8 +132,6 @@ SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM
 	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
 	AND expires_at < clock_timestamp() - interval '1 minute' AND fence < ` + nowUS + ` - 60000000
 	AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
-	// Close: release many locks and queue entries ($1 keys, $2 tokens).
-	s.releaseAllSQL = `SELECT ` + n.release2 + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
 	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
 	// that became a queue entry stays.
 	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)

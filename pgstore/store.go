@@ -1,13 +1,11 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -136,10 +134,9 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, releaseAllSQL, sweepSQL, acquireFastSQL, releaseFastSQL                      string
+	unsubscribeSQL, sweepSQL, acquireFastSQL, releaseFastSQL                                     string
 
-	id    string  // random, unique to the store: its observers' subscription rows
-	track tracker // the locks and queue entries this store wrote, for Close
+	id string // random, unique to the store: its observers' subscription rows
 
 	lis       listener
 	sweep     sweeper
@@ -332,9 +329,8 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 			return leasehold.Grant{}, err
 		}
 	}
-	sent := time.Now()
 	if s.free.has(req.Key) {
-		if g, ok, err := s.acquireFast(ctx, req, us, sent); ok {
+		if g, ok, err := s.acquireFast(ctx, req, us); ok {
 			return g, err
 		}
 	}
@@ -354,7 +350,6 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fence, &rem, &holder, &ahead)
 	})
-	s.track.acquired(req.Key, req.Token, won, err, sent, req.QueueTTL)
 	if won || err != nil { // an error: the next Acquire (or Release) decides
 		s.lis.forget(req.Key, req.Token)
 	}
@@ -372,7 +367,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 // acquireFast sends the fast acquire alone (one plain UPDATE of the key's
 // free row). ok is false when it did not apply: the key is then forgotten
 // as free and the caller sends the full acquire.
-func (s *Store) acquireFast(ctx context.Context, req leasehold.AcquireRequest, us int64, sent time.Time) (g leasehold.Grant, ok bool, err error) {
+func (s *Store) acquireFast(ctx context.Context, req leasehold.AcquireRequest, us int64) (g leasehold.Grant, ok bool, err error) {
 	var fence int64
 	err = retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.acquireFastSQL, req.Key, req.Token, us, req.Holder, s.opts.Durable).Scan(&fence)
@@ -381,7 +376,6 @@ func (s *Store) acquireFast(ctx context.Context, req leasehold.AcquireRequest, u
 		s.free.drop(req.Key)
 		return leasehold.Grant{}, false, nil
 	}
-	s.track.acquired(req.Key, req.Token, err == nil, err, sent, req.QueueTTL)
 	if err != nil {
 		return leasehold.Grant{}, true, storeErr("acquire", req.Key, err)
 	}
@@ -410,10 +404,6 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	return nil
 }
-
-// Note: a lock whose renewal answered ErrNotOwned stays tracked until its
-// Release (which the Locker sends): Close's release of it is token-checked
-// and harmless.
 
 // RenewBatch implements leasehold.BatchRenewer: every renewal in one UPDATE
 // over unnest'ed arrays, one round trip. A key missing from its result was
@@ -494,7 +484,6 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		})
 	}
 	if err == nil {
-		s.track.released(key, token)
 		s.lis.forget(key, token)
 		s.free.set(key, kept)
 		s.sweep.maybe(s)
@@ -642,10 +631,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the LISTEN connection and waits for its goroutine, then closes
-// the pool if Open created it. Later WaitRelease calls return ErrClosed; when
-// the Store came from New, the other methods keep working. Close is
-// idempotent.
+// Close stops the LISTEN connection and waits for its goroutine, deletes the
+// subscription rows its WaitRelease calls wrote, then closes the pool if
+// Open created it. It releases no lock and leaves no queue: the Locker
+// releases what it holds and takes its waiters out of their queues on its
+// own Close, and a lock or queue entry nobody releases ends at its TTL by
+// the database's clock. Later WaitRelease calls return ErrClosed; when the
+// Store came from New, the other methods keep working. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.lis.close()
@@ -661,94 +653,16 @@ func (s *Store) Close() error {
 // closeTimeout bounds the statements of Close and of a subscription's end.
 const closeTimeout = 2 * time.Second
 
-// cleanUp releases, in one statement, every lock this store acquired and
-// did not release and every queue entry it wrote (each through the release
-// function: token-checked, fences recorded, the next head granted and
-// woken), then deletes its subscription rows. What it cannot delete (the
+// cleanUp deletes the store's subscription rows. What it cannot delete (the
 // database is out of reach) ends at its TTL.
 func (s *Store) cleanUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	if keys, tokens := s.track.take(); len(keys) > 0 {
-		if _, err := s.db.Exec(ctx, s.releaseAllSQL, keys, tokens, s.channel, s.opts.Durable); err != nil {
-			s.opts.Logger.Warn("pgstore: Close could not release the store's locks; they end at their TTL", "locks", len(keys), "err", err)
-		}
-	}
 	if keys, tokens := s.lis.takeRows(); len(keys) > 0 {
 		if _, err := s.db.Exec(ctx, s.unsubscribeSQL, keys, tokens); err != nil {
 			s.opts.Logger.Warn("pgstore: Close could not delete the store's subscriptions; they end at their TTL", "err", err)
 		}
 	}
-}
-
-// tracker remembers the locks and queue entries a store wrote and has not
-// released, so that Close can release them, and which tokens are queued, so
-// that WaitRelease needs no subscription row for them.
-type tracker struct {
-	mu     sync.Mutex
-	held   map[[2]string]struct{}  // (key, token): acquired, or maybe (no answer)
-	queued map[[2]string]time.Time // (key, token) -> local queue deadline
-}
-
-// acquired records the outcome of an acquire of (key, token) sent at sent:
-// won, queued until sent+queueTTL (queueTTL > 0), or unknown (err: it may
-// have applied).
-func (t *tracker) acquired(key, token string, won bool, err error, sent time.Time, queueTTL time.Duration) {
-	k := [2]string{key, token}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.held == nil {
-		t.held, t.queued = map[[2]string]struct{}{}, map[[2]string]time.Time{}
-	}
-	switch {
-	case won:
-		t.held[k] = struct{}{}
-		delete(t.queued, k)
-	case err != nil:
-		t.held[k] = struct{}{} // Close releases it, token-checked
-	case queueTTL > 0:
-		t.queued[k] = sent.Add(queueTTL)
-	}
-}
-
-// released forgets (key, token): released, left the queue, or lost.
-func (t *tracker) released(key, token string) {
-	k := [2]string{key, token}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.held, k)
-	delete(t.queued, k)
-}
-
-// isQueued reports whether this store queued (key, token) and the entry is
-// live by the local clock.
-func (t *tracker) isQueued(key, token string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d, ok := t.queued[[2]string{key, token}]
-	return ok && time.Now().Before(d)
-}
-
-// take returns every tracked lock and queue entry, in key order, and
-// forgets them.
-func (t *tracker) take() (keys, tokens []string) {
-	t.mu.Lock()
-	all := make([][2]string, 0, len(t.held)+len(t.queued))
-	for k := range t.held {
-		all = append(all, k)
-	}
-	for k := range t.queued {
-		if _, dup := t.held[k]; !dup {
-			all = append(all, k)
-		}
-	}
-	t.held, t.queued = nil, nil
-	t.mu.Unlock()
-	slices.SortFunc(all, func(a, b [2]string) int { return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1])) })
-	for _, k := range all {
-		keys, tokens = append(keys, k[0]), append(tokens, k[1])
-	}
-	return keys, tokens
 }
 
 // sweepEvery is how often, at most, a store deletes old free rows.

@@ -8,7 +8,8 @@
 // Options.Functions calls the scripts from a Functions library an operator
 // loaded, so the service needs no +eval. Pass a Sentinel failover client's
 // options through [TuneFailover], so that it leaves a sentinel it can no
-// longer reach. Close releases what the store still holds, not the client.
+// longer reach. Close stops the store's subscriptions; it releases no lock
+// (the Locker's Close does) and does not close the client.
 //
 // # Guarantees
 //

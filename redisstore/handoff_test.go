@@ -341,49 +341,69 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 	}
 }
 
-// TestCloseReleasesAGrantedLock: a lock a release granted to this Store's
-// waiter, then renewed past the waiter's queue deadline, is this Store's to
-// release at Close (not only the locks its own Acquire won).
-func TestCloseReleasesAGrantedLock(t *testing.T) {
+// The Locker, not the Store, releases what it holds: a lock a release
+// handed to a Locker's waiting Acquire (Granted), then renewed, is released
+// by the Locker's Close. The Store's Close releases nothing: a lock taken
+// through the Store alone stays until its TTL.
+func TestLockerCloseReleasesAHandedOffLease(t *testing.T) {
 	srv := testredis.Start(t)
 	a := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
-	b, err := redisstore.New(newClient(t, srv.Addr), redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
 	ctx := t.Context()
 	const key = "close:granted"
 	if _, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	req := leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: 300 * time.Millisecond}
-	if _, err := b.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("waiting Acquire: expected ErrNotAcquired, got %v", err)
-	}
-	wake, stop, err := b.WaitRelease(ctx, key, "b")
+	lk, err := leasehold.New(b, leasehold.Options{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	defer lk.Close()
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		ls, err := lk.Acquire(ctx, key)
+		if err != nil {
+			t.Errorf("waiting Acquire: %v", err)
+		}
+		got <- ls
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if info, err := a.Inspect(ctx, key); err == nil && info.Waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Locker's Acquire did not queue within 5s")
+		}
+	}
 	if err := a.Release(ctx, key, "a"); err != nil {
 		t.Fatal(err)
 	}
+	var ls *leasehold.Lease
 	select {
-	case <-wake:
+	case ls = <-got:
 	case <-time.After(5 * time.Second):
-		t.Fatal("no wake-up after the release")
+		t.Fatal("no lease 5s after the release")
 	}
-	if _, ok := b.Granted(key, "b"); !ok {
-		t.Fatal("expected a grant")
+	if ls == nil {
+		return
 	}
-	if err := b.Renew(ctx, key, "b", time.Minute); err != nil {
+	if err := ls.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // past the queue deadline
-	if err := b.Close(); err != nil {
+	if err := lk.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Inspect(ctx, key); !errors.Is(err, leasehold.ErrNotHeld) {
-		t.Fatalf("after Close of the granted holder's store: expected ErrNotHeld, got %v", err)
+		t.Fatalf("after Close of the Locker that was handed the key: expected ErrNotHeld, got %v", err)
+	}
+
+	if _, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: "close:store", Token: "b", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := a.Inspect(ctx, "close:store"); err != nil || info.Token != "b" {
+		t.Fatalf("after the Store's Close: expected its lock left to its TTL, got %+v, %v", info, err)
 	}
 }

@@ -452,9 +452,7 @@ func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
 	if err != nil || ms <= 0 {
 		return leasehold.Handoff{}, false
 	}
-	h := leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}
-	s.track.acquired(key, token, time.Now(), h.TTL, 0, true, false) // held now: Close releases it
-	return h, true
+	return leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
 }
 
 // Live implements leasehold.Granter: whether key's channel is subscribed and
@@ -504,22 +502,14 @@ func (g *group) confirm(m *redis.Subscription) {
 	}
 }
 
-// Close releases the locks this Store acquired and did not release, and
-// takes its tokens out of the queues they wait in (each with the release
-// script: token-checked, the key handed to its next waiter; bounded by 2 s,
-// what it cannot reach ends at its TTL), then stops the notification
-// connections and waits for their goroutines. Fence counters stay (see
-// FenceKey). It does not close the client. Later WaitRelease calls return
-// ErrClosed; the other methods keep working. Close is idempotent.
+// Close stops the notification connections and waits for their goroutines.
+// It releases no lock and leaves no queue: the Locker releases what it holds
+// and takes its waiters out of their queues on its own Close, and a lock or
+// queue entry nobody releases ends at its TTL in Redis. It does not close
+// the client. Later WaitRelease calls return ErrClosed; the other methods
+// keep working. Close is idempotent.
 func (s *Store) Close() error {
 	n := &s.notify
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil
-	}
-	n.mu.Unlock()
-	s.releaseTracked()
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

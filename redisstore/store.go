@@ -121,7 +121,6 @@ type Store struct {
 	fcall     fcaller // nil unless Options.Functions
 	wake      string  // this Store's waiter channel suffix (WaiterChannel), random hex
 
-	track  tracker // locks and queue entries to release at Close
 	notify notifier
 
 	// evictedSeen is INFO's evicted_keys + 1 as last read (CheckConfig, a
@@ -295,16 +294,12 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		value += "|" + req.Holder
 	}
 	base := s.base(req.Key)
-	sent := time.Now()
 	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
 		value, ms, ms+s.retention.Milliseconds(), strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
 	if err != nil {
-		s.track.acquired(req.Key, req.Token, sent, req.TTL, req.QueueTTL, false, true)
 		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
 	}
-	g, err := decodeGrant(res)
-	s.track.acquired(req.Key, req.Token, sent, req.TTL, req.QueueTTL, err == nil, err != nil && !errors.Is(err, leasehold.ErrNotAcquired))
-	return g, err
+	return decodeGrant(res)
 }
 
 // decodeGrant decodes acquire.lua's reply: the fence on a grant, or
@@ -366,7 +361,6 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	case n != 1:
 		return s.lost(ctx)
 	}
-	s.track.renewed(key, token, ttl)
 	return nil
 }
 
@@ -419,7 +413,6 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 			errs[i] = lost
 		default:
 			errs[i] = nil
-			s.track.renewed(reqs[i].Key, reqs[i].Token, reqs[i].TTL)
 		}
 	}
 	return errs
@@ -442,7 +435,6 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return s.fail("release", key, err)
 	}
-	s.track.released(key, token)
 	switch {
 	case n == 1:
 		return nil

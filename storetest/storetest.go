@@ -94,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ReleaseNotification", r.notification)
 	t.Run("LockerHandOff", r.lockerHandOff)
 	t.Run("Torture", r.torture)
+	t.Run("LockerCloseCleansUp", r.lockerCloseCleansUp)
 	t.Run("NothingLeftAfterClose", r.nothingLeftAfterClose)
 	t.Run("Queue", r.queue)
 	t.Run("Election", r.election)
