@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Leader describes who holds an election's key. The zero Leader means the
@@ -75,8 +77,8 @@ func NewElection(l *Locker, key string, cb Callbacks) (*Election, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if _, ok := l.store.(Inspector); !ok {
-		return nil, fmt.Errorf("%w: election needs a store that implements leasehold.Inspector, %T does not", ErrInvalidOptions, l.store)
+	if _, ok := l.store.(driver.Inspector); !ok {
+		return nil, fmt.Errorf("%w: election needs a store that implements driver.Inspector, %T does not", ErrInvalidOptions, l.store)
 	}
 	return &Election{l: l, key: key, cb: cb}, nil
 }
@@ -129,7 +131,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // Leader asks the store who leads now. A vacant key is the zero Leader and
 // no error; a store failure is a *StoreError.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	info, err := e.l.store.(Inspector).Inspect(ctx, e.key)
+	info, err := e.l.store.(driver.Inspector).Inspect(ctx, e.key)
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		return Leader{}, nil
@@ -168,8 +170,8 @@ type observer struct {
 
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
-	var wake <-chan struct{}
-	if n, ok := e.l.store.(Notifier); ok {
+	var wake <-chan driver.Wake
+	if n, ok := e.l.store.(driver.Notifier); ok {
 		if w, stop, err := n.WaitRelease(ctx, e.key, ""); err == nil {
 			wake = w
 			defer stop()

@@ -3,69 +3,52 @@ package leasehold
 import (
 	"errors"
 	"fmt"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// Sentinel errors. Compare with errors.Is, never with ==: most of them reach
-// the caller wrapped.
+// Sentinel errors. Compare with errors.Is: most reach the caller wrapped.
+// Those a store returns are package driver's, as the same values.
 var (
-	// ErrNotAcquired means the key is held by another owner. It is contention,
-	// not a failure of the store, and never triggers the fail-open policy.
-	ErrNotAcquired = errors.New("leasehold: not acquired")
+	// ErrNotAcquired means another owner holds the key (contention, not a
+	// store failure; it never triggers FailOpen).
+	ErrNotAcquired = driver.ErrNotAcquired
 
-	// ErrNotOwned means a release or renew was made with a token that no
-	// longer owns the key (it expired or another owner holds it). The other
-	// owner's lock was left alone.
-	ErrNotOwned = errors.New("leasehold: lock not owned")
+	// ErrNotOwned means a release or renew used a token that no longer owns
+	// the key; the other owner's lock was left alone.
+	ErrNotOwned = driver.ErrNotOwned
 
-	// ErrNotHeld means no lock exists for the key: Inspect found none, or a
-	// Release found the key already gone (expired, or deleted by a retry of
-	// the same release).
-	ErrNotHeld = errors.New("leasehold: no lock held")
+	// ErrNotHeld means no lock exists for the key.
+	ErrNotHeld = driver.ErrNotHeld
 
-	// ErrBadEntry means the store holds an entry it cannot decode (a corrupt
-	// lock or fence value). Inspector.List skips such entries and reports
-	// them with an error wrapping ErrBadEntry.
-	ErrBadEntry = errors.New("leasehold: bad store entry")
+	// ErrBadEntry means the store holds an entry it cannot decode.
+	ErrBadEntry = driver.ErrBadEntry
 
-	// ErrStore wraps every failure of the lock store itself (timeouts,
-	// connection errors, outages): errors.Is(err, ErrStore) tells a sick store
-	// apart from contention.
+	// ErrStore wraps every failure of the store itself (see StoreError).
 	ErrStore = errors.New("leasehold: store failure")
 
-	// ErrUnavailable marks a store failure positively known to be an outage
-	// of a reachable, correctly configured store: a refused or reset
-	// connection, a dial or request timeout, a connection closed after it
-	// had answered, a server that is loading or failing over. It is the only
-	// store failure on which a FailOpen Locker returns a degraded lease.
-	// Stores wrap such errors with it; it reaches the caller inside a
-	// *StoreError, so it matches ErrStore as well.
-	ErrUnavailable = errors.New("leasehold: store unavailable")
+	// ErrUnavailable marks a store failure known to be an outage: the only
+	// one on which a FailOpen Locker returns a degraded lease. It matches
+	// ErrStore too.
+	ErrUnavailable = driver.ErrUnavailable
 
-	// ErrMisconfigured marks a store failure that retrying cannot fix and
-	// that is not an outage: wrong password, missing permission or ACL, a
-	// TLS handshake or certificate failure, a server that speaks another
-	// protocol, wrong key type, cross-slot keys, a missing table or schema,
-	// an argument the server refuses, and every error a store cannot
-	// classify. The Locker never fails open on it (nor on any error without
-	// ErrUnavailable), and the CLI exits 77 (credentials, permissions) or 78
-	// (other configuration) naming what to fix. It reaches the caller
-	// inside a *StoreError, so it matches ErrStore as well.
-	ErrMisconfigured = errors.New("leasehold: store misconfigured")
+	// ErrMisconfigured marks a store failure that retrying cannot fix
+	// (credentials, TLS, schema, protocol, anything unclassified). It never
+	// fails open; the CLI exits 77 or 78 naming what to fix.
+	ErrMisconfigured = driver.ErrMisconfigured
 
 	// ErrAccessDenied is the ErrMisconfigured of refused credentials or
-	// permissions (wrong password, no password, a role or ACL without the
-	// store's keys, a missing privilege). It matches ErrMisconfigured too.
-	ErrAccessDenied = fmt.Errorf("%w: access denied", ErrMisconfigured)
+	// permissions.
+	ErrAccessDenied = driver.ErrAccessDenied
 
-	// ErrInvalidKey is returned for an empty, oversized or otherwise
-	// unusable key.
-	ErrInvalidKey = errors.New("leasehold: invalid key")
+	// ErrInvalidKey is returned for an empty, oversized or unusable key.
+	ErrInvalidKey = driver.ErrInvalidKey
 
 	// ErrInvalidOptions is returned by New for options that cannot work.
-	ErrInvalidOptions = errors.New("leasehold: invalid options")
+	ErrInvalidOptions = driver.ErrInvalidOptions
 
-	// ErrLockerClosed is returned by a Locker after Close, and is the cause of
-	// the context of every lease that was still held when Close was called.
+	// ErrLockerClosed is returned by a Locker after Close, and is the cause
+	// of the context of every lease still held then.
 	ErrLockerClosed = errors.New("leasehold: locker closed")
 )
 

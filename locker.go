@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Locker hands out leases on keys of one Store under one set of Options.
@@ -20,8 +22,8 @@ import (
 // scheduler goroutine renews every lease (held leases add no goroutine).
 // Close stops every goroutine the Locker started.
 type Locker struct {
-	store    Store
-	notifier Notifier // nil when the store cannot notify
+	store    driver.Store
+	notifier driver.Notifier // nil when the store cannot notify
 	opts     Options
 	gate     gate
 	sched    *scheduler
@@ -40,7 +42,7 @@ type Locker struct {
 // wrapping ErrInvalidOptions that names the field to fix. It logs a warning
 // when the renewal failure budget does not fit before the local expiry guard
 // (see Budget).
-func New(store Store, opts Options) (*Locker, error) {
+func New(store driver.Store, opts Options) (*Locker, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidOptions)
 	}
@@ -57,7 +59,7 @@ func New(store Store, opts Options) (*Locker, error) {
 	l := &Locker{store: store, opts: o}
 	l.sched = newScheduler(l)
 	l.ctx, l.closeAll = context.WithCancel(context.Background())
-	l.notifier, _ = store.(Notifier)
+	l.notifier, _ = store.(driver.Notifier)
 	return l, nil
 }
 
@@ -68,7 +70,7 @@ func (l *Locker) Name() string { return l.opts.Name }
 func (l *Locker) Options() Options { return l.opts }
 
 // Store returns the store the locker uses.
-func (l *Locker) Store() Store { return l.store }
+func (l *Locker) Store() driver.Store { return l.store }
 
 // TryAcquire makes one attempt to lease key; it never joins the key's queue.
 // It returns an error wrapping ErrNotAcquired when another owner holds key

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // keyOps is what an acquisition and its lease go through to the store: the
@@ -14,12 +16,12 @@ import (
 // engine's one hook for semaphores: everything else about a lease (renewal,
 // failure budget, local guard, causes, fail-open, max hold) is shared.
 type keyOps interface {
-	acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error)
 	renew(ctx context.Context, key, token string, ttl time.Duration) error
 	release(ctx context.Context, key, token string) error
 	// canWait reports whether wait works; wait subscribes token's wake-ups.
 	canWait() bool
-	wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error)
+	wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error)
 	// gated reports whether acquisitions take the key's local gate (one
 	// lease per key and process); permits do not.
 	gated() bool
@@ -41,7 +43,7 @@ func (l *Locker) opsOf(spec leaseSpec) keyOps {
 // lockOps are the Store's lock operations.
 type lockOps struct{ l *Locker }
 
-func (o lockOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+func (o lockOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	return o.l.store.Acquire(ctx, req)
 }
 
@@ -55,7 +57,7 @@ func (o lockOps) release(ctx context.Context, key, token string) error {
 
 func (o lockOps) canWait() bool { return o.l.notifier != nil }
 
-func (o lockOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (o lockOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	return o.l.notifier.WaitRelease(ctx, key, token)
 }
 
@@ -108,8 +110,8 @@ func renewEach(ctx context.Context, leases []*Lease) []error {
 type Semaphore struct {
 	l      *Locker
 	key    string
-	store  Semaphorer
-	notify PermitNotifier // nil when the store cannot notify
+	store  driver.Semaphorer
+	notify driver.PermitNotifier // nil when the store cannot notify
 	limit  atomic.Int64
 }
 
@@ -121,12 +123,12 @@ func (l *Locker) Semaphore(key string, limit int) (*Semaphore, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	st, ok := l.store.(Semaphorer)
+	st, ok := l.store.(driver.Semaphorer)
 	if !ok {
 		return nil, fmt.Errorf("%w: store %T does not implement leasehold.Semaphorer", ErrInvalidOptions, l.store)
 	}
 	s := &Semaphore{l: l, key: key, store: st}
-	s.notify, _ = l.store.(PermitNotifier)
+	s.notify, _ = l.store.(driver.PermitNotifier)
 	if err := s.SetLimit(limit); err != nil {
 		return nil, err
 	}
@@ -211,10 +213,10 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit 
 
 // Permits describes the semaphore as the store sees it: live holders (by
 // fence), the queue length and its head.
-func (s *Semaphore) Permits(ctx context.Context) (PermitInfo, error) {
+func (s *Semaphore) Permits(ctx context.Context) (driver.PermitInfo, error) {
 	info, err := s.store.Permits(ctx, s.key)
 	if err != nil {
-		return PermitInfo{}, storeErr("permits", s.key, err)
+		return driver.PermitInfo{}, storeErr("permits", s.key, err)
 	}
 	return info, nil
 }
@@ -226,8 +228,8 @@ type permitOps struct {
 	w *permitWait
 }
 
-func (o permitOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	g, err := o.s.store.AcquirePermit(ctx, PermitRequest{
+func (o permitOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := o.s.store.AcquirePermit(ctx, driver.PermitRequest{
 		Key: req.Key, Token: req.Token, TTL: req.TTL, Holder: req.Holder, QueueTTL: req.QueueTTL, Limit: o.s.Limit(),
 	})
 	if o.w != nil && !o.w.queued && req.QueueTTL > 0 && errors.Is(err, ErrNotAcquired) {
@@ -247,7 +249,7 @@ func (o permitOps) release(ctx context.Context, key, token string) error {
 
 func (o permitOps) canWait() bool { return o.s.notify != nil }
 
-func (o permitOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (o permitOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	return o.s.notify.WaitPermit(ctx, key, token)
 }
 

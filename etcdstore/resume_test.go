@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
@@ -67,7 +68,7 @@ func (c *calls) peek(method string) int {
 	return c.n[method]
 }
 
-func newLocker(t *testing.T, s leasehold.Store, opts leasehold.Options) *leasehold.Locker {
+func newLocker(t *testing.T, s driver.Store, opts leasehold.Options) *leasehold.Locker {
 	t.Helper()
 	lk, err := leasehold.New(s, opts)
 	if err != nil {

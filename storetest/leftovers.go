@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // nothingLeftAfterClose checks that a store leaves no server-side state
@@ -35,11 +36,11 @@ func (r *runner) nothingLeftAfterClose(t *testing.T) {
 		}
 		held := r.key(t, "held") // held at Close, with a waiter queued
 		mustAcquire(t, s1, held, "holder", time.Minute)
-		_, err := s2.Acquire(ctx, leasehold.AcquireRequest{Key: held, Token: "waiter", TTL: time.Minute, QueueTTL: time.Minute})
+		_, err := s2.Acquire(ctx, driver.AcquireRequest{Key: held, Token: "waiter", TTL: time.Minute, QueueTTL: time.Minute})
 		if !errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("waiting Acquire of a held key: expected ErrNotAcquired, got %v", err)
 		}
-		if n, ok := s2.(leasehold.Notifier); ok { // a waiter's subscription, stopped before Close
+		if n, ok := s2.(driver.Notifier); ok { // a waiter's subscription, stopped before Close
 			_, stop, err := n.WaitRelease(ctx, held, "waiter")
 			if err != nil {
 				t.Fatalf("WaitRelease: %v", err)
