@@ -7,76 +7,34 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-// Sentinel errors. Compare with errors.Is: most reach the caller wrapped.
-// Those a store returns are package driver's, as the same values.
+// Sentinel errors; compare with errors.Is. Those a store returns are
+// package driver's, as the same values.
 var (
-	// ErrNotAcquired means another owner holds the key (contention, not a
-	// store failure; it never triggers FailOpen).
-	ErrNotAcquired = driver.ErrNotAcquired
-
-	// ErrNotOwned means a release or renew used a token that no longer owns
-	// the key; the other owner's lock was left alone.
-	ErrNotOwned = driver.ErrNotOwned
-
-	// ErrNotHeld means no lock exists for the key.
-	ErrNotHeld = driver.ErrNotHeld
-
-	// ErrBadEntry means the store holds an entry it cannot decode.
-	ErrBadEntry = driver.ErrBadEntry
-
-	// ErrStore wraps every failure of the store itself (see StoreError).
-	ErrStore = errors.New("leasehold: store failure")
-
-	// ErrUnavailable marks a store failure known to be an outage: the only
-	// one on which a FailOpen Locker returns a degraded lease. It matches
-	// ErrStore too.
-	ErrUnavailable = driver.ErrUnavailable
-
-	// ErrMisconfigured marks a store failure that retrying cannot fix
-	// (credentials, TLS, schema, protocol, anything unclassified). It never
-	// fails open; the CLI exits 77 or 78 naming what to fix.
-	ErrMisconfigured = driver.ErrMisconfigured
-
-	// ErrAccessDenied is the ErrMisconfigured of refused credentials or
-	// permissions.
-	ErrAccessDenied = driver.ErrAccessDenied
-
-	// ErrInvalidKey is returned for an empty, oversized or unusable key.
-	ErrInvalidKey = driver.ErrInvalidKey
-
-	// ErrInvalidOptions is returned by New for options that cannot work.
+	ErrNotAcquired    = driver.ErrNotAcquired // another owner holds the key (contention, never fails open)
+	ErrNotOwned       = driver.ErrNotOwned    // the token no longer owns the key; the owner's lock is untouched
+	ErrNotHeld        = driver.ErrNotHeld     // no lock exists for the key
+	ErrBadEntry       = driver.ErrBadEntry    // the store holds an entry it cannot decode
+	ErrInvalidKey     = driver.ErrInvalidKey
 	ErrInvalidOptions = driver.ErrInvalidOptions
+	ErrLockerClosed   = errors.New("leasehold: locker closed") // also the cause of leases held at Close
 
-	// ErrLockerClosed is returned by a Locker after Close, and is the cause
-	// of the context of every lease still held then.
-	ErrLockerClosed = errors.New("leasehold: locker closed")
+	ErrStore         = errors.New("leasehold: store failure") // every store failure (a *StoreError)
+	ErrUnavailable   = driver.ErrUnavailable                  // an outage: the only failure FailOpen acts on
+	ErrMisconfigured = driver.ErrMisconfigured                // retrying cannot fix it
+	ErrAccessDenied  = driver.ErrAccessDenied                 // the ErrMisconfigured of refused credentials
 )
 
-// Causes with which a lease's context is cancelled. context.Cause(lease.Context())
-// returns one of them, and errors.Is works on the error Do returns.
+// Causes of a lease's end: context.Cause(lease.Context()), and matched by
+// errors.Is on Do's error.
 var (
-	// ErrLeaseLost means the store answered that another owner holds the key
-	// or that our lock expired.
-	ErrLeaseLost = errors.New("leasehold: lease lost")
-
-	// ErrLeaseAbandoned means the store could not be reached for the whole
-	// renewal failure budget; ownership can no longer be trusted.
-	ErrLeaseAbandoned = errors.New("leasehold: lease abandoned: renewal failed")
-
-	// ErrLeaseExpired means the holder's own clock says the TTL ran out since
-	// the last successful renewal (the local expiry guard fired).
-	ErrLeaseExpired = errors.New("leasehold: lease expired locally")
-
-	// ErrLeaseReleased means the holder released the lease.
-	ErrLeaseReleased = errors.New("leasehold: lease released")
-
-	// ErrMaxHoldReached means the lease reached the locker's MaxHold and
-	// automatic renewal stopped.
+	ErrLeaseLost      = errors.New("leasehold: lease lost")                      // the store says another owner holds it, or it expired
+	ErrLeaseAbandoned = errors.New("leasehold: lease abandoned: renewal failed") // the renewal failure budget ran out
+	ErrLeaseExpired   = errors.New("leasehold: lease expired locally")           // the local expiry guard fired
+	ErrLeaseReleased  = errors.New("leasehold: lease released")
 	ErrMaxHoldReached = errors.New("leasehold: maximum hold time reached")
 )
 
-// StoreError is a failure of the store during one operation. It matches
-// ErrStore and the underlying error with errors.Is.
+// StoreError is a store failure; it matches ErrStore and the store's error.
 type StoreError struct {
 	Op  string // "acquire", "renew", "release", "inspect", "list"
 	Key string

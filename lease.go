@@ -8,15 +8,8 @@ import (
 	"time"
 )
 
-// Lease is a successful acquisition of a key. Its methods are safe for
-// concurrent use. A Lease from TryAcquire, Acquire or Do is renewed
-// automatically until Release; a Lease from Hold is not.
-//
-// A lease is identity (key, token, fence, TTL), a context with a cause, and
-// deadlines. It starts no goroutine of its own: its Locker's scheduler (see
-// scheduler.go) renews it, runs its local expiry guard and its maximum hold
-// time. Release and Locker.Close wait until nothing about the lease is still
-// being reported, so nothing the lease started outlives it.
+// Lease is a successful acquisition of a key, safe for concurrent use. It
+// renews itself until Release, unless it came from Hold.
 type Lease struct {
 	l        *Locker
 	key      string
@@ -105,33 +98,27 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 // Key returns the leased key.
 func (ls *Lease) Key() string { return ls.key }
 
-// Token returns the owner token: 128 random bits, unique per acquisition.
+// Token returns the owner token: 128 random bits.
 func (ls *Lease) Token() string { return ls.token }
 
-// Fence returns the fence token: strictly greater than the fence of every
-// earlier acquisition of the key. Pass it to the storage you write to (package
-// fence) so a stale holder's writes are rejected. A degraded lease has fence 0.
+// Fence returns the fence token, greater for every later acquisition of the
+// key; 0 for a degraded lease.
 func (ls *Lease) Fence() uint64 { return ls.fence }
 
 // TTL returns the lease's time to live.
 func (ls *Lease) TTL() time.Duration { return ls.ttl }
 
-// Degraded reports whether this is a fail-open, local-only lease: the store
-// was unreachable, so only goroutines of this process are excluded.
+// Degraded reports whether this is a FailOpen, local-only lease.
 func (ls *Lease) Degraded() bool { return ls.degraded }
 
-// Context returns a context that is cancelled the moment ownership can no
-// longer be trusted, or when the lease is released. context.Cause tells why:
-// ErrLeaseLost, ErrLeaseAbandoned, ErrLeaseExpired, ErrMaxHoldReached,
-// ErrLeaseReleased or ErrLockerClosed. It carries the values of the context
-// the lease was acquired with, not its cancellation.
+// Context returns a context cancelled, with a cause, the moment ownership can
+// no longer be trusted or the lease is released.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
 // Done is Context().Done().
 func (ls *Lease) Done() <-chan struct{} { return ls.ctx.Done() }
 
-// Err returns nil while the lease is held and trusted, else the cause of its
-// end (see Context).
+// Err returns nil while the lease is trusted, else the cause of its end.
 func (ls *Lease) Err() error {
 	if ls.ctx.Err() == nil {
 		return nil
@@ -139,9 +126,8 @@ func (ls *Lease) Err() error {
 	return context.Cause(ls.ctx)
 }
 
-// ValidUntil returns the local expiry guard's deadline: the time before which
-// the holder may trust its ownership, measured from before the last successful
-// renewal was sent, minus the drift margin.
+// ValidUntil returns the local expiry guard's deadline: TTL − DriftMargin
+// after the last successful renewal was sent.
 func (ls *Lease) ValidUntil() time.Time {
 	s := ls.l.sched
 	s.mu.Lock()
@@ -149,15 +135,8 @@ func (ls *Lease) ValidUntil() time.Time {
 	return ls.validUntil
 }
 
-// Renew extends the lease by its TTL now, token-checked on the store. It
-// returns an error wrapping ErrNotOwned (and ends the lease with
-// ErrLeaseLost) when another owner has the key, a *StoreError when the store
-// fails (the lease stays until its local expiry), the lease's cause when it
-// already ended or ended while the renewal was in flight (a renewal the store
-// applied after that is undone), and ErrMaxHoldReached after the maximum hold
-// time. A successful Renew resets the count of failed automatic renewals. A
-// degraded lease has nothing to renew in the store; Renew extends its local
-// deadline.
+// Renew extends the lease by its TTL now: nil, an error wrapping ErrNotOwned
+// (the lease ends, ErrLeaseLost), a *StoreError, or the lease's cause.
 func (ls *Lease) Renew(ctx context.Context) error {
 	s := ls.l.sched
 	s.mu.Lock()
@@ -238,18 +217,9 @@ func (ls *Lease) manualOutcome(sent time.Time, err error) renewOutcome {
 	return renewOutcome{}
 }
 
-// Release ends the lease: it stops renewal, cancels Context with
-// ErrLeaseReleased and deletes the lock in the store if and only if this
-// lease's token still owns it. It returns an error wrapping ErrNotOwned when
-// another owner has the key (that lock is left alone) and a *StoreError when
-// the store fails (the lock then expires by its TTL). A lock that was already
-// gone (expired, or deleted by a retry of this very release) is not an error.
-//
-// Release is a no-op that returns nil after the lease was lost, abandoned,
-// expired locally or released: ask Err or context.Cause why. It runs on ctx's
-// values but not its cancellation, bounded by Options.ReleaseTimeout, so it
-// works with the lease's already-cancelled context. When it returns, nothing
-// about the lease (observer calls, log records) is still running.
+// Release ends the lease and deletes its lock if its token still owns it,
+// bounded by ReleaseTimeout: nil, an error wrapping ErrNotOwned, or a
+// *StoreError. After the lease ended it is a no-op.
 func (ls *Lease) Release(ctx context.Context) error {
 	if !ls.l.sched.end(ls, ErrLeaseReleased) {
 		return nil

@@ -92,21 +92,9 @@ func renewEach(ctx context.Context, leases []*Lease) []error {
 	return errs
 }
 
-// Semaphore hands out at most Limit permits of one key across every process
-// that uses the key with the same limit. Each permit is a *Lease with
-// everything a lease has: owner token, a fence unique and increasing across
-// all permits of the key, automatic renewal with the failure budget, the
-// local expiry guard, loss causes, FailOpen or FailClosed, MaxHold. Waiting
-// acquisitions queue in the store (FIFO across processes); a crashed
-// holder's permit comes back when its TTL runs out.
-//
-// Permits do not take the Locker's local per-key gate: several goroutines of
-// one process may hold permits of the same key, each with its own store
-// request. Under FailOpen a store failure gives a degraded permit (fence 0)
-// that is local-only and counts against no limit, not even in this process:
-// use FailClosed where the limit protects something.
-//
-// A Semaphore is safe for concurrent use. Get one from Locker.Semaphore.
+// Semaphore hands out at most Limit permits of one key across processes (FIFO
+// queue in the store), each a *Lease with its own fence. It is safe for
+// concurrent use. A FailOpen permit counts against no limit.
 type Semaphore struct {
 	l      *Locker
 	key    string
@@ -115,10 +103,8 @@ type Semaphore struct {
 	limit  atomic.Int64
 }
 
-// Semaphore returns the semaphore of key with limit permits. The Locker's
-// store must implement Semaphorer (every store in this module does); the
-// error wraps ErrInvalidOptions when it does not or limit < 1, and
-// ErrInvalidKey for a bad key. Semaphore makes no store call.
+// Semaphore returns key's semaphore with limit permits, without a store call.
+// The store must implement driver.Semaphorer; limit >= 1.
 func (l *Locker) Semaphore(key string, limit int) (*Semaphore, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -141,10 +127,8 @@ func (s *Semaphore) Key() string { return s.key }
 // Limit returns the current limit.
 func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
 
-// SetLimit changes the limit for every later acquisition through s,
-// including those already waiting. Lowering it revokes no permit: new
-// permits wait until fewer than the new limit are held. Other processes use
-// their own limit; give them the same one.
+// SetLimit changes the limit of later and waiting acquisitions through s;
+// lowering it revokes no permit.
 func (s *Semaphore) SetLimit(limit int) error {
 	if limit < 1 {
 		return fmt.Errorf("%w: semaphore limit must be at least 1, got %d", ErrInvalidOptions, limit)
@@ -153,16 +137,12 @@ func (s *Semaphore) SetLimit(limit int) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to take a permit; it never queues. It returns
-// an error wrapping ErrNotAcquired when every permit is held or others wait,
-// and a *StoreError when the store fails under FailClosed.
+// TryAcquire makes one attempt to take a permit, as Locker.TryAcquire.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, ops: permitOps{s: s}})
 }
 
-// Acquire waits in the key's queue for a permit until ctx ends. Waiting is
-// fair across processes (FIFO in the store). It returns an error wrapping
-// ErrNotAcquired when ctx ends first.
+// Acquire waits in the key's queue for a permit, as Locker.Acquire.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	w := &permitWait{}
 	lease, err := s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, wait: true, ops: permitOps{s: s, w: w}})
@@ -189,10 +169,7 @@ type permitWait struct {
 	start  time.Time
 }
 
-// Do takes a permit (waiting in the queue), runs fn with a context that
-// ends when ctx ends or the permit can no longer be trusted, and releases the
-// permit, like Locker.Do. Its error joins fn's error, the permit's loss cause
-// and a failed release.
+// Do runs fn under a permit, as Locker.Do.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) (err error) {
 	permit, err := s.Acquire(ctx)
 	if err != nil {
@@ -211,8 +188,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit 
 	return fn(fnCtx, permit)
 }
 
-// Permits describes the semaphore as the store sees it: live holders (by
-// fence), the queue length and its head.
+// Permits describes the semaphore as the store sees it.
 func (s *Semaphore) Permits(ctx context.Context) (driver.PermitInfo, error) {
 	info, err := s.store.Permits(ctx, s.key)
 	if err != nil {

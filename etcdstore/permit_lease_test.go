@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/calibrate"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
@@ -154,7 +155,7 @@ func beforeSecondTxn(t *testing.T, c *testetcd.Cluster, armed *atomic.Bool, hook
 func TestCrashedPermitTakenOverAtItsTTL(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/calibrate"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
@@ -52,7 +53,7 @@ func warm(t *testing.T, s *etcdstore.Store, key string) {
 func TestCrashedHolderTakenOverAtItsTTL(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)
@@ -188,7 +189,7 @@ func TestRenewingHolderIsNotTakenOver(t *testing.T) {
 func TestNextWaiterTakesOverFromCrashedHolder(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	first := newStore(t, c)
 	s1, crash := crashable(t, c)
 	lk1, err := leasehold.New(s1, leasehold.Options{Name: "w1", TTL: ttl})
