@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
@@ -14,9 +15,89 @@ import (
 // firstBackoff is the first wait before retrying a key that the store says
 // is still held with no time left (Redis's PTTL rounds the last millisecond
 // down to 0) or cannot tell: the holder's expiry is at most a millisecond
-// away, so the head retries at once, doubling up to WaitCap. It was 25 ms,
-// which put half of the Redis crash takeovers 25 ms after the expiry.
+// away, so the head retries at once, doubling up to WaitCap.
 const firstBackoff = time.Millisecond
+
+// keyOps is what an acquisition and its lease go through to the store: the
+// Store's lock operations, or a semaphore's permit operations. It is the
+// engine's one hook for semaphores: everything else about a lease (renewal,
+// failure budget, local guard, causes, fail-open, max hold) is shared.
+type keyOps interface {
+	acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error)
+	renew(ctx context.Context, key, token string, ttl time.Duration) error
+	release(ctx context.Context, key, token string) error
+	// canWait reports whether wait works; wait subscribes token's wake-ups.
+	canWait() bool
+	wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error)
+	// gated reports whether acquisitions take the key's local gate (one
+	// lease per key and process); permits do not.
+	gated() bool
+	// batchable reports whether renewals may go through BatchRenewer.
+	batchable() bool
+	// permit reports whether these are a semaphore's permit operations
+	// (Event.Permit).
+	permit() bool
+}
+
+// opsOf returns the operations of an acquisition.
+func (l *Locker) opsOf(spec leaseSpec) keyOps {
+	if spec.ops != nil {
+		return spec.ops
+	}
+	return lockOps{l}
+}
+
+// lockOps are the Store's lock operations.
+type lockOps struct{ l *Locker }
+
+func (o lockOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return o.l.store.Acquire(ctx, req)
+}
+
+func (o lockOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return o.l.store.Renew(ctx, key, token, ttl)
+}
+
+func (o lockOps) release(ctx context.Context, key, token string) error {
+	return o.l.store.Release(ctx, key, token)
+}
+
+func (o lockOps) canWait() bool { return o.l.notifier != nil }
+
+func (o lockOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	return o.l.notifier.WaitRelease(ctx, key, token)
+}
+
+func (lockOps) gated() bool     { return true }
+func (lockOps) batchable() bool { return true }
+func (lockOps) permit() bool    { return false }
+
+// batchable reports whether every lease of a renewal batch may be renewed
+// with one RenewBatch.
+func batchable(leases []*Lease) bool {
+	for _, ls := range leases {
+		if !ls.ops.batchable() {
+			return false
+		}
+	}
+	return true
+}
+
+// renewEach renews leases one by one, concurrently, and returns one error per
+// lease: a batch that holds permits, which RenewBatch cannot renew.
+func renewEach(ctx context.Context, leases []*Lease) []error {
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, ls := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
 
 // attempt is one call of TryAcquire, Acquire, Hold or Do's acquisition: one
 // token, possibly several store requests.

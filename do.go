@@ -8,53 +8,57 @@ import (
 	"time"
 )
 
-// DoOption configures one call of Locker.Do.
-type DoOption func(*doOptions)
-
-type doOptions struct {
-	wait    time.Duration
-	tryOnce bool
+// DoOptions configure one call of Locker.Do. The zero value waits in the
+// key's queue, bounded by ctx only.
+type DoOptions struct {
+	WaitTimeout time.Duration // bounds the wait for the key, not fn; 0: no bound
+	TryOnce     bool          // try the key once, as TryAcquire does
 }
-
-// WaitTimeout bounds Do's wait for the key (not fn); d <= 0: no bound.
-func WaitTimeout(d time.Duration) DoOption { return func(o *doOptions) { o.wait = d } }
-
-// TryOnce makes Do try the key once, as TryAcquire does.
-func TryOnce() DoOption { return func(o *doOptions) { o.tryOnce = true } }
 
 // Do acquires key as Acquire does, runs fn under the lease's context and
 // releases the lease when fn returns or panics. Its error joins fn's error,
 // the lease's cause if it ended while fn ran, and a failed release.
-func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...DoOptions) error {
 	lease, err := l.doAcquire(ctx, key, opts)
 	if err != nil {
 		return err
 	}
-	fnCtx, stop := lease.bind(ctx)
+	return lease.run(ctx, fn)
+}
+
+// run is Do's and Semaphore.Do's body: it runs fn under the lease, then
+// releases it, and joins fn's error, the lease's cause if it ended while fn
+// ran, and a failed release.
+func (ls *Lease) run(ctx context.Context, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	fnCtx, stop := ls.bind(ctx)
 	defer func() {
 		stop()
-		cause := lease.Err()
+		cause := ls.Err()
 		if errors.Is(cause, ErrLeaseReleased) || (err != nil && errors.Is(err, cause)) {
 			cause = nil
 		}
-		rerr := lease.Release(ctx)
+		rerr := ls.Release(ctx)
 		err = joinErrors(err, cause, rerr)
 	}()
-	return fn(fnCtx, lease)
+	return fn(fnCtx, ls)
 }
 
-func (l *Locker) doAcquire(ctx context.Context, key string, opts []DoOption) (*Lease, error) {
-	var o doOptions
-	for _, opt := range opts {
-		opt(&o)
+func (l *Locker) doAcquire(ctx context.Context, key string, opts []DoOptions) (*Lease, error) {
+	var o DoOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("%w: Do takes at most one DoOptions, got %d", ErrInvalidOptions, len(opts))
 	}
 	wctx := ctx
-	if o.wait > 0 {
+	if o.WaitTimeout > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, o.wait)
+		wctx, cancel = context.WithTimeout(ctx, o.WaitTimeout)
 		defer cancel()
 	}
-	if o.tryOnce {
+	if o.TryOnce {
 		return l.TryAcquire(wctx, key)
 	}
 	return l.Acquire(wctx, key)

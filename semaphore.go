@@ -4,93 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 )
-
-// keyOps is what an acquisition and its lease go through to the store: the
-// Store's lock operations, or a semaphore's permit operations. It is the
-// engine's one hook for semaphores: everything else about a lease (renewal,
-// failure budget, local guard, causes, fail-open, max hold) is shared.
-type keyOps interface {
-	acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error)
-	renew(ctx context.Context, key, token string, ttl time.Duration) error
-	release(ctx context.Context, key, token string) error
-	// canWait reports whether wait works; wait subscribes token's wake-ups.
-	canWait() bool
-	wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error)
-	// gated reports whether acquisitions take the key's local gate (one
-	// lease per key and process); permits do not.
-	gated() bool
-	// batchable reports whether renewals may go through BatchRenewer.
-	batchable() bool
-	// permit reports whether these are a semaphore's permit operations
-	// (Event.Permit).
-	permit() bool
-}
-
-// opsOf returns the operations of an acquisition.
-func (l *Locker) opsOf(spec leaseSpec) keyOps {
-	if spec.ops != nil {
-		return spec.ops
-	}
-	return lockOps{l}
-}
-
-// lockOps are the Store's lock operations.
-type lockOps struct{ l *Locker }
-
-func (o lockOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return o.l.store.Acquire(ctx, req)
-}
-
-func (o lockOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	return o.l.store.Renew(ctx, key, token, ttl)
-}
-
-func (o lockOps) release(ctx context.Context, key, token string) error {
-	return o.l.store.Release(ctx, key, token)
-}
-
-func (o lockOps) canWait() bool { return o.l.notifier != nil }
-
-func (o lockOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
-	return o.l.notifier.WaitRelease(ctx, key, token)
-}
-
-func (lockOps) gated() bool     { return true }
-func (lockOps) batchable() bool { return true }
-func (lockOps) permit() bool    { return false }
-
-// batchable reports whether every lease of a renewal batch may be renewed
-// with one RenewBatch.
-func batchable(leases []*Lease) bool {
-	for _, ls := range leases {
-		if !ls.ops.batchable() {
-			return false
-		}
-	}
-	return true
-}
-
-// renewEach renews leases one by one, concurrently, and returns one error per
-// lease: a batch that holds permits, which RenewBatch cannot renew.
-func renewEach(ctx context.Context, leases []*Lease) []error {
-	errs := make([]error, len(leases))
-	var wg sync.WaitGroup
-	for i, ls := range leases {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
 
 // Semaphore hands out at most Limit permits of one key across processes (FIFO
 // queue in the store), each a *Lease with its own fence. It is safe for
@@ -170,22 +88,12 @@ type permitWait struct {
 }
 
 // Do runs fn under a permit, as Locker.Do.
-func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) (err error) {
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) error {
 	permit, err := s.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	fnCtx, stop := permit.bind(ctx)
-	defer func() {
-		stop()
-		cause := permit.Err()
-		if errors.Is(cause, ErrLeaseReleased) || (err != nil && errors.Is(err, cause)) {
-			cause = nil
-		}
-		rerr := permit.Release(ctx)
-		err = joinErrors(err, cause, rerr)
-	}()
-	return fn(fnCtx, permit)
+	return permit.run(ctx, fn)
 }
 
 // Permits describes the semaphore as the store sees it.
