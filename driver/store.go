@@ -22,10 +22,10 @@ type Store interface {
 	Renew(ctx context.Context, key, token string, ttl time.Duration) error
 
 	// Release deletes key if token holds it and removes token from the
-	// queue; either way it wakes the new head of a free key (only the head,
-	// where the store can address it; every subscriber of a key without
-	// queue). It returns ErrNotOwned when another token holds key (left
-	// alone) and ErrNotHeld when nobody does.
+	// queue. When that leaves key free it wakes the queue's new head (only
+	// the head, where the store can address it; with no queue, every
+	// subscriber of key), or hands the key to it. It returns ErrNotOwned
+	// when another token holds key (left alone), ErrNotHeld when nobody does.
 	Release(ctx context.Context, key, token string) error
 }
 
