@@ -466,6 +466,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		if out.done {
 			s.sess.untrack(s.sess.held, r)
 			s.sess.untrack(s.sess.waiting, r)
+			s.sess.untrack(s.sess.grants, r)
 			return out.err
 		}
 		// Someone waits: grant it (or delete when the head cannot be granted).

@@ -454,9 +454,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 }
 
 // granted wakes a subscribed waiter whose token a lock write names (a
-// grant) with the grant, adopting the lock into the session (with the next
-// head, for our release's grant); watches.mu is held (the session's lock
-// is taken inside it, never the other way round).
+// grant) with the grant; watches.mu is held (the session's lock is taken
+// inside it, never the other way round).
 func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 	for sb := range kw.subs {
 		if sb.observer || sb.r.token != token {
@@ -466,7 +465,8 @@ func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 	}
 }
 
-// handoff returns the Wake for the grant kv to r: zero when the session
+// handoff returns the Wake for the grant kv to r, and records the grant in
+// the session (with the next head, for r's release); zero when the session
 // does not know r's wait (it then acquires, and finds itself the holder).
 func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	s := kw.s
@@ -474,12 +474,13 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	if ttl <= 0 {
 		return driver.Wake{}
 	}
-	req, ok := s.sess.adopt(r, ttl)
+	var next *headEntry
+	if kv := kw.headKV(s.entryKey(r.key, r.token)); kv != nil {
+		next = s.entryHead(r.key, kv)
+	}
+	req, ok := s.sess.granted(r, ttl, kv.ModRevision, next)
 	if !ok {
 		return driver.Wake{}
-	}
-	if next := kw.headKV(s.entryKey(r.key, r.token)); next != nil {
-		s.sess.setHead(r, kv.ModRevision, s.entryHead(r.key, next))
 	}
 	return driver.Wake{Fence: fenceOf(kv), TTL: req.Truncate(time.Millisecond)}
 }
