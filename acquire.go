@@ -6,15 +6,98 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // firstBackoff is the first wait before retrying a key that the store says
 // is still held with no time left (Redis's PTTL rounds the last millisecond
 // down to 0) or cannot tell: the holder's expiry is at most a millisecond
-// away, so the head retries at once, doubling up to WaitCap. It was 25 ms,
-// which put half of the Redis crash takeovers 25 ms after the expiry.
+// away, so the head retries at once, doubling up to WaitCap.
 const firstBackoff = time.Millisecond
+
+// keyOps is what an acquisition and its lease go through to the store: the
+// Store's lock operations, or a semaphore's permit operations. It is the
+// engine's one hook for semaphores: everything else about a lease (renewal,
+// failure budget, local guard, causes, fail-open, max hold) is shared.
+type keyOps interface {
+	acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error)
+	renew(ctx context.Context, key, token string, ttl time.Duration) error
+	release(ctx context.Context, key, token string) error
+	// canWait reports whether wait works; wait subscribes token's wake-ups.
+	canWait() bool
+	wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error)
+	// gated reports whether acquisitions take the key's local gate (one
+	// lease per key and process); permits do not.
+	gated() bool
+	// batchable reports whether renewals may go through BatchRenewer.
+	batchable() bool
+	// permit reports whether these are a semaphore's permit operations
+	// (Event.Permit).
+	permit() bool
+}
+
+// opsOf returns the operations of an acquisition.
+func (l *Locker) opsOf(spec leaseSpec) keyOps {
+	if spec.ops != nil {
+		return spec.ops
+	}
+	return lockOps{l}
+}
+
+// lockOps are the Store's lock operations.
+type lockOps struct{ l *Locker }
+
+func (o lockOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return o.l.store.Acquire(ctx, req)
+}
+
+func (o lockOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return o.l.store.Renew(ctx, key, token, ttl)
+}
+
+func (o lockOps) release(ctx context.Context, key, token string) error {
+	return o.l.store.Release(ctx, key, token)
+}
+
+func (o lockOps) canWait() bool { return o.l.notifier != nil }
+
+func (o lockOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	return o.l.notifier.WaitRelease(ctx, key, token)
+}
+
+func (lockOps) gated() bool     { return true }
+func (lockOps) batchable() bool { return true }
+func (lockOps) permit() bool    { return false }
+
+// batchable reports whether every lease of a renewal batch may be renewed
+// with one RenewBatch.
+func batchable(leases []*Lease) bool {
+	for _, ls := range leases {
+		if !ls.ops.batchable() {
+			return false
+		}
+	}
+	return true
+}
+
+// renewEach renews leases one by one, concurrently, and returns one error per
+// lease: a batch that holds permits, which RenewBatch cannot renew.
+func renewEach(ctx context.Context, leases []*Lease) []error {
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, ls := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
 
 // attempt is one call of TryAcquire, Acquire, Hold or Do's acquisition: one
 // token, possibly several store requests.
@@ -28,7 +111,7 @@ type attempt struct {
 
 	seen    bool // a store answer showed another owner (or waiters ahead)
 	queued  bool // the store may hold our token in the key's queue
-	wake    <-chan struct{}
+	wake    <-chan driver.Wake
 	stopSub func()
 	subDone bool // subscription tried (it is tried once)
 	backoff time.Duration
@@ -84,11 +167,15 @@ func (a *attempt) enterGate(ctx context.Context) error {
 // run sends acquire requests until the key is granted, the store fails, or
 // (waiting) ctx ends. A waiting acquire whose key's notifications are
 // already live in this process subscribes first: then a release between its
-// acquire and its wait cannot be missed, and it needs no re-check.
+// acquire and its wait cannot be missed, and the wake-up the store put on
+// the channel at once is covered by that acquire.
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	l := a.l
-	if gr := a.granter(); gr != nil && a.spec.wait && gr.Live(a.spec.key) {
-		a.subscribe(ctx)
+	if a.spec.wait && a.live() && a.subscribe(ctx) {
+		select {
+		case <-a.wake:
+		default:
+		}
 	}
 	reqCtx := ctx // the store requests' context
 	for {
@@ -119,10 +206,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				reqCtx, stop = a.boundByLocker(ctx)
 				defer stop()
 			}
-			if err := a.waitTurn(reqCtx, g, sent); err != nil {
+			w, err := a.waitTurn(reqCtx, g, sent)
+			if err != nil {
 				return nil, err
 			}
-			if lease, ok, err := a.handedOff(ctx, sent); ok {
+			if lease, ok, err := a.handedOff(ctx, w, sent); ok {
 				return lease, err
 			}
 		case a.queued && l.ctx.Err() != nil:
@@ -143,7 +231,7 @@ const inFlightGrace = 250 * time.Millisecond
 // back then is released after it (see granted). Cancelled at once, the
 // request could still be applied by the server after the clean-up release
 // sent beside it, and leave a lock without owner until its TTL.
-func (a *attempt) send(ctx context.Context, req AcquireRequest) (Grant, error) {
+func (a *attempt) send(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if ctx.Done() == nil {
 		return a.ops.acquire(ctx, req)
 	}
@@ -176,8 +264,8 @@ func (a *attempt) boundByLocker(ctx context.Context) (context.Context, context.C
 	return bctx, func() { stop(); cancel() }
 }
 
-func (a *attempt) request() AcquireRequest {
-	req := AcquireRequest{Key: a.spec.key, Token: a.token, TTL: a.spec.ttl, Holder: a.l.opts.Identity}
+func (a *attempt) request() driver.AcquireRequest {
+	req := driver.AcquireRequest{Key: a.spec.key, Token: a.token, TTL: a.spec.ttl, Holder: a.l.opts.Identity}
 	if a.spec.wait {
 		req.QueueTTL = a.l.opts.WaiterTTL
 	}
@@ -188,7 +276,7 @@ func (a *attempt) request() AcquireRequest {
 // whose context ended never gets a lease, so a grant that raced its giving
 // up is released by the Locker and the caller gets ctx's error (matching
 // ErrNotAcquired too).
-func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease, error) {
+func (a *attempt) granted(ctx context.Context, g driver.Grant, sent time.Time) (*Lease, error) {
 	if cerr := ctx.Err(); cerr != nil {
 		a.l.background(ctx, a.ops, a.spec.key, a.token)
 		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
@@ -205,52 +293,35 @@ func (a *attempt) granted(ctx context.Context, g Grant, sent time.Time) (*Lease,
 	return lease, nil
 }
 
-// granter returns the store's Granter when the key's releases may hand it
-// to this attempt (a lock, not a permit), else nil.
-func (a *attempt) granter() Granter {
-	if _, lock := a.ops.(lockOps); !lock {
-		return nil
-	}
-	gr, _ := a.l.notifier.(Granter)
-	return gr
-}
-
-// resumes reports whether the store's subscription for this lock attempt
-// picks up from its last waiting acquire (Resumer): then no acquire is
-// needed right after subscribing.
-func (a *attempt) resumes() bool {
+// live reports whether the key's wake-ups are already subscribed in this
+// process (driver.LiveNotifier), for a lock attempt.
+func (a *attempt) live() bool {
 	if _, lock := a.ops.(lockOps); !lock {
 		return false
 	}
-	r, ok := a.l.notifier.(Resumer)
-	return ok && r.Resumes(a.spec.key, a.token)
+	ln, ok := a.l.notifier.(driver.LiveNotifier)
+	return ok && ln.Live(a.spec.key)
 }
 
-// handedOff takes the lease a release granted to this waiter, when one
-// arrived on its subscription, without another acquire request: the lease
-// is then what an acquire sent at sent (the waiter's last, queued, acquire)
-// would have granted, since the store's expiry is at least min(TTL,
-// WaiterTTL) after it (see Granter). A grant that is not for this TTL, one
-// capped by the queue deadline (TTL > WaiterTTL: the lease would have to
-// renew early and would ride out a shorter store outage), or one that came
-// after the lease's first renewal would have been due, is left to the next
-// acquire, which finds the token holding the key and extends its TTL.
-func (a *attempt) handedOff(ctx context.Context, sent time.Time) (*Lease, bool, error) {
-	gr := a.granter()
-	if gr == nil {
-		return nil, false, nil
-	}
-	h, ok := gr.Granted(a.spec.key, a.token)
-	if !ok {
+// handedOff takes the lease a release granted to this waiter, when the
+// wake-up w carries one, without another acquire request: the lease is then
+// what an acquire sent at sent (the waiter's last, queued, acquire) would
+// have granted, since the store's expiry is at least min(TTL, WaiterTTL)
+// after it. A grant that is not for this TTL, one capped by the queue
+// deadline (TTL > WaiterTTL), or one that came after the lease's first
+// renewal would have been due, is left to the next acquire, which finds the
+// token holding the key and extends its TTL.
+func (a *attempt) handedOff(ctx context.Context, w driver.Wake, sent time.Time) (*Lease, bool, error) {
+	if _, lock := a.ops.(lockOps); !lock || w.Fence == 0 {
 		return nil, false, nil
 	}
 	o := &a.l.opts
 	ttl := a.spec.ttl.Truncate(time.Millisecond)
 	fresh := min(o.RenewInterval, (a.spec.ttl-o.drift(a.spec.ttl))/2)
-	if h.TTL != ttl || ttl > o.WaiterTTL.Truncate(time.Millisecond) || time.Since(sent) >= fresh {
+	if w.TTL != ttl || ttl > o.WaiterTTL.Truncate(time.Millisecond) || time.Since(sent) >= fresh {
 		return nil, false, nil
 	}
-	lease, err := a.granted(ctx, Grant{Fence: h.Fence}, sent)
+	lease, err := a.granted(ctx, driver.Grant{Fence: w.Fence}, sent)
 	return lease, true, err
 }
 
@@ -296,34 +367,50 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 }
 
 // waitTurn waits until the next acquire request is worth sending: a wake-up
-// from the store, the holder's exact remaining TTL when nobody is ahead, the
-// refresh of our place in the queue (WaiterTTL/3), or WaitCap. It returns an
-// error when ctx ends or the Locker closes, after leaving the queue.
-func (a *attempt) waitTurn(ctx context.Context, g Grant, sent time.Time) error {
-	if a.subscribe(ctx) && !a.resumes() {
-		return nil // subscribed: try again at once, so no release is missed
+// from the store (returned: it may carry a hand-off), the holder's exact
+// remaining TTL when nobody is ahead, the refresh of our place in the queue
+// (WaiterTTL/3), or WaitCap. Right after subscribing, a wake-up the store
+// put on the channel at once (it may have missed a change since our
+// acquire) returns at once. It returns an error when ctx ends or the Locker
+// closes, after leaving the queue.
+func (a *attempt) waitTurn(ctx context.Context, g driver.Grant, sent time.Time) (driver.Wake, error) {
+	if a.subscribe(ctx) {
+		if w, ok := a.woken(); ok {
+			return w, nil
+		}
 	}
 	t := time.NewTimer(time.Until(a.nextTry(g, sent)))
 	defer t.Stop()
 	select {
-	case <-a.wake:
-		return nil
+	case w := <-a.wake:
+		return w, nil
 	case <-t.C:
-		return nil
+		w, _ := a.woken() // a hand-off that came with the timer
+		return w, nil
 	case <-ctx.Done():
 		a.leave(ctx)
 		if a.l.ctx.Err() != nil {
-			return ErrLockerClosed // ctx is bound by the Locker
+			return driver.Wake{}, ErrLockerClosed // ctx is bound by the Locker
 		}
-		return a.contended(joinErrors(a.gaveUp(), ctx.Err()))
+		return driver.Wake{}, a.contended(joinErrors(a.gaveUp(), ctx.Err()))
 	case <-a.l.ctx.Done():
 		a.leave(ctx)
-		return ErrLockerClosed
+		return driver.Wake{}, ErrLockerClosed
+	}
+}
+
+// woken returns a wake-up waiting on the subscription, without blocking.
+func (a *attempt) woken() (driver.Wake, bool) {
+	select {
+	case w := <-a.wake:
+		return w, true
+	default:
+		return driver.Wake{}, false
 	}
 }
 
 // nextTry returns when to send the next acquire request.
-func (a *attempt) nextTry(g Grant, sent time.Time) time.Time {
+func (a *attempt) nextTry(g driver.Grant, sent time.Time) time.Time {
 	o := &a.l.opts
 	next := earliest(sent.Add(o.WaiterTTL/3), time.Now().Add(o.WaitCap))
 	switch {

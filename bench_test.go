@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkStoreCycle(b *testing.B) {
 		key := "bench:" + strconv.FormatInt(n.Add(1), 10)
 		token := leasehold.NewToken()
 		for pb.Next() {
-			if _, err := store.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: leasehold.DefaultTTL}); err != nil {
+			if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: leasehold.DefaultTTL}); err != nil {
 				b.Fatal(err)
 			}
 			if err := store.Release(ctx, key, token); err != nil {
@@ -76,7 +77,7 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 	storeBlock := func() time.Duration {
 		t0 := time.Now()
 		for range block {
-			if _, err := store.Acquire(ctx, leasehold.AcquireRequest{Key: "bench:store", Token: token, TTL: leasehold.DefaultTTL}); err != nil {
+			if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "bench:store", Token: token, TTL: leasehold.DefaultTTL}); err != nil {
 				b.Fatal(err)
 			}
 			if err := store.Release(ctx, "bench:store", token); err != nil {

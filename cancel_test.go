@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -19,13 +20,13 @@ type lateGrants struct {
 	cancel context.CancelFunc
 }
 
-func (s *lateGrants) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *lateGrants) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := s.Store.Acquire(ctx, req)
 	s.cancel()
 	return g, err
 }
 
-func (s *lateGrants) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (s *lateGrants) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	g, err := s.Store.AcquirePermit(ctx, req)
 	s.cancel()
 	return g, err
@@ -161,9 +162,9 @@ type slowApply struct {
 	wg    sync.WaitGroup
 }
 
-func (s *slowApply) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *slowApply) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	type result struct {
-		g   leasehold.Grant
+		g   driver.Grant
 		err error
 	}
 	done := make(chan result, 1)
@@ -178,7 +179,7 @@ func (s *slowApply) Acquire(ctx context.Context, req leasehold.AcquireRequest) (
 	case r := <-done:
 		return r.g, r.err
 	case <-ctx.Done():
-		return leasehold.Grant{}, ctx.Err()
+		return driver.Grant{}, ctx.Err()
 	}
 }
 

@@ -5,34 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
-
-// ConfigChecker is an optional Store capability: a read of the server
-// settings that can lose a lock without any error (Redis eviction, for
-// one). A Locker calls it once, in the background, after its first
-// acquisition, and reports each warning as an EventConfigWarning and one
-// log record; no acquire waits for it. `leasehold doctor` runs the full set
-// of checks.
-type ConfigChecker interface {
-	// CheckConfig returns one ConfigWarning per setting that can lose a
-	// lock, none when every setting it can read is safe. It returns an
-	// error wrapping ErrConfigNotChecked when the server refuses the reads
-	// (a user without the right), naming the right.
-	CheckConfig(ctx context.Context) ([]ConfigWarning, error)
-}
-
-// ErrConfigNotChecked is returned by ConfigChecker.CheckConfig when the
-// store's user may not read the settings.
-var ErrConfigNotChecked = errors.New("leasehold: store settings not checked")
-
-// ConfigWarning is a store setting that can lose a lock.
-type ConfigWarning struct {
-	// Check names the setting (stable, snake_case: "redis_eviction"), as
-	// `leasehold doctor` and docs/runbook.md name it.
-	Check string
-	// Seen is what the server reported; Fix the configuration that resolves it.
-	Seen, Fix string
-}
 
 // configCheckTimeout bounds a Locker's one background configuration check.
 const configCheckTimeout = 10 * time.Second
@@ -43,7 +18,7 @@ func (l *Locker) checkConfigOnce() {
 	if l.configChecked.Load() {
 		return
 	}
-	cc, ok := l.store.(ConfigChecker)
+	cc, ok := l.store.(driver.ConfigChecker)
 	if !ok {
 		l.configChecked.Store(true)
 		return
@@ -62,10 +37,10 @@ func (l *Locker) checkConfigOnce() {
 	}()
 }
 
-func (l *Locker) reportConfig(ws []ConfigWarning, err error) {
+func (l *Locker) reportConfig(ws []driver.ConfigWarning, err error) {
 	log := l.opts.Logger.With(slog.String("locker", l.opts.Name))
 	switch {
-	case errors.Is(err, ErrConfigNotChecked):
+	case errors.Is(err, driver.ErrConfigNotChecked):
 		log.Info("leasehold: store settings not checked", slog.Any("error", err))
 	case err != nil && l.ctx.Err() == nil:
 		log.Debug("leasehold: store settings check failed", slog.Any("error", err))

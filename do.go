@@ -8,79 +8,65 @@ import (
 	"time"
 )
 
-// DoOption configures one call of Locker.Do.
-type DoOption func(*doOptions)
-
-type doOptions struct {
-	wait    time.Duration
-	tryOnce bool
+// DoOptions configure one call of Locker.Do. The zero value waits in the
+// key's queue, bounded by ctx only.
+type DoOptions struct {
+	WaitTimeout time.Duration // bounds the wait for the key, not fn; 0: no bound
+	TryOnce     bool          // try the key once, as TryAcquire does
 }
 
-// WaitTimeout bounds how long Do waits for the key, separately from the
-// work: fn's context is not bounded by it. d <= 0 means no bound beyond ctx.
-func WaitTimeout(d time.Duration) DoOption { return func(o *doOptions) { o.wait = d } }
-
-// TryOnce makes Do try the key once, as TryAcquire does, instead of waiting
-// in the key's queue: "skip if busy". Do then returns an error matching
-// ErrNotAcquired when another owner holds the key.
-func TryOnce() DoOption { return func(o *doOptions) { o.tryOnce = true } }
-
-// Do is the per-item pattern: it acquires key as Acquire does (or as
-// TryAcquire does with TryOnce; WaitTimeout bounds the wait), runs fn with a
-// context that is cancelled when ctx ends or the lease can no longer be
-// trusted, and releases the lease when fn returns (also when it panics).
-//
-// Do returns fn's error, joined with the lease's cause when the lease was
-// lost, abandoned or expired while fn ran (so errors.Is(err, ErrLeaseLost)
-// works even when fn returned nil: its work may have overlapped another
-// owner's), and with the release error if any. Errors are on one line and
-// match every error they carry with errors.Is, as does the error of an
-// acquisition that gave up (ErrNotAcquired and the context's error) or
-// failed (ErrStore).
-func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
+// Do acquires key as Acquire does, runs fn under the lease's context and
+// releases the lease when fn returns or panics. Its error joins fn's error,
+// the lease's cause if it ended while fn ran, and a failed release.
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...DoOptions) error {
 	lease, err := l.doAcquire(ctx, key, opts)
 	if err != nil {
 		return err
 	}
-	fnCtx, stop := lease.bind(ctx)
+	return lease.run(ctx, fn)
+}
+
+// run is Do's and Semaphore.Do's body: it runs fn under the lease, then
+// releases it, and joins fn's error, the lease's cause if it ended while fn
+// ran, and a failed release.
+func (ls *Lease) run(ctx context.Context, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	fnCtx, stop := ls.bind(ctx)
 	defer func() {
 		stop()
-		cause := lease.Err()
+		cause := ls.Err()
 		if errors.Is(cause, ErrLeaseReleased) || (err != nil && errors.Is(err, cause)) {
 			cause = nil
 		}
-		rerr := lease.Release(ctx)
+		rerr := ls.Release(ctx)
 		err = joinErrors(err, cause, rerr)
 	}()
-	return fn(fnCtx, lease)
+	return fn(fnCtx, ls)
 }
 
-func (l *Locker) doAcquire(ctx context.Context, key string, opts []DoOption) (*Lease, error) {
-	var o doOptions
-	for _, opt := range opts {
-		opt(&o)
+func (l *Locker) doAcquire(ctx context.Context, key string, opts []DoOptions) (*Lease, error) {
+	var o DoOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("%w: Do takes at most one DoOptions, got %d", ErrInvalidOptions, len(opts))
 	}
 	wctx := ctx
-	if o.wait > 0 {
+	if o.WaitTimeout > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, o.wait)
+		wctx, cancel = context.WithTimeout(ctx, o.WaitTimeout)
 		defer cancel()
 	}
-	if o.tryOnce {
+	if o.TryOnce {
 		return l.TryAcquire(wctx, key)
 	}
 	return l.Acquire(wctx, key)
 }
 
-// Loop runs a reconciler on the replica that holds key: every interval,
-// while it holds a lease on key, it calls fn with a context that ends when
-// ctx ends or ownership ends; while it does not, it tries (once) to take the
-// key. The lease is renewed automatically, also while fn runs, so a slow fn
-// keeps the key. Loop never gives up after losing the lease: it keeps
-// contending until ctx ends, then releases and returns ctx's error. Errors
-// from fn and from the store are logged and counted, not returned. interval
-// must be at least MinRenewInterval and shorter than the TTL: it bounds how
-// late a replica notices that it could take over.
+// Loop runs fn every interval while this replica holds key, else tries once
+// per interval to take it, until ctx ends; then it releases and returns ctx's
+// error. fn's errors are logged. MinRenewInterval <= interval < TTL.
 func (l *Locker) Loop(ctx context.Context, key string, interval time.Duration, fn func(ctx context.Context, lease *Lease) error) error {
 	if err := ValidateKey(key); err != nil {
 		return err

@@ -27,7 +27,7 @@ func TestDoWaitTimeoutBoundsTheWaitNotTheWork(t *testing.T) {
 		err := l.Do(t.Context(), "job", func(ctx context.Context, _ *leasehold.Lease) error {
 			time.Sleep(3 * time.Second) // longer than the wait bound
 			return ctx.Err()
-		}, leasehold.WaitTimeout(2*time.Second))
+		}, leasehold.DoOptions{WaitTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatalf("expected a 3s job to finish under a 2s wait bound, got %v", err)
 		}
@@ -36,7 +36,7 @@ func TestDoWaitTimeoutBoundsTheWaitNotTheWork(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		err = l.Do(t.Context(), "busy", func(context.Context, *leasehold.Lease) error { return nil }, leasehold.WaitTimeout(2*time.Second))
+		err = l.Do(t.Context(), "busy", func(context.Context, *leasehold.Lease) error { return nil }, leasehold.DoOptions{WaitTimeout: 2 * time.Second})
 		if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("expected ErrNotAcquired and DeadlineExceeded, got %v", err)
 		}
@@ -60,7 +60,7 @@ func TestDoTryOnceSkipsWhenBusy(t *testing.T) {
 		}
 		ran := false
 		start := time.Now()
-		err = l.Do(t.Context(), "job", func(context.Context, *leasehold.Lease) error { ran = true; return nil }, leasehold.TryOnce())
+		err = l.Do(t.Context(), "job", func(context.Context, *leasehold.Lease) error { ran = true; return nil }, leasehold.DoOptions{TryOnce: true})
 		if ran || !errors.Is(err, leasehold.ErrNotAcquired) || time.Since(start) != 0 {
 			t.Fatalf("expected an immediate ErrNotAcquired without running, got ran=%v %v after %v", ran, err, time.Since(start))
 		}
@@ -69,7 +69,7 @@ func TestDoTryOnceSkipsWhenBusy(t *testing.T) {
 			t.Fatalf("expected TryOnce not to queue, got QueueTTL %v", last.QueueTTL)
 		}
 		_ = held.Release(t.Context())
-		if err := l.Do(t.Context(), "job", func(context.Context, *leasehold.Lease) error { ran = true; return nil }, leasehold.TryOnce()); err != nil || !ran {
+		if err := l.Do(t.Context(), "job", func(context.Context, *leasehold.Lease) error { ran = true; return nil }, leasehold.DoOptions{TryOnce: true}); err != nil || !ran {
 			t.Fatalf("expected TryOnce to run on a free key, got ran=%v %v", ran, err)
 		}
 	})

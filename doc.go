@@ -1,40 +1,30 @@
 // Package leasehold provides distributed leases for Go services that run as
-// several replicas and must not do the same work twice: job schedulers,
-// workflow engines, reconcilers, approval gates.
+// several replicas and must not do the same work twice.
 //
-// [New] makes a [Locker] over a [Store] (memstore embedded, redisstore,
-// etcdstore, pgstore). [Locker.Do] waits its turn for a key, runs a function
-// under the lease and releases it; Options.TTL sets the lease's length (renewed
-// every TTL/3) and Options.OnStoreError what a store failure does.
-// [Locker.Hold] and [Locker.Loop] keep a per-loop TTL hold; [Locker.TryAcquire]
-// and [Locker.Acquire] return a [*Lease] to release yourself. Goroutines of one
-// process contend on a local gate first, in FIFO order, so a process sends one
-// store request per key, not one per goroutine.
+// [New] makes a [Locker] over a store (memstore, redisstore, etcdstore,
+// pgstore; the contract is package driver). [Locker.Do] waits its turn for a
+// key in a FIFO queue kept in the store, runs a function under the lease and
+// releases it; [Locker.Loop] runs a reconciler on the replica that holds a
+// key; [Election] and [Semaphore] build on the same leases.
 //
 // # Guarantees
 //
-// A lease carries an owner token (128 random bits; renew and release check it
-// on the server, so a holder never touches another owner's lock), a fence token
-// strictly greater for every acquisition of the key (pass it to the storage you
-// write to, package fence), and a context cancelled with a cause the moment
-// ownership can no longer be trusted: [ErrLeaseLost], [ErrLeaseAbandoned],
-// [ErrLeaseExpired], [ErrMaxHoldReached], [ErrLeaseReleased],
-// [ErrLockerClosed]. After MaxRenewFailures consecutive failed renewals the
-// lease is abandoned, and a local guard on the holder's monotonic clock ends it
-// before the store expires the key. Acquire and Do wait in a FIFO queue per key
-// kept in the store, fair across processes. [ErrNotAcquired] means the store
-// showed another owner; no answer is a store failure ([ErrStore]): [FailClosed]
-// (the default) returns it, [FailOpen] returns a degraded, local-only lease
-// (fence 0) on an outage ([ErrUnavailable]) only.
+// A lease has an owner token that renew and release check on the server, a
+// fence token greater for every acquisition of the key (check it where you
+// write: package fence), and a context cancelled with a cause
+// ([ErrLeaseLost], [ErrLeaseAbandoned], [ErrLeaseExpired], ...) the moment
+// ownership can no longer be trusted, before the store expires the key.
+// [ErrNotAcquired] means the store showed another owner; a store failure is
+// [ErrStore], which [FailClosed] (the default) returns and [FailOpen] turns
+// into a degraded, local-only lease on an outage only.
 //
 // # What is not guaranteed
 //
-// A lease is not a mutex: a process can pause (GC, swap, SIGSTOP) past its TTL
-// between checking its lease and writing; only storage that checks the fence
-// rejects that write. The local guard assumes the holder's and the store's
-// clocks run at the same rate (within DriftMargin over one TTL), not that they
-// agree on the time. Under FailOpen, replicas can run the same work. A store
-// that loses acknowledged writes (Redis failover to a lagging replica) can give
-// one key two owners; fenced writes stay safe. Use etcdstore where the lock
-// itself must survive that. Reference: docs/guide.md.
+// A lease is not a mutex: a process paused past its TTL between checking its
+// lease and writing can still write; only storage that checks the fence
+// rejects it. The local guard assumes clocks run at the same rate (within
+// DriftMargin per TTL). Under FailOpen, replicas can run the same work. A
+// store that loses acknowledged writes (Redis failover to a lagging replica)
+// can give a key two owners; fenced writes stay safe. Reference:
+// docs/guide.md.
 package leasehold

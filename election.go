@@ -7,55 +7,30 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// Leader describes who holds an election's key. The zero Leader means the
-// key is vacant.
+// Leader is who holds an election's key; the zero Leader: vacant.
 type Leader struct {
-	// Holder is the leader's identity (its Locker's Options.Identity).
-	Holder string `json:"holder"`
-	// Fence is the fence of the leader's lease: a later leader always has a
-	// greater one, so the leader's writes can be fenced (package fence).
-	Fence uint64 `json:"fence"`
-	// Remaining is the leader's remaining TTL as the store reported it.
-	Remaining time.Duration `json:"remaining_ns"`
+	Holder    string        `json:"holder"`       // its Options.Identity
+	Fence     uint64        `json:"fence"`        // greater for every later leader
+	Remaining time.Duration `json:"remaining_ns"` // as the store reported it
 }
 
 // Vacant reports whether nobody leads.
 func (ld Leader) Vacant() bool { return ld.Fence == 0 && ld.Holder == "" }
 
-// Callbacks are an Election's hooks, each optional. They are called from
-// goroutines the Election owns and joins before Run returns.
+// Callbacks are an Election's optional hooks, called from goroutines Run joins
+// before it returns.
 type Callbacks struct {
-	// OnStartedLeading runs in its own goroutine when this participant
-	// becomes leader. Its ctx ends the moment leadership can no longer be
-	// trusted, with the lease's cause (context.Cause: ErrLeaseLost,
-	// ErrLeaseAbandoned, ErrLeaseExpired, ErrMaxHoldReached,
-	// ErrLeaseReleased, ErrLockerClosed), or when Run's ctx ends. Run waits
-	// for it to return before it resigns and campaigns again, so it must
-	// return promptly once ctx is done.
-	OnStartedLeading func(ctx context.Context, lease *Lease)
-	// OnStoppedLeading is called after OnStartedLeading returned and the
-	// lease ended, with the cause.
-	OnStoppedLeading func(cause error)
-	// OnNewLeader is called for every new leader this participant observes,
-	// in order, itself included; vacancies between leaders are not reported.
-	OnNewLeader func(leader Leader)
+	OnStartedLeading func(ctx context.Context, lease *Lease) // while leading; return once ctx is done
+	OnStoppedLeading func(cause error)                       // after OnStartedLeading returned
+	OnNewLeader      func(leader Leader)                     // every new leader observed, in order
 }
 
-// Election is a leader election on one key of a Locker's store: the
-// per-loop TTL hold of a reconciler or a snapshot writer, with callbacks.
-// Leadership is a lease: it carries a fence, is renewed automatically with
-// the Locker's failure budget, and ends with the same causes. Candidates
-// queue in the store's FIFO queue, so leadership passes in campaign order.
-//
-// An Election is safe for concurrent use. Use one per participant and key;
-// several Elections may share a Locker, on different keys.
-//
-// What is not guaranteed: leadership is only as exclusive as the lease. A
-// leader paused past its TTL (GC, SIGSTOP) can act after another leader took
-// over; only storage that checks the fence rejects its writes. Under FailOpen
-// a store failure never makes anyone leader: Campaign returns the error.
+// Election is a leader election on one key, safe for concurrent use:
+// leadership is a lease and passes in campaign order.
 type Election struct {
 	l   *Locker
 	key string
@@ -65,9 +40,7 @@ type Election struct {
 	lease *Lease // this participant's leadership, while it leads
 }
 
-// NewElection returns an election on key. The Locker's store must implement
-// Inspector (every store of this module does), so that Leader and Observe can
-// tell who leads.
+// NewElection returns an election on key (the store: a driver.Inspector).
 func NewElection(l *Locker, key string, cb Callbacks) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: election needs a Locker, got nil", ErrInvalidOptions)
@@ -75,8 +48,8 @@ func NewElection(l *Locker, key string, cb Callbacks) (*Election, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if _, ok := l.store.(Inspector); !ok {
-		return nil, fmt.Errorf("%w: election needs a store that implements leasehold.Inspector, %T does not", ErrInvalidOptions, l.store)
+	if _, ok := l.store.(driver.Inspector); !ok {
+		return nil, fmt.Errorf("%w: election needs a store that implements driver.Inspector, %T does not", ErrInvalidOptions, l.store)
 	}
 	return &Election{l: l, key: key, cb: cb}, nil
 }
@@ -84,12 +57,9 @@ func NewElection(l *Locker, key string, cb Callbacks) (*Election, error) {
 // Key returns the election's key.
 func (e *Election) Key() string { return e.key }
 
-// Campaign waits in the key's queue until this participant leads or ctx
-// ends, and returns the leader's lease: renewed automatically, its Context
-// ends when leadership can no longer be trusted. While this participant
-// already leads, Campaign returns the same lease. A store failure is
-// returned as an error, also under FailOpen: a degraded lease is not
-// leadership.
+// Campaign waits in the key's queue until this participant leads or ctx ends,
+// and returns the leader's lease (the same one while it leads). A store
+// failure is an error, also under FailOpen.
 func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
 	e.mu.Lock()
 	if e.lease != nil && e.lease.Err() == nil {
@@ -112,9 +82,8 @@ func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
 	return lease, nil
 }
 
-// Resign gives up leadership: it releases the leader's lease (token-checked),
-// so the next candidate in the queue takes over at once. It is a no-op
-// returning nil when this participant does not lead.
+// Resign releases the leader's lease, so the next candidate takes over at
+// once; nil when this participant does not lead.
 func (e *Election) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	lease := e.lease
@@ -126,10 +95,9 @@ func (e *Election) Resign(ctx context.Context) error {
 	return lease.Release(ctx)
 }
 
-// Leader asks the store who leads now. A vacant key is the zero Leader and
-// no error; a store failure is a *StoreError.
+// Leader asks the store who leads; the zero Leader when vacant.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	info, err := e.l.store.(Inspector).Inspect(ctx, e.key)
+	info, err := e.l.store.(driver.Inspector).Inspect(ctx, e.key)
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		return Leader{}, nil
@@ -140,18 +108,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 // Observe reports every change of leader, vacancies included, starting with
-// the current state. It is woken by the store's release notifications, by a
-// timer at the leader's remaining TTL (a leader that crashed never
-// releases), and polls only as a safety net (Options.WaitCap) and while
-// the key is vacant (1 ms after the first look, doubling up to WaitCap).
-// Nothing notifies an acquisition, so a term that begins and ends between
-// two looks can go unseen: one shorter than a notification plus an Inspect
-// round trip, or, for a leader that took over a crashed one's key, shorter
-// than the vacancy poll's interval by then. The fence of every leader it
-// does report is greater than the one before. Store failures are retried,
-// not reported. The
-// channel is closed when ctx ends or the Locker closes, and the goroutine
-// behind it has then returned.
+// the current one, until ctx ends or the Locker closes (it closes the
+// channel); a very short term can go unseen.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	go e.observe(ctx, ch)
@@ -168,8 +126,8 @@ type observer struct {
 
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	defer close(ch)
-	var wake <-chan struct{}
-	if n, ok := e.l.store.(Notifier); ok {
+	var wake <-chan driver.Wake
+	if n, ok := e.l.store.(driver.Notifier); ok {
 		if w, stop, err := n.WaitRelease(ctx, e.key, ""); err == nil {
 			wake = w
 			defer stop()
@@ -227,15 +185,9 @@ func (o *observer) step(ctx context.Context, ch chan<- Leader) (time.Duration, b
 	return capWait, true
 }
 
-// Run takes part in the election until ctx ends: it campaigns, calls
-// OnStartedLeading while it leads, resigns when leadership ends, calls
-// OnStoppedLeading, and campaigns again. It never gives up after losing
-// leadership; store failures are logged and retried every WaitCap, except a
-// misconfigured store, which retrying cannot fix: Run returns its error
-// (wrapping ErrMisconfigured) when a campaign fails with one. When ctx ends
-// it resigns (so another candidate takes over at once), waits for every
-// callback, and returns ctx's error; it returns ErrLockerClosed when the
-// Locker closes.
+// Run campaigns and leads (OnStartedLeading, then OnStoppedLeading) again and
+// again until ctx ends, then resigns and returns ctx's error. It returns a
+// store error only when it wraps ErrMisconfigured.
 func (e *Election) Run(ctx context.Context) error {
 	if e.cb.OnNewLeader != nil {
 		octx, stop := context.WithCancel(ctx)

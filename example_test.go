@@ -139,7 +139,7 @@ func ExampleLocker_Acquire() {
 }
 
 // TryOnce makes Do skip work that another replica is already doing.
-func ExampleTryOnce() {
+func ExampleDoOptions_tryOnce() {
 	ctx := context.Background()
 	store := memstore.New()
 	other, _ := leasehold.New(store, leasehold.Options{})
@@ -152,7 +152,7 @@ func ExampleTryOnce() {
 	err := locker.Do(ctx, "cleanup", func(ctx context.Context, lease *leasehold.Lease) error {
 		fmt.Println("cleaning up")
 		return nil
-	}, leasehold.TryOnce())
+	}, leasehold.DoOptions{TryOnce: true})
 	fmt.Println("skipped:", errors.Is(err, leasehold.ErrNotAcquired))
 	// Output:
 	// skipped: true
@@ -160,7 +160,7 @@ func ExampleTryOnce() {
 
 // WaitTimeout bounds how long Do waits for the key, not how long the work
 // may take.
-func ExampleWaitTimeout() {
+func ExampleDoOptions_waitTimeout() {
 	ctx := context.Background()
 	store := memstore.New()
 	other, _ := leasehold.New(store, leasehold.Options{})
@@ -172,7 +172,7 @@ func ExampleWaitTimeout() {
 	defer busy.Release(ctx)
 	err := locker.Do(ctx, "nightly", func(ctx context.Context, lease *leasehold.Lease) error {
 		return nil
-	}, leasehold.WaitTimeout(50*time.Millisecond))
+	}, leasehold.DoOptions{WaitTimeout: 50 * time.Millisecond})
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, leasehold.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
 	// Output:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -126,7 +127,7 @@ func (c *opCounter) setFail(f func(op memstore.Op, key string) memstore.Fault) {
 }
 
 // newLocker builds a Locker over store with a test logger, closed at cleanup.
-func newLocker(t *testing.T, store leasehold.Store, o leasehold.Options) (*leasehold.Locker, *recorder, *syncBuffer) {
+func newLocker(t *testing.T, store driver.Store, o leasehold.Options) (*leasehold.Locker, *recorder, *syncBuffer) {
 	t.Helper()
 	rec := &recorder{}
 	logs := &syncBuffer{}

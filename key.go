@@ -8,9 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// ValidateKey reports whether key can be used as a lock key: non-empty, at
-// most MaxKeyLen bytes, valid UTF-8, without control characters or
-// whitespace other than plain spaces. The error wraps ErrInvalidKey.
+// ValidateKey reports whether key is usable: 1 to MaxKeyLen bytes of UTF-8, no
+// control characters or whitespace but spaces (else ErrInvalidKey).
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -28,7 +27,7 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// NewToken returns a fresh owner token: 128 bits from crypto/rand, hex-encoded.
+// NewToken returns a fresh owner token: 128 random bits, hex-encoded.
 func NewToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go 1.24+)

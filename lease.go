@@ -8,15 +8,8 @@ import (
 	"time"
 )
 
-// Lease is a successful acquisition of a key. Its methods are safe for
-// concurrent use. A Lease from TryAcquire, Acquire or Do is renewed
-// automatically until Release; a Lease from Hold is not.
-//
-// A lease is identity (key, token, fence, TTL), a context with a cause, and
-// deadlines. It starts no goroutine of its own: its Locker's scheduler (see
-// scheduler.go) renews it, runs its local expiry guard and its maximum hold
-// time. Release and Locker.Close wait until nothing about the lease is still
-// being reported, so nothing the lease started outlives it.
+// Lease is a successful acquisition of a key, safe for concurrent use. It
+// renews itself until Release, unless it came from Hold.
 type Lease struct {
 	l        *Locker
 	key      string
@@ -105,33 +98,27 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 // Key returns the leased key.
 func (ls *Lease) Key() string { return ls.key }
 
-// Token returns the owner token: 128 random bits, unique per acquisition.
+// Token returns the owner token: 128 random bits.
 func (ls *Lease) Token() string { return ls.token }
 
-// Fence returns the fence token: strictly greater than the fence of every
-// earlier acquisition of the key. Pass it to the storage you write to (package
-// fence) so a stale holder's writes are rejected. A degraded lease has fence 0.
+// Fence returns the fence token, greater for every later acquisition of the
+// key; 0 for a degraded lease.
 func (ls *Lease) Fence() uint64 { return ls.fence }
 
 // TTL returns the lease's time to live.
 func (ls *Lease) TTL() time.Duration { return ls.ttl }
 
-// Degraded reports whether this is a fail-open, local-only lease: the store
-// was unreachable, so only goroutines of this process are excluded.
+// Degraded reports whether this is a FailOpen, local-only lease.
 func (ls *Lease) Degraded() bool { return ls.degraded }
 
-// Context returns a context that is cancelled the moment ownership can no
-// longer be trusted, or when the lease is released. context.Cause tells why:
-// ErrLeaseLost, ErrLeaseAbandoned, ErrLeaseExpired, ErrMaxHoldReached,
-// ErrLeaseReleased or ErrLockerClosed. It carries the values of the context
-// the lease was acquired with, not its cancellation.
+// Context returns a context cancelled, with a cause, the moment ownership can
+// no longer be trusted or the lease is released.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
 // Done is Context().Done().
 func (ls *Lease) Done() <-chan struct{} { return ls.ctx.Done() }
 
-// Err returns nil while the lease is held and trusted, else the cause of its
-// end (see Context).
+// Err returns nil while the lease is trusted, else the cause of its end.
 func (ls *Lease) Err() error {
 	if ls.ctx.Err() == nil {
 		return nil
@@ -139,9 +126,8 @@ func (ls *Lease) Err() error {
 	return context.Cause(ls.ctx)
 }
 
-// ValidUntil returns the local expiry guard's deadline: the time before which
-// the holder may trust its ownership, measured from before the last successful
-// renewal was sent, minus the drift margin.
+// ValidUntil returns the local expiry guard's deadline: TTL − DriftMargin
+// after the last successful renewal was sent.
 func (ls *Lease) ValidUntil() time.Time {
 	s := ls.l.sched
 	s.mu.Lock()
@@ -149,15 +135,8 @@ func (ls *Lease) ValidUntil() time.Time {
 	return ls.validUntil
 }
 
-// Renew extends the lease by its TTL now, token-checked on the store. It
-// returns an error wrapping ErrNotOwned (and ends the lease with
-// ErrLeaseLost) when another owner has the key, a *StoreError when the store
-// fails (the lease stays until its local expiry), the lease's cause when it
-// already ended or ended while the renewal was in flight (a renewal the store
-// applied after that is undone), and ErrMaxHoldReached after the maximum hold
-// time. A successful Renew resets the count of failed automatic renewals. A
-// degraded lease has nothing to renew in the store; Renew extends its local
-// deadline.
+// Renew extends the lease by its TTL now: nil, an error wrapping ErrNotOwned
+// (the lease ends, ErrLeaseLost), a *StoreError, or the lease's cause.
 func (ls *Lease) Renew(ctx context.Context) error {
 	s := ls.l.sched
 	s.mu.Lock()
@@ -238,18 +217,9 @@ func (ls *Lease) manualOutcome(sent time.Time, err error) renewOutcome {
 	return renewOutcome{}
 }
 
-// Release ends the lease: it stops renewal, cancels Context with
-// ErrLeaseReleased and deletes the lock in the store if and only if this
-// lease's token still owns it. It returns an error wrapping ErrNotOwned when
-// another owner has the key (that lock is left alone) and a *StoreError when
-// the store fails (the lock then expires by its TTL). A lock that was already
-// gone (expired, or deleted by a retry of this very release) is not an error.
-//
-// Release is a no-op that returns nil after the lease was lost, abandoned,
-// expired locally or released: ask Err or context.Cause why. It runs on ctx's
-// values but not its cancellation, bounded by Options.ReleaseTimeout, so it
-// works with the lease's already-cancelled context. When it returns, nothing
-// about the lease (observer calls, log records) is still running.
+// Release ends the lease and deletes its lock if its token still owns it,
+// bounded by ReleaseTimeout: nil, an error wrapping ErrNotOwned, or a
+// *StoreError. After the lease ended it is a no-op.
 func (ls *Lease) Release(ctx context.Context) error {
 	if !ls.l.sched.end(ls, ErrLeaseReleased) {
 		return nil
@@ -378,4 +348,167 @@ func lostCause(err error) error {
 		return ErrLeaseLost
 	}
 	return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+}
+
+// The lease's deadlines: renewal due, local guard, maximum hold (the
+// scheduler keeps them in its heap).
+
+var errBatchLength = errors.New("leasehold: RenewBatch returned a wrong number of results")
+
+// nextDeadline returns the lease's earliest pending deadline (zero: none).
+// l.sched.mu held.
+func (ls *Lease) nextDeadline() time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if !ls.renewing {
+		consider(ls.renewAt)
+	}
+	if !ls.guardOff {
+		consider(ls.validUntil)
+	}
+	if !ls.capped {
+		consider(ls.maxHoldAt)
+	}
+	return next
+}
+
+// due applies the deadlines that have passed at now, in order: maximum hold,
+// local guard, renewal. It returns what to report and whether to renew now.
+// l.sched.mu held.
+func (ls *Lease) due(now time.Time, o *Options) (stepKind, bool) {
+	if !ls.capped && !ls.maxHoldAt.IsZero() && !now.Before(ls.maxHoldAt) {
+		ls.capped, ls.renewAt, ls.guardOff = true, time.Time{}, false
+		return stepMaxHold, false
+	}
+	if !ls.guardOff && !ls.validUntil.IsZero() && !now.Before(ls.validUntil) {
+		if ls.kind == renewed && !ls.capped && o.OnRenewFailure == RenewalContinue {
+			ls.guardOff = true
+			return stepContinue, false
+		}
+		return stepExpired, false
+	}
+	if !ls.renewing && !ls.renewAt.IsZero() && !now.Before(ls.renewAt) {
+		ls.renewing = true
+		return 0, true
+	}
+	return 0, false
+}
+
+// report makes the report of a step taken by the scheduler.
+func (ls *Lease) report(what stepKind) {
+	o := &ls.l.opts
+	switch what {
+	case stepMaxHold:
+		ls.l.observe(Event{Kind: EventMaxHold, Key: ls.key, Fence: ls.fence})
+		ls.log().WarnContext(ls.ctx, "leasehold: maximum hold time reached", slog.Duration("max_hold", o.MaxHold))
+		ls.cancel(ErrMaxHoldReached)
+	case stepContinue:
+		ls.l.observe(Event{Kind: EventExpired, Key: ls.key, Fence: ls.fence})
+		ls.log().WarnContext(ls.ctx, "leasehold: lease expired locally; continuing by policy", slog.Int("attempt", ls.failuresNow()))
+	case stepExpired:
+		if ls.kind == held || ls.ctx.Err() != nil { // the natural end of a hold, or of a capped lease
+			ls.endReport(ErrLeaseExpired, 0)
+			return
+		}
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease expired locally", slog.Int("attempt", ls.failuresNow()))
+		ls.endReport(ErrLeaseExpired, EventExpired)
+	}
+}
+
+func (ls *Lease) failuresNow() int {
+	s := ls.l.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ls.failures
+}
+
+// extend moves the local guard, if the lease has one, to sent+TTL−drift
+// (never backward) and the next automatic renewal to sent+RenewInterval.
+// l.sched.mu held.
+func (ls *Lease) extend(sent time.Time, o *Options) {
+	if ls.validUntil.IsZero() {
+		return // no guard: a degraded lease that is renewed automatically
+	}
+	if until := sent.Add(ls.ttl - ls.drift); until.After(ls.validUntil) {
+		ls.validUntil = until
+		ls.guardOff = false
+	}
+	if ls.kind == renewed && !ls.degraded && !ls.capped {
+		ls.renewAt = sent.Add(o.RenewInterval)
+	}
+}
+
+// renewOutcome is what an automatic renewal's result does to its lease.
+type renewOutcome struct {
+	cause    error // non-nil: the lease ends with it
+	failures int   // consecutive failures after this attempt
+}
+
+// outcome applies the result of an automatic renewal sent at sent and
+// answered at now. l.sched.mu held.
+func (ls *Lease) outcome(sent, now time.Time, err error, o *Options) renewOutcome {
+	switch {
+	case err == nil:
+		ls.failures = 0
+		ls.extend(sent, o)
+		return renewOutcome{}
+	case errors.Is(err, ErrNotOwned):
+		return renewOutcome{cause: ErrLeaseLost}
+	}
+	ls.failures++
+	if o.OnRenewFailure == RenewalFence && ls.failures >= o.MaxRenewFailures {
+		return renewOutcome{cause: ErrLeaseAbandoned, failures: ls.failures}
+	}
+	ls.renewAt = now.Add(ls.retryGap(now, o))
+	return renewOutcome{failures: ls.failures}
+}
+
+// retryGap spreads the attempts the failure budget has left over the time
+// before the local guard: each may take RenewTimeout, and the gaps between
+// them are equal, so the last one ends before the guard fires. The gap is
+// at least MinRenewInterval and at most RenewInterval. When the attempts
+// left cannot fit at all (the budget does not fit: New warned), retrying
+// faster would only load the store, so the gap is RenewInterval.
+// l.sched.mu held.
+func (ls *Lease) retryGap(now time.Time, o *Options) time.Duration {
+	left := o.MaxRenewFailures - ls.failures
+	if o.OnRenewFailure == RenewalContinue || left < 1 || ls.guardOff {
+		return o.RenewInterval
+	}
+	span := ls.validUntil.Sub(now) - time.Duration(left)*o.RenewTimeout
+	if span < time.Duration(left)*MinRenewInterval {
+		return o.RenewInterval
+	}
+	return min(max(span/time.Duration(left+1), MinRenewInterval), o.RenewInterval)
+}
+
+// reportRenewal reports the outcome of an automatic renewal sent at sent.
+func (ls *Lease) reportRenewal(sent time.Time, err error, out renewOutcome) {
+	switch {
+	case err == nil:
+		ls.l.observe(Event{Kind: EventRenewed, Key: ls.key, Fence: ls.fence, Duration: time.Since(sent)})
+		return
+	case errors.Is(err, ErrNotOwned):
+		ls.notOwned("renew")
+		cause := lostCause(err)
+		if cause == ErrLeaseLost {
+			ls.log().ErrorContext(ls.ctx, "leasehold: lease lost")
+		} else {
+			ls.log().ErrorContext(ls.ctx, "leasehold: lease lost", slog.Any("error", err))
+		}
+		ls.endReport(cause, EventLost)
+		return
+	}
+	ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "renew", Err: err})
+	ls.l.observe(Event{Kind: EventRenewFailed, Key: ls.key, Fence: ls.fence, Attempt: out.failures, Err: err})
+	ls.log().WarnContext(ls.ctx, "leasehold: lease renewal failed", slog.Int("attempt", out.failures), slog.Any("error", err))
+	if out.cause != nil {
+		ls.log().ErrorContext(ls.ctx, "leasehold: lease abandoned", slog.Int("attempt", out.failures), slog.Any("error", err))
+		ls.l.observe(Event{Kind: EventAbandoned, Key: ls.key, Fence: ls.fence, Attempt: out.failures, Err: err})
+		ls.endReport(ErrLeaseAbandoned, 0)
+	}
 }

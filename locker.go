@@ -8,20 +8,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// Locker hands out leases on keys of one Store under one set of Options.
-// Use one Locker per risk class (its Name labels metrics), e.g. a fail-closed
-// "approval" locker and a fail-open "cleanup" locker over the same store.
-//
-// A Locker is safe for concurrent use. Goroutines of one process contend on a
-// local keyed gate (FIFO) before they reach the store, so a Locker has at
-// most one store request in flight and at most one lease per key. One
-// scheduler goroutine renews every lease (held leases add no goroutine).
-// Close stops every goroutine the Locker started.
+// Locker hands out leases on keys of one store: use one per risk class. It is
+// safe for concurrent use; goroutines of one process queue FIFO on a local
+// per-key gate first.
 type Locker struct {
-	store    Store
-	notifier Notifier // nil when the store cannot notify
+	store    driver.Store
+	notifier driver.Notifier // nil when the store cannot notify
 	opts     Options
 	gate     gate
 	sched    *scheduler
@@ -36,11 +32,9 @@ type Locker struct {
 	waiting       sync.WaitGroup // Acquires waiting for their turn, joined by Close
 }
 
-// New returns a Locker over store. It validates opts and returns an error
-// wrapping ErrInvalidOptions that names the field to fix. It logs a warning
-// when the renewal failure budget does not fit before the local expiry guard
-// (see Budget).
-func New(store Store, opts Options) (*Locker, error) {
+// New returns a Locker over store, or an error wrapping ErrInvalidOptions that
+// names the field to fix.
+func New(store driver.Store, opts Options) (*Locker, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidOptions)
 	}
@@ -57,7 +51,7 @@ func New(store Store, opts Options) (*Locker, error) {
 	l := &Locker{store: store, opts: o}
 	l.sched = newScheduler(l)
 	l.ctx, l.closeAll = context.WithCancel(context.Background())
-	l.notifier, _ = store.(Notifier)
+	l.notifier, _ = store.(driver.Notifier)
 	return l, nil
 }
 
@@ -68,43 +62,23 @@ func (l *Locker) Name() string { return l.opts.Name }
 func (l *Locker) Options() Options { return l.opts }
 
 // Store returns the store the locker uses.
-func (l *Locker) Store() Store { return l.store }
+func (l *Locker) Store() driver.Store { return l.store }
 
-// TryAcquire makes one attempt to lease key; it never joins the key's queue.
-// It returns an error wrapping ErrNotAcquired when another owner holds key
-// (in this process or another) or waiters are queued for it, and a
-// *StoreError (matching ErrStore) when the store fails under FailClosed.
-// Under FailOpen a store failure returns a degraded, local-only lease.
-// A caller whose ctx ended never gets a lease, degraded or not: it gets an
-// error matching ctx.Err(), and a grant that raced the end of ctx is released
-// by the Locker. A store request in flight when ctx ends gets up to 250 ms
-// more to answer, so that the release follows the grant: the call returns
-// that much later at most.
-//
-// The lease is renewed automatically until Release; its Context is cancelled
-// when ownership can no longer be trusted.
+// TryAcquire makes one attempt to lease key, without queueing: an error
+// wrapping ErrNotAcquired when another owner holds key or others wait, a
+// *StoreError on a store failure (FailOpen: a degraded lease).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	return l.acquire(ctx, leaseSpec{key: key, ttl: l.opts.TTL, kind: renewed})
 }
 
-// Acquire leases key, waiting in the key's FIFO queue (kept in the store, so
-// it is fair across processes) until the key is granted or ctx ends; then it
-// returns an error matching both ErrNotAcquired and ctx.Err(). It keeps its
-// place by refreshing it every WaiterTTL/3, wakes on the store's
-// notification, or at the holder's exact remaining TTL when it is next in
-// line, and polls every WaitCap only as a safety net. A waiter that gives up
-// leaves the queue. Store failures follow OnStoreError at once; they are not
-// retried. Without a deadline on ctx Acquire may wait forever. As with
-// TryAcquire, a caller whose ctx ended never gets a lease.
+// Acquire leases key, waiting in the key's FIFO queue until it is granted or
+// ctx ends (an error matching ErrNotAcquired and ctx.Err()).
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return l.acquire(ctx, leaseSpec{key: key, ttl: l.opts.TTL, kind: renewed, wait: true})
 }
 
-// Hold is the per-loop TTL hold: one attempt to lease key for ttl (0 means
-// the locker's TTL) that is never renewed automatically and need not be
-// released. Expiry rotates ownership; the lease's Context ends with
-// ErrLeaseExpired just before the store expires the key. Lease.Renew extends
-// it by hand.
+// Hold makes one attempt to lease key for ttl (0: the TTL), never renewed
+// automatically and not to be released: expiry rotates ownership.
 func (l *Locker) Hold(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	switch {
 	case ttl < 0:
@@ -117,12 +91,8 @@ func (l *Locker) Hold(ctx context.Context, key string, ttl time.Duration) (*Leas
 	return l.acquire(ctx, leaseSpec{key: key, ttl: ttl, kind: held})
 }
 
-// Close cancels the context of every lease still held (cause
-// ErrLockerClosed), releases them in the store (best effort, bounded by
-// ReleaseTimeout), wakes every Acquire still waiting (it returns
-// ErrLockerClosed and leaves the key's queue), and waits for every renewal
-// and clean-up in progress. Later acquires return ErrLockerClosed. Close is
-// idempotent.
+// Close ends and releases every lease (cause ErrLockerClosed), ends every
+// waiting Acquire and waits for the Locker's goroutines. It is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	l.closed = true

@@ -2,61 +2,28 @@ package leasehold
 
 import "time"
 
-// EventKind says what happened. New kinds may be added; observers must ignore
-// kinds they do not know.
+// EventKind says what happened; observers ignore kinds they do not know.
 type EventKind int
 
-// Event kinds, each with the Event fields it sets besides Kind, Locker and Key.
+// Event kinds, with the fields each sets besides Kind, Locker and Key.
 const (
-	// EventAcquire is the outcome of TryAcquire, Acquire or Hold: Result
-	// (ResultAcquired, ResultContended or ResultError), Duration (time spent
-	// waiting), Fence on success, Err on error.
-	EventAcquire EventKind = iota + 1
-	// EventContention is one store attempt that found another owner.
-	EventContention
-	// EventFailOpen is a store failure on acquire turned into a degraded,
-	// local-only lease by the FailOpen policy: Err.
-	EventFailOpen
-	// EventRenewed is a successful renewal: Fence, Duration (round trip).
-	EventRenewed
-	// EventRenewFailed is a renewal attempt that failed: Attempt (consecutive
-	// failures so far; 1 for a manual Lease.Renew), Err.
-	EventRenewFailed
-	// EventAbandoned is a lease abandoned after the renewal failure budget:
-	// Attempt, Err.
-	EventAbandoned
-	// EventLost is a lease the store said we no longer own.
-	EventLost
-	// EventExpired is a lease cancelled by the local expiry guard.
-	EventExpired
-	// EventMaxHold is a lease that reached the maximum hold time.
-	EventMaxHold
-	// EventNotOwned is a release or renew answered "lock not owned": Op.
-	EventNotOwned
-	// EventReleased is a lease released by its holder: Duration (time held).
-	EventReleased
-	// EventHeld is the end of any lease, however it ended: Duration (time
-	// held), Err (the context's cause).
-	EventHeld
-	// EventStoreError is a store failure: Op, Err.
-	EventStoreError
-	// EventStaleWrite is a write rejected at the fenced boundary (package
-	// fence): Fence (the stale fence), Op (the resource).
-	EventStaleWrite
-	// EventPermitWaiting is a Semaphore.Acquire (or Do) that joined the
-	// key's queue: its first attempt refused with every permit taken or
-	// others ahead. Exactly one EventPermitWaitEnded follows when the wait
-	// ends. Permit is set.
-	EventPermitWaiting
-	// EventPermitWaitEnded ends an EventPermitWaiting: Result (as in
-	// EventAcquire: acquired, contended when it gave up, error), Duration
-	// (time since EventPermitWaiting), Fence on success, Err on error.
-	// Permit is set.
-	EventPermitWaitEnded
-	// EventConfigWarning is a store setting that can lose a lock, found by
-	// the Locker's one check of a ConfigChecker store: Op (the check's
-	// name, e.g. "redis_eviction"), Err (what was seen). Key is empty.
-	EventConfigWarning
+	EventAcquire         EventKind = iota + 1 // TryAcquire, Acquire, Hold: Result, Duration (waited), Fence or Err
+	EventContention                           // one store answer showed another owner
+	EventFailOpen                             // a degraded lease under FailOpen: Err
+	EventRenewed                              // Fence, Duration (round trip)
+	EventRenewFailed                          // Attempt (failures in a row), Err
+	EventAbandoned                            // the budget ran out: Attempt, Err
+	EventLost                                 // the store says we no longer own it
+	EventExpired                              // the local expiry guard fired
+	EventMaxHold                              // MaxHold reached
+	EventNotOwned                             // a release or renew answered "not owned": Op
+	EventReleased                             // released by its holder: Duration (held)
+	EventHeld                                 // any lease's end: Duration (held), Err (the cause)
+	EventStoreError                           // Op, Err
+	EventStaleWrite                           // a fenced write rejected (package fence): Fence, Op (resource)
+	EventPermitWaiting                        // a permit acquire joined the queue; one EventPermitWaitEnded follows
+	EventPermitWaitEnded                      // Result, Duration (waited), Fence or Err
+	EventConfigWarning                        // a store setting that can lose locks: Op (check), Err (seen)
 )
 
 var eventNames = [...]string{
@@ -106,18 +73,11 @@ type Event struct {
 	Attempt  int
 	Duration time.Duration
 	Err      error
-	// Permit is set on the events of a Semaphore's permits that count
-	// them: EventAcquire, EventFailOpen and EventHeld of a permit, and
-	// EventPermitWaiting and EventPermitWaitEnded.
-	Permit bool
+	Permit   bool // a Semaphore permit's EventAcquire, EventFailOpen, EventHeld, EventPermitWait*
 }
 
-// Observer receives events. Events that end a lease are reported before its
-// context is cancelled. Observe is called synchronously on the hot path
-// and from renewal goroutines, concurrently: it must be fast and safe for
-// concurrent use. It must not call Lease.Release or Locker.Close: they wait
-// until every report about the lease, this call included, has returned. The
-// Prometheus adapter is in package prommetrics.
+// Observer receives events synchronously and concurrently: Observe must be
+// fast and must not call Lease.Release or Locker.Close.
 type Observer interface {
 	Observe(Event)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -25,7 +26,7 @@ type recordingStore struct {
 }
 
 type acquireCall struct {
-	req leasehold.AcquireRequest
+	req driver.AcquireRequest
 	at  time.Time
 	err error
 }
@@ -39,7 +40,7 @@ func newRecordingStore(opts ...memstore.Option) *recordingStore {
 	return &recordingStore{Store: memstore.New(opts...)}
 }
 
-func (s *recordingStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *recordingStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	at := time.Now()
 	g, err := s.Store.Acquire(ctx, req)
 	s.mu.Lock()
@@ -59,7 +60,7 @@ func (s *recordingStore) Release(ctx context.Context, key, token string) error {
 	return s.Store.Release(ctx, key, token)
 }
 
-func (s *recordingStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (s *recordingStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	s.mu.Lock()
 	s.subs = append(s.subs, subCall{key, token, ctx})
 	s.mu.Unlock()

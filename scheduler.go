@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // scheduler owns the timing of every lease of one Locker: one goroutine and
@@ -267,7 +269,7 @@ func (s *scheduler) startRenewals(now time.Time, due []*Lease) []renewal {
 	if len(due) == 0 {
 		return nil
 	}
-	_, batching := s.l.store.(BatchRenewer)
+	_, batching := s.l.store.(driver.BatchRenewer)
 	if !batching {
 		out := make([]renewal, len(due))
 		for i, ls := range due {
@@ -315,11 +317,11 @@ func (s *scheduler) call(ctx context.Context, leases []*Lease) []error {
 	if !batchable(leases) {
 		return renewEach(ctx, leases)
 	}
-	reqs := make([]RenewRequest, len(leases))
+	reqs := make([]driver.RenewRequest, len(leases))
 	for i, ls := range leases {
-		reqs[i] = RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl}
+		reqs[i] = driver.RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl}
 	}
-	errs := s.l.store.(BatchRenewer).RenewBatch(ctx, reqs)
+	errs := s.l.store.(driver.BatchRenewer).RenewBatch(ctx, reqs)
 	if len(errs) != len(reqs) { // a broken store; never index past it
 		errs = make([]error, len(reqs))
 		for i := range errs {

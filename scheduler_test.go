@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/calibrate"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -343,7 +344,7 @@ func TestHungRenewalDelaysNoOtherGuard(t *testing.T) {
 		}
 		start := time.Now()
 		<-hold.Done()
-		if d, want := time.Since(start), 500*time.Millisecond-leasehold.DefaultDriftMargin(500*time.Millisecond); d != want {
+		if d, want := time.Since(start), 500*time.Millisecond-calibrate.DriftMargin(500*time.Millisecond); d != want {
 			t.Fatalf("expected the hold's guard exactly at %v, fired after %v", want, d)
 		}
 	})

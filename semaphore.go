@@ -4,129 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// keyOps is what an acquisition and its lease go through to the store: the
-// Store's lock operations, or a semaphore's permit operations. It is the
-// engine's one hook for semaphores: everything else about a lease (renewal,
-// failure budget, local guard, causes, fail-open, max hold) is shared.
-type keyOps interface {
-	acquire(ctx context.Context, req AcquireRequest) (Grant, error)
-	renew(ctx context.Context, key, token string, ttl time.Duration) error
-	release(ctx context.Context, key, token string) error
-	// canWait reports whether wait works; wait subscribes token's wake-ups.
-	canWait() bool
-	wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error)
-	// gated reports whether acquisitions take the key's local gate (one
-	// lease per key and process); permits do not.
-	gated() bool
-	// batchable reports whether renewals may go through BatchRenewer.
-	batchable() bool
-	// permit reports whether these are a semaphore's permit operations
-	// (Event.Permit).
-	permit() bool
-}
-
-// opsOf returns the operations of an acquisition.
-func (l *Locker) opsOf(spec leaseSpec) keyOps {
-	if spec.ops != nil {
-		return spec.ops
-	}
-	return lockOps{l}
-}
-
-// lockOps are the Store's lock operations.
-type lockOps struct{ l *Locker }
-
-func (o lockOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	return o.l.store.Acquire(ctx, req)
-}
-
-func (o lockOps) renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	return o.l.store.Renew(ctx, key, token, ttl)
-}
-
-func (o lockOps) release(ctx context.Context, key, token string) error {
-	return o.l.store.Release(ctx, key, token)
-}
-
-func (o lockOps) canWait() bool { return o.l.notifier != nil }
-
-func (o lockOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	return o.l.notifier.WaitRelease(ctx, key, token)
-}
-
-func (lockOps) gated() bool     { return true }
-func (lockOps) batchable() bool { return true }
-func (lockOps) permit() bool    { return false }
-
-// batchable reports whether every lease of a renewal batch may be renewed
-// with one RenewBatch.
-func batchable(leases []*Lease) bool {
-	for _, ls := range leases {
-		if !ls.ops.batchable() {
-			return false
-		}
-	}
-	return true
-}
-
-// renewEach renews leases one by one, concurrently, and returns one error per
-// lease: a batch that holds permits, which RenewBatch cannot renew.
-func renewEach(ctx context.Context, leases []*Lease) []error {
-	errs := make([]error, len(leases))
-	var wg sync.WaitGroup
-	for i, ls := range leases {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-// Semaphore hands out at most Limit permits of one key across every process
-// that uses the key with the same limit. Each permit is a *Lease with
-// everything a lease has: owner token, a fence unique and increasing across
-// all permits of the key, automatic renewal with the failure budget, the
-// local expiry guard, loss causes, FailOpen or FailClosed, MaxHold. Waiting
-// acquisitions queue in the store (FIFO across processes); a crashed
-// holder's permit comes back when its TTL runs out.
-//
-// Permits do not take the Locker's local per-key gate: several goroutines of
-// one process may hold permits of the same key, each with its own store
-// request. Under FailOpen a store failure gives a degraded permit (fence 0)
-// that is local-only and counts against no limit, not even in this process:
-// use FailClosed where the limit protects something.
-//
-// A Semaphore is safe for concurrent use. Get one from Locker.Semaphore.
+// Semaphore hands out at most Limit permits of one key across processes (FIFO
+// queue in the store), each a *Lease with its own fence. It is safe for
+// concurrent use. A FailOpen permit counts against no limit.
 type Semaphore struct {
 	l      *Locker
 	key    string
-	store  Semaphorer
-	notify PermitNotifier // nil when the store cannot notify
+	store  driver.Semaphorer
+	notify driver.PermitNotifier // nil when the store cannot notify
 	limit  atomic.Int64
 }
 
-// Semaphore returns the semaphore of key with limit permits. The Locker's
-// store must implement Semaphorer (every store in this module does); the
-// error wraps ErrInvalidOptions when it does not or limit < 1, and
-// ErrInvalidKey for a bad key. Semaphore makes no store call.
+// Semaphore returns key's semaphore with limit permits, without a store call.
+// The store must implement driver.Semaphorer; limit >= 1.
 func (l *Locker) Semaphore(key string, limit int) (*Semaphore, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	st, ok := l.store.(Semaphorer)
+	st, ok := l.store.(driver.Semaphorer)
 	if !ok {
-		return nil, fmt.Errorf("%w: store %T does not implement leasehold.Semaphorer", ErrInvalidOptions, l.store)
+		return nil, fmt.Errorf("%w: store %T does not implement driver.Semaphorer", ErrInvalidOptions, l.store)
 	}
 	s := &Semaphore{l: l, key: key, store: st}
-	s.notify, _ = l.store.(PermitNotifier)
+	s.notify, _ = l.store.(driver.PermitNotifier)
 	if err := s.SetLimit(limit); err != nil {
 		return nil, err
 	}
@@ -139,10 +45,8 @@ func (s *Semaphore) Key() string { return s.key }
 // Limit returns the current limit.
 func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
 
-// SetLimit changes the limit for every later acquisition through s,
-// including those already waiting. Lowering it revokes no permit: new
-// permits wait until fewer than the new limit are held. Other processes use
-// their own limit; give them the same one.
+// SetLimit changes the limit of later and waiting acquisitions through s;
+// lowering it revokes no permit.
 func (s *Semaphore) SetLimit(limit int) error {
 	if limit < 1 {
 		return fmt.Errorf("%w: semaphore limit must be at least 1, got %d", ErrInvalidOptions, limit)
@@ -151,16 +55,12 @@ func (s *Semaphore) SetLimit(limit int) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to take a permit; it never queues. It returns
-// an error wrapping ErrNotAcquired when every permit is held or others wait,
-// and a *StoreError when the store fails under FailClosed.
+// TryAcquire makes one attempt to take a permit, as Locker.TryAcquire.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	return s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, ops: permitOps{s: s}})
 }
 
-// Acquire waits in the key's queue for a permit until ctx ends. Waiting is
-// fair across processes (FIFO in the store). It returns an error wrapping
-// ErrNotAcquired when ctx ends first.
+// Acquire waits in the key's queue for a permit, as Locker.Acquire.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	w := &permitWait{}
 	lease, err := s.l.acquire(ctx, leaseSpec{key: s.key, ttl: s.l.opts.TTL, kind: renewed, wait: true, ops: permitOps{s: s, w: w}})
@@ -187,34 +87,20 @@ type permitWait struct {
 	start  time.Time
 }
 
-// Do takes a permit (waiting in the queue), runs fn with a context that
-// ends when ctx ends or the permit can no longer be trusted, and releases the
-// permit, like Locker.Do. Its error joins fn's error, the permit's loss cause
-// and a failed release.
-func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) (err error) {
+// Do runs fn under a permit, as Locker.Do.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, permit *Lease) error) error {
 	permit, err := s.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	fnCtx, stop := permit.bind(ctx)
-	defer func() {
-		stop()
-		cause := permit.Err()
-		if errors.Is(cause, ErrLeaseReleased) || (err != nil && errors.Is(err, cause)) {
-			cause = nil
-		}
-		rerr := permit.Release(ctx)
-		err = joinErrors(err, cause, rerr)
-	}()
-	return fn(fnCtx, permit)
+	return permit.run(ctx, fn)
 }
 
-// Permits describes the semaphore as the store sees it: live holders (by
-// fence), the queue length and its head.
-func (s *Semaphore) Permits(ctx context.Context) (PermitInfo, error) {
+// Permits describes the semaphore as the store sees it.
+func (s *Semaphore) Permits(ctx context.Context) (driver.PermitInfo, error) {
 	info, err := s.store.Permits(ctx, s.key)
 	if err != nil {
-		return PermitInfo{}, storeErr("permits", s.key, err)
+		return driver.PermitInfo{}, storeErr("permits", s.key, err)
 	}
 	return info, nil
 }
@@ -226,8 +112,8 @@ type permitOps struct {
 	w *permitWait
 }
 
-func (o permitOps) acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
-	g, err := o.s.store.AcquirePermit(ctx, PermitRequest{
+func (o permitOps) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := o.s.store.AcquirePermit(ctx, driver.PermitRequest{
 		Key: req.Key, Token: req.Token, TTL: req.TTL, Holder: req.Holder, QueueTTL: req.QueueTTL, Limit: o.s.Limit(),
 	})
 	if o.w != nil && !o.w.queued && req.QueueTTL > 0 && errors.Is(err, ErrNotAcquired) {
@@ -247,7 +133,7 @@ func (o permitOps) release(ctx context.Context, key, token string) error {
 
 func (o permitOps) canWait() bool { return o.s.notify != nil }
 
-func (o permitOps) wait(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (o permitOps) wait(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	return o.s.notify.WaitPermit(ctx, key, token)
 }
 

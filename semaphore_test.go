@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -205,7 +206,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	if _, err := l.Semaphore("", 1); !errors.Is(err, leasehold.ErrInvalidKey) {
 		t.Fatalf("empty key: expected ErrInvalidKey, got %v", err)
 	}
-	type lockOnly struct{ leasehold.Store }
+	type lockOnly struct{ driver.Store }
 	l2, _, _ := newLocker(t, lockOnly{memstore.New()}, leasehold.Options{})
 	if _, err := l2.Semaphore("k", 1); !errors.Is(err, leasehold.ErrInvalidOptions) {
 		t.Fatalf("store without semaphores: expected ErrInvalidOptions, got %v", err)

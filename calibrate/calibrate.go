@@ -9,8 +9,8 @@
 //	failure budget: renew interval + MaxFailures × renew timeout + the gaps
 //	                between retries must end before the local guard
 //	                (TTL − drift margin), so the holder abandons the lease
-//	                before it expires: leasehold.Budget, the formula the
-//	                Locker itself warns with
+//	                before it expires: Budget, the formula the Locker
+//	                itself warns with
 //	worst takeover ≈ TTL + detection jitter
 //
 // A TTL shorter than the critical section loses the lock mid-work; a TTL
@@ -22,20 +22,10 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/leasehold/leasehold"
 )
 
 // ErrInput is wrapped by every error about unusable input.
 var ErrInput = errors.New("calibrate: invalid input")
-
-// Defaults for zero Input fields, the same as the leasehold core's. A zero
-// RenewTimeout means the core's default for the computed TTL
-// (leasehold.DefaultRenewTimeoutFor), at most DefaultRenewTimeout.
-const (
-	DefaultRenewTimeout = leasehold.DefaultRenewTimeout
-	DefaultMaxFailures  = leasehold.DefaultMaxRenewFailures
-)
 
 // Input is what the operator measured or decided.
 type Input struct {
@@ -54,7 +44,7 @@ type Input struct {
 	// crash to the next owner's first action. Zero means none (no verdict).
 	SLO time.Duration
 	// RenewTimeout bounds one renewal attempt. Default: the core's default
-	// for the computed TTL (leasehold.DefaultRenewTimeoutFor).
+	// for the computed TTL (RenewTimeoutFor).
 	RenewTimeout time.Duration
 	// MaxFailures is the number of consecutive failed renewals after which a
 	// lease is abandoned. Default 3.
@@ -85,7 +75,7 @@ type Result struct {
 	// DriftMargin is the core's default drift margin for the TTL: the local
 	// expiry guard fires at TTL − DriftMargin.
 	DriftMargin time.Duration
-	// BudgetTime = leasehold.Budget.Need(): RenewInterval + MaxFailures ×
+	// BudgetTime = Budget.Need(): RenewInterval + MaxFailures ×
 	// RenewTimeout + the minimum gaps between retries, when the last allowed
 	// renewal attempt has failed, measured from the last success.
 	BudgetTime time.Duration
@@ -93,10 +83,10 @@ type Result struct {
 	// local guard when the lease is abandoned. Negative means the failure
 	// budget is not usable (the local expiry guard fires first).
 	BudgetHeadroom time.Duration
-	// BudgetOK reports BudgetHeadroom >= 0 (leasehold.Budget.Fits).
+	// BudgetOK reports BudgetHeadroom >= 0 (Budget.Fits).
 	BudgetOK bool
 	// SafeRenewInterval is the longest renew interval (at least
-	// leasehold.MinRenewInterval) with which MaxFailures fits; zero when
+	// MinRenewInterval) with which MaxFailures fits; zero when
 	// none does.
 	SafeRenewInterval time.Duration
 	// SafeMaxFailures is the largest failure budget that fits at
@@ -128,10 +118,10 @@ func Compute(in Input) (Result, error) {
 		in.MaxFailures = DefaultMaxFailures
 	}
 	ttl := in.P99 + in.Jitter + in.Guard
-	b := leasehold.Budget{TTL: ttl, RenewInterval: ttl / 3, DriftMargin: leasehold.DefaultDriftMargin(ttl),
+	b := Budget{TTL: ttl, RenewInterval: ttl / 3, DriftMargin: DriftMargin(ttl),
 		RenewTimeout: in.RenewTimeout, MaxRenewFailures: in.MaxFailures}
 	if b.RenewTimeout == 0 {
-		b.RenewTimeout = leasehold.DefaultRenewTimeoutFor(ttl, b.RenewInterval, b.DriftMargin, in.MaxFailures)
+		b.RenewTimeout = RenewTimeoutFor(ttl, b.RenewInterval, b.DriftMargin, in.MaxFailures)
 		in.RenewTimeout = b.RenewTimeout
 	}
 
@@ -215,12 +205,12 @@ func validate(in Input) error {
 // safeBudget returns the longest renew interval with which b's failure
 // budget fits, and the largest failure budget that fits at b's interval
 // (zero when none does).
-func safeBudget(b leasehold.Budget) (time.Duration, int) {
+func safeBudget(b Budget) (time.Duration, int) {
 	var interval time.Duration
-	if fit := b.RenewInterval + b.Have() - b.Need(); fit >= leasehold.MinRenewInterval {
+	if fit := b.RenewInterval + b.Have() - b.Need(); fit >= MinRenewInterval {
 		interval = fit
 	}
-	gap := leasehold.MinRenewInterval
+	gap := MinRenewInterval
 	failures := 0
 	if span := b.Have() - b.RenewInterval + gap; span > 0 {
 		failures = int(span / (b.RenewTimeout + gap))

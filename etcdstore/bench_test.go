@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -111,8 +112,8 @@ func newStoreReplica(b *testing.B, c *testetcd.Cluster, _ time.Duration) (replic
 
 func (r *storeReplica) lock(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, error) {
 	tok := leasehold.NewToken()
-	req := leasehold.AcquireRequest{Key: key, Token: tok, TTL: ttl, Holder: "bench", QueueTTL: benchQueueTTL}
-	var wake <-chan struct{}
+	req := driver.AcquireRequest{Key: key, Token: tok, TTL: ttl, Holder: "bench", QueueTTL: benchQueueTTL}
+	var wake <-chan driver.Wake
 	stop := func() {}
 	defer func() { stop() }()
 	for {
@@ -511,7 +512,7 @@ func BenchmarkHandOff(b *testing.B) {
 		}
 		b.StopTimer()
 		for {
-			if _, err := holder.Store().(leasehold.Inspector).Inspect(ctx, key); err != nil {
+			if _, err := holder.Store().(driver.Inspector).Inspect(ctx, key); err != nil {
 				break
 			}
 			time.Sleep(time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
@@ -15,7 +16,7 @@ import (
 // a message that says so, never an outage.
 func TestTooLargeTTLIsMisconfigured(t *testing.T) {
 	_, _, s, ctx := startStore(t, 10*time.Second)
-	_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: uniqueKey(t, ""), Token: "t", TTL: 2_550_000 * time.Hour})
+	_, err := s.Acquire(ctx, driver.AcquireRequest{Key: uniqueKey(t, ""), Token: "t", TTL: 2_550_000 * time.Hour})
 	if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrUnavailable) {
 		t.Fatalf("expected ErrMisconfigured, got %v", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
@@ -79,7 +79,7 @@ func TestConformanceSingle(t *testing.T) {
 	// The stores reach the member through a proxy that can freeze it.
 	fz := startFreezer(t, c.Members[0].ClientURL)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store {
+		New: func(t *testing.T) driver.Store {
 			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fz.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 			if err != nil {
 				t.Fatal(err)
@@ -91,9 +91,9 @@ func TestConformanceSingle(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close(); _ = cli.Close() })
 			return s
 		},
-		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(0) },
-		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(0) },
-		Freeze:    func(t *testing.T, _ leasehold.Store) func() { return fz.freeze() },
+		Break:     func(t *testing.T, _ driver.Store) { c.Kill(0) },
+		Heal:      func(t *testing.T, _ driver.Store) { c.Restart(0) },
+		Freeze:    func(t *testing.T, _ driver.Store) func() { return fz.freeze() },
 		Leftovers: leftovers(c),
 		// etcd deletes a lock nobody renews with its lease: up to 1 s after
 		// its TTL rounded up to whole seconds, plus etcd's 500 ms check.
@@ -104,10 +104,10 @@ func TestConformanceSingle(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	c := testetcd.StartCluster(t, 3)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, c) },
+		New: func(t *testing.T) driver.Store { return newStore(t, c) },
 		// Losing two of three members loses the quorum: every call fails.
-		Break:     func(t *testing.T, _ leasehold.Store) { c.Kill(1); c.Kill(2) },
-		Heal:      func(t *testing.T, _ leasehold.Store) { c.Restart(1); c.Restart(2) },
+		Break:     func(t *testing.T, _ driver.Store) { c.Kill(1); c.Kill(2) },
+		Heal:      func(t *testing.T, _ driver.Store) { c.Restart(1); c.Restart(2) },
 		Leftovers: leftovers(c),
 		Slack:     3 * time.Second,
 	})

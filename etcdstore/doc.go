@@ -1,4 +1,4 @@
-// Package etcdstore is a leasehold.Store on etcd v3: every lock change is a
+// Package etcdstore is a driver.Store on etcd v3: every lock change is a
 // raft transaction, fences are etcd revisions, and etcd's own lease expiry
 // deletes what its owner stops renewing.
 //

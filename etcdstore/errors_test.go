@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,7 +20,7 @@ func TestListSkipsBadEntries(t *testing.T) {
 	_, cli, s, ctx := startStore(t, 10*time.Second)
 	base := uniqueKey(t, "")
 	for _, k := range []string{"a", "c"} {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: base + k, Token: "t" + k, TTL: time.Minute, Holder: "h"}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: base + k, Token: "t" + k, TTL: time.Minute, Holder: "h"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,7 +55,7 @@ func TestPermissionDeniedIsMisconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
+	_, err = s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("Acquire outside the user's prefix: expected ErrMisconfigured, got %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -80,7 +81,7 @@ func keepRenewing(t *testing.T, s *etcdstore.Store, ttl time.Duration) {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	key := uniqueKey(t, "busy")
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "busy", TTL: ttl}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "busy", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -117,7 +118,7 @@ func TestRacedReleaseLockExpires(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	key, tok := uniqueKey(t, "orphan"), leasehold.NewToken()
 	late.armed.Store(true)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: ttl}); err == nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: ttl}); err == nil {
 		t.Fatal("acquire: expected the caller's error, got a lease")
 	}
 	if err := s.Release(ctx, key, tok); !errors.Is(err, leasehold.ErrNotHeld) {
@@ -150,11 +151,11 @@ func TestRacedReleaseQueueEntryExpires(t *testing.T) {
 	keepRenewing(t, s, ttl)
 	ctx := ctxFor(t, 30*time.Second)
 	key, tok := uniqueKey(t, "queued"), leasehold.NewToken()
-	if _, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "holder", TTL: time.Minute}); err != nil {
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "holder", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	late.armed.Store(true)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: ttl, QueueTTL: ttl}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: ttl, QueueTTL: ttl}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiting acquire: expected the caller's error, got %v", err)
 	}
 	if err := s.Release(ctx, key, tok); !errors.Is(err, leasehold.ErrNotOwned) {

@@ -9,42 +9,43 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Inspect implements leasehold.Inspector: one linearizable read of the lock
+// Inspect implements driver.Inspector: one linearizable read of the lock
 // and its queue, then LeaseTimeToLive for the remaining TTL (whole seconds,
 // rounded down, capped by the lock's TTL).
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	defer end()
 	ks, ke := s.keyRange(key)
 	get, err := s.cli.Get(ctx, ks, clientv3.WithRange(ke))
 	if err != nil {
-		return leasehold.LockInfo{}, s.wrap(ctx, "inspect", key, err)
+		return driver.LockInfo{}, s.wrap(ctx, "inspect", key, err)
 	}
 	infos, bad, err := s.describe(ctx, get.Kvs)
 	if err != nil {
-		return leasehold.LockInfo{}, s.wrap(ctx, "inspect", key, err)
+		return driver.LockInfo{}, s.wrap(ctx, "inspect", key, err)
 	}
 	if len(bad) > 0 {
-		return leasehold.LockInfo{}, fmt.Errorf("etcdstore: inspect %q: %w: %s", key, leasehold.ErrBadEntry, bad[0])
+		return driver.LockInfo{}, fmt.Errorf("etcdstore: inspect %q: %w: %s", key, leasehold.ErrBadEntry, bad[0])
 	}
 	if len(infos) == 0 || infos[0].Key != key {
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil
 }
 
-// List implements leasehold.Inspector: one range read of the locks and
+// List implements driver.Inspector: one range read of the locks and
 // queues under the prefix (etcd returns keys sorted), then one
 // LeaseTimeToLive per lease (the store's locks share a few).
-func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -67,9 +68,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 
 // describe turns sorted kvs of locks and queue entries into LockInfos,
 // leaving out locks whose lease expired and reporting undecodable ones in bad.
-func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []leasehold.LockInfo, bad []string, err error) {
+func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []driver.LockInfo, bad []string, err error) {
 	ttls := map[int64]int64{} // lease -> TTL
-	var cur *leasehold.LockInfo
+	var cur *driver.LockInfo
 	var headAt int64
 	for _, kv := range kvs {
 		name := string(kv.Key[len(s.prefix):])
@@ -102,9 +103,9 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []lea
 
 // lockInfo describes one lock key. ok is false for a lock to skip: expired
 // (info.Key empty) or undecodable (info.Key set).
-func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (leasehold.LockInfo, bool, error) {
+func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (driver.LockInfo, bool, error) {
 	tok, ttl, holder, _, ok := lockFields(kv.Value)
-	info := leasehold.LockInfo{Key: name, Token: tok, Holder: holder, Fence: fenceOf(kv)}
+	info := driver.LockInfo{Key: name, Token: tok, Holder: holder, Fence: fenceOf(kv)}
 	if !ok {
 		return info, false, nil
 	}
@@ -126,7 +127,7 @@ func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, 
 		ttls[kv.Lease] = left
 	}
 	if left < 0 {
-		return leasehold.LockInfo{}, false, nil
+		return driver.LockInfo{}, false, nil
 	}
 	info.Remaining = time.Duration(left) * time.Second
 	if ttl > 0 {
@@ -147,24 +148,24 @@ func (s *Store) facts(kv *mvccpb.KeyValue) map[string]string {
 	}
 }
 
-// ForceRelease implements leasehold.ForceReleaser: it deletes the lock
+// ForceRelease implements driver.ForceReleaser: it deletes the lock
 // whoever holds it; the holder's next Renew answers ErrNotOwned.
-func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	defer end()
 	resp, err := s.cli.Delete(ctx, s.lockKey(key), clientv3.WithPrevKV())
 	if err != nil {
-		return leasehold.LockInfo{}, s.wrap(ctx, "force release", key, err)
+		return driver.LockInfo{}, s.wrap(ctx, "force release", key, err)
 	}
 	if len(resp.PrevKvs) == 0 {
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	kv := resp.PrevKvs[0]
 	tok, ttl, holder, _, _ := lockFields(kv.Value)
-	info := leasehold.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
+	info := driver.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
 	if kv.Lease != 0 {
 		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, 0)
 	}

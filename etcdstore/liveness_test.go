@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -14,7 +14,7 @@ import (
 func TestLiveness(t *testing.T) {
 	c := testetcd.Start(t)
 	storetest.RunLiveness(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, c) },
+		New: func(t *testing.T) driver.Store { return newStore(t, c) },
 		// etcd deletes what nobody renews with its lease: up to 1 s after the
 		// TTL rounded up to whole seconds, plus etcd's 500 ms check.
 		Slack: 3 * time.Second,

@@ -10,24 +10,25 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Acquire implements leasehold.Store in one transaction (docs/etcd.md): a
+// Acquire implements driver.Store in one transaction (docs/etcd.md): a
 // retry keeps its lock and fence; a free key whose queue is empty or headed
 // by the token is taken; otherwise a waiting acquire (QueueTTL > 0) writes
 // its queue entry, keeping its place. A losing TryAcquire makes one more
 // request (LeaseTimeToLive) for Grant.Remaining.
-func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	defer end()
 	l, err := s.sess.leases.get(ctx, req.TTL)
@@ -36,7 +37,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 		ql, err = s.sess.leases.get(ctx, req.QueueTTL)
 	}
 	if err != nil {
-		return leasehold.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		return driver.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
 	}
 	if ql != 0 {
 		if g, done, err := s.tryTakeOver(ctx, req, l); done {
@@ -49,7 +50,7 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 // acquire runs the acquire transaction once, or again when the answer shows
 // the token heading the queue of a free key or holding the lock unknown to
 // this store (a retry through another Store).
-func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID) (leasehold.Grant, error) {
+func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID) (driver.Grant, error) {
 	r := ref{req.Key, req.Token}
 	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
@@ -59,7 +60,7 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
 		if err != nil {
-			return leasehold.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
+			return driver.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
 		}
 		if g, done, err := s.acquired(ctx, req, l, st, resp); done {
 			return g, err
@@ -90,7 +91,7 @@ func (s *Store) acquire(ctx context.Context, req leasehold.AcquireRequest, l, ql
 
 // acquireFailed returns the error of an acquire that may have applied: the
 // token's next acquire then checks for its lock and queue entry.
-func (s *Store) acquireFailed(ctx context.Context, req leasehold.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
+func (s *Store) acquireFailed(ctx context.Context, req driver.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
 	r := ref{req.Key, req.Token}
 	s.sess.track(s.sess.held, r, req.TTL)
 	if ql != 0 {
@@ -101,14 +102,14 @@ func (s *Store) acquireFailed(ctx context.Context, req leasehold.AcquireRequest,
 
 // acquired finishes an acquire whose transaction took the lock, or found
 // it holding the token (st.mayOwn: a retry); done is false otherwise.
-func (s *Store) acquired(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g leasehold.Grant, done bool, err error) {
+func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g driver.Grant, done bool, err error) {
 	r := ref{req.Key, req.Token}
 	if resp.Succeeded { // taken
 		s.sess.track(s.sess.held, r, req.TTL)
 		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
 		s.sess.untrack(s.sess.waiting, r)
 		// All puts of a transaction carry its revision, the header's.
-		return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+		return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 	}
 	inner := resp.Responses[0].GetResponseTxn()
 	if !st.mayOwn || !inner.GetSucceeded() {
@@ -123,7 +124,7 @@ func (s *Store) acquired(ctx context.Context, req leasehold.AcquireRequest, l cl
 		}
 		return g, true, err
 	}
-	return leasehold.Grant{Fence: fenceOf(prev)}, true, nil
+	return driver.Grant{Fence: fenceOf(prev)}, true, nil
 }
 
 // wrapLease is wrap for a request that wrote on leases ids; a lease etcd
@@ -168,19 +169,19 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 
 // tryTakeOver runs takeOver and records the outcome when it took the lock
 // or failed (done).
-func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (leasehold.Grant, bool, error) {
+func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (driver.Grant, bool, error) {
 	r := ref{req.Key, req.Token}
 	g, ok, err := s.takeOver(ctx, req, l)
 	switch {
 	case err != nil: // it may have applied: tracked as after an acquire
 		s.sess.track(s.sess.held, r, req.TTL)
-		return leasehold.Grant{}, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
+		return driver.Grant{}, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
 	case ok:
 		s.sess.track(s.sess.held, r, req.TTL)
 		s.sess.untrack(s.sess.waiting, r)
 		return g, true, nil
 	}
-	return leasehold.Grant{}, false, nil
+	return driver.Grant{}, false, nil
 }
 
 // takeOver takes the lock when req's token heads its queue and has seen the
@@ -189,7 +190,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req leasehold.AcquireRequest, l
 // head. The new lock's fence, in its value, is that mod revision plus one:
 // above every earlier fence of the key. ok is false when the lock is not
 // known to be expired (nothing sent) or the guard failed.
-func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID) (g leasehold.Grant, ok bool, err error) {
+func (s *Store) takeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (g driver.Grant, ok bool, err error) {
 	r := ref{req.Key, req.Token}
 	mod, entry, at, known := s.sess.takeoverAt(r)
 	if !known {
@@ -211,13 +212,13 @@ func (s *Store) takeOver(ctx context.Context, req leasehold.AcquireRequest, l cl
 	if err != nil {
 		return g, false, err
 	}
-	return leasehold.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
+	return driver.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
 }
 
 // retried finishes an acquire or renewal that moved the token's lock (prev)
 // to l at revision rev: when the TTL changed, it rewrites the value, which
 // waiters time a takeover by, keeping its fence.
-func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l clientv3.LeaseID, prev *mvccpb.KeyValue, rev int64) error {
+func (s *Store) retried(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, prev *mvccpb.KeyValue, rev int64) error {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
 	if was == req.TTL {
 		return nil
@@ -238,7 +239,7 @@ func (s *Store) retried(ctx context.Context, req leasehold.AcquireRequest, l cli
 
 // acquireTxn sends req's acquire transaction, shaped by what the store
 // knows of the token (st): the retry check only when it may own the lock.
-func (s *Store) acquireTxn(ctx context.Context, req leasehold.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
+func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
 	myRev := st.rev
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
@@ -285,7 +286,7 @@ type keyView struct {
 	myRev   int64                       // the token's queue entry, 0 if none
 	ahead   map[string]bool             // entries older than the token's (all, if none)
 	queue   map[string]int64            // every entry: key -> create revision
-	entries map[string]*mvccpb.KeyValue // every entry (for Granted)
+	entries map[string]*mvccpb.KeyValue // every entry (for a grant)
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
@@ -315,8 +316,8 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 
 // contended builds the Grant of a lost acquire. left is the lock's time
 // left by this store's clock for a waiter (session.setQueue), < 0 unknown.
-func (s *Store) contended(ctx context.Context, req leasehold.AcquireRequest, v keyView, left time.Duration) leasehold.Grant {
-	g := leasehold.Grant{Ahead: len(v.ahead)}
+func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyView, left time.Duration) driver.Grant {
+	g := driver.Grant{Ahead: len(v.ahead)}
 	if !v.held {
 		return g
 	}
@@ -350,21 +351,21 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl, floor t
 	return d
 }
 
-// Renew implements leasehold.Store: one token-checked transaction moves the
+// Renew implements driver.Store: one token-checked transaction moves the
 // lock to the current lease of ttl, keeping its fence, or answers
 // ErrNotOwned; a second rewrites the value when the TTL changed. The write
 // moves the lock's mod revision: waiters see the holder alive.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	return s.RenewBatch(ctx, []leasehold.RenewRequest{{Key: key, Token: token, TTL: ttl}})[0]
+	return s.RenewBatch(ctx, []driver.RenewRequest{{Key: key, Token: token, TTL: ttl}})[0]
 }
 
 // maxTxnOps stays under etcd's default --max-txn-ops (128).
 const maxTxnOps = 128
 
-// RenewBatch implements leasehold.BatchRenewer: one transaction renews up
+// RenewBatch implements driver.BatchRenewer: one transaction renews up
 // to maxTxnOps/2 locks (a nested transaction each, as Renew), plus one per
 // lock whose TTL changed.
-func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	var chunk []int
 	keys := map[string]bool{}
@@ -385,7 +386,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 }
 
 // renewChunk renews reqs[i] for every i in chunk, in one transaction.
-func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest, chunk []int, errs []error) {
+func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, chunk []int, errs []error) {
 	fail := func(err error) {
 		for _, i := range chunk {
 			errs[i] = err
@@ -426,7 +427,7 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 			continue
 		}
 		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-		req := leasehold.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}
+		req := driver.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}
 		mod := resp.Header.Revision // for Release; unknown after a rewrite
 		if _, was, _, _, _ := lockFields(prev.GetValue()); was != r.TTL {
 			mod = 0
@@ -436,10 +437,10 @@ func (s *Store) renewChunk(parent context.Context, reqs []leasehold.RenewRequest
 	}
 }
 
-// Release implements leasehold.Store: it deletes the lock if it holds
+// Release implements driver.Store: it deletes the lock if it holds
 // token and nobody waits, and the token's queue entry when this store
 // queued it. When someone waits it hands the key to the head of the queue
-// (leasehold.Granter), guarded as a takeover: one transaction when the
+// (a driver.Wake with the grant), guarded as a takeover: one transaction when the
 // store knows the head, else a read and then the grant.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
@@ -465,6 +466,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		if out.done {
 			s.sess.untrack(s.sess.held, r)
 			s.sess.untrack(s.sess.waiting, r)
+			s.sess.untrack(s.sess.grants, r)
 			return out.err
 		}
 		// Someone waits: grant it (or delete when the head cannot be granted).

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,26 +21,28 @@ const (
 	watchLinger = 2 * time.Second
 )
 
-// WaitRelease implements leasehold.Notifier with one etcd watch per key,
+// WaitRelease implements driver.Notifier with one etcd watch per key,
 // shared by its subscribers and kept watchLinger after the last one leaves,
 // started from the revision of the waiter's last Acquire answer (or of a
 // read), so no change after it is missed.
 //
 // The channel (never closed) gets a value each time token may take the key
 // (the lock free, the queue empty or headed by token), when a release granted
-// it the key (Granted), when it heads the queue of a lock unchanged for its
+// it the key (the Wake carries the grant), when it heads the queue of a lock unchanged for its
 // TTL (the takeover), and when the watch breaks. An empty token subscribes an
 // observer, woken whenever the lock becomes free or changes holder.
 // WaitRelease returns once etcd confirmed the watch, bounded by ctx and
 // RequestTimeout. stop, idempotent, or the end of ctx ends the subscription.
-func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+// The watch resumes from the waiter's last Acquire: no wake-up at once
+// unless the key may be taken now.
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkNames(key, cmp.Or(token, "observer"), ""); err != nil {
 		return nil, nil, err
 	}
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: token == "", wake: make(chan struct{}, 1)}
+	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: token == "", wake: make(chan driver.Wake, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.startTimeout()
 	t := time.NewTimer(start)
@@ -79,10 +81,6 @@ func (s *Store) startTimeout() time.Duration {
 	return s.timeout
 }
 
-// Resumes implements leasehold.Resumer: always true, since WaitRelease
-// misses no change after the waiter's last Acquire answer.
-func (s *Store) Resumes(string, string) bool { return true }
-
 // watches are the store's key watches.
 type watches struct {
 	mu     sync.Mutex
@@ -110,22 +108,14 @@ type keyWatch struct {
 	subs    map[*subscriber]struct{}
 	held    bool
 	queue   map[string]int64            // entry key -> create revision
-	entries map[string]*mvccpb.KeyValue // where known (for Granted)
+	entries map[string]*mvccpb.KeyValue // where known (for a grant's next head)
 	empty   time.Time                   // when subs became empty
 	// The held lock: mod revision, when the watch first saw it there, TTL
 	// (0: unknown). The head is woken at lockAt+lockTTL (takeover).
 	lockMod int64
 	lockAt  time.Time
 	lockTTL time.Duration
-	lockTok string               // the holder's token, "" when free or unknown
-	grants  map[string]grantSeen // by token, until Granted takes them
-}
-
-// grantSeen is a lock write with a subscribed waiter's token: a grant.
-type grantSeen struct {
-	fence uint64
-	ttl   time.Duration // the granted lock's TTL
-	mod   int64         // the lock's mod revision
+	lockTok string // the holder's token, "" when free or unknown
 }
 
 // subscriber is one WaitRelease.
@@ -133,13 +123,30 @@ type subscriber struct {
 	r        ref
 	entry    string // the token's queue entry key
 	observer bool   // token "": woken whenever the lock becomes free
-	wake     chan struct{}
+	wake     chan driver.Wake
 	was      bool // could take the key at the last check
 }
 
-func (sb *subscriber) signal() {
+func (sb *subscriber) signal() { sb.hand(driver.Wake{}) }
+
+// hand puts w on sb's channel without blocking; a hand-off (non-zero w)
+// replaces a plain wake-up already there. watches.mu is held, so no other
+// send races it.
+func (sb *subscriber) hand(w driver.Wake) {
 	select {
-	case sb.wake <- struct{}{}:
+	case sb.wake <- w:
+		return
+	default:
+	}
+	if w == (driver.Wake{}) {
+		return
+	}
+	select {
+	case <-sb.wake:
+	default:
+	}
+	select {
+	case sb.wake <- w:
 	default:
 	}
 }
@@ -172,7 +179,6 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(kw.subs, sb)
-	delete(kw.grants, sb.r.token)
 	if len(kw.subs) == 0 {
 		kw.empty = time.Now()
 	}
@@ -404,6 +410,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wrote := false
+	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		switch {
@@ -415,7 +422,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			if kw.held {
 				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
-				kw.granted(kw.lockTok, ev.Kv)
+				grants = append(grants, ev.Kv)
 				if kw.lockTok != was {
 					kw.newHolder()
 				}
@@ -427,6 +434,10 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			kw.queue[k] = ev.Kv.CreateRevision
 			kw.entries[k] = ev.Kv
 		}
+	}
+	for _, kv := range grants { // after every event: the queue is the one after the grant
+		tok, _, _, _, _ := lockFields(kv.Value)
+		kw.granted(tok, kv)
 	}
 	var sights []sighting
 	for sb := range kw.subs {
@@ -442,20 +453,36 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	return sights
 }
 
-// granted records a lock write with a subscribed waiter's token (a grant)
-// and wakes it; watches.mu is held.
+// granted wakes a subscribed waiter whose token a lock write names (a
+// grant) with the grant; watches.mu is held (the session's lock is taken
+// inside it, never the other way round).
 func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 	for sb := range kw.subs {
 		if sb.observer || sb.r.token != token {
 			continue
 		}
-		if kw.grants == nil {
-			kw.grants = map[string]grantSeen{}
-		}
-		_, ttl, _, _, _ := lockFields(kv.Value)
-		kw.grants[token] = grantSeen{fence: fenceOf(kv), ttl: ttl, mod: kv.ModRevision}
-		sb.signal()
+		sb.hand(kw.handoff(sb.r, kv))
 	}
+}
+
+// handoff returns the Wake for the grant kv to r, and records the grant in
+// the session (with the next head, for r's release); zero when the session
+// does not know r's wait (it then acquires, and finds itself the holder).
+func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
+	s := kw.s
+	_, ttl, _, _, _ := lockFields(kv.Value)
+	if ttl <= 0 {
+		return driver.Wake{}
+	}
+	var next *headEntry
+	if kv := kw.headKV(s.entryKey(r.key, r.token)); kv != nil {
+		next = s.entryHead(r.key, kv)
+	}
+	req, ok := s.sess.granted(r, ttl, kv.ModRevision, next)
+	if !ok {
+		return driver.Wake{}
+	}
+	return driver.Wake{Fence: fenceOf(kv), TTL: req.Truncate(time.Millisecond)}
 }
 
 // newHolder wakes the observers when the lock changed holder without being
@@ -466,35 +493,6 @@ func (kw *keyWatch) newHolder() {
 			sb.signal()
 		}
 	}
-}
-
-// Granted implements leasehold.Granter: the grant a release made to token,
-// seen while its WaitRelease subscription was open. ok is false when none
-// was seen or token does not wait here.
-func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
-	w := &s.watches
-	w.mu.Lock()
-	var g grantSeen
-	ok := false
-	var next *mvccpb.KeyValue
-	if kw := w.keys[key]; kw != nil {
-		g, ok = kw.grants[token]
-		delete(kw.grants, token)
-		next = kw.headKV(s.entryKey(key, token))
-	}
-	w.mu.Unlock()
-	if !ok || g.ttl <= 0 {
-		return leasehold.Handoff{}, false
-	}
-	r := ref{key, token}
-	req, ok := s.sess.adopt(r, g.ttl)
-	if !ok {
-		return leasehold.Handoff{}, false
-	}
-	if next != nil { // the next head, for our release's grant
-		s.sess.setHead(r, g.mod, s.entryHead(key, next))
-	}
-	return leasehold.Handoff{Fence: g.fence, TTL: req.Truncate(time.Millisecond)}, true
 }
 
 // headKV returns the key-value of the oldest queue entry other than skip,
@@ -509,7 +507,7 @@ func (kw *keyWatch) headKV(skip string) *mvccpb.KeyValue {
 	return kw.entries[head]
 }
 
-// Live implements leasehold.Granter: whether key's watch runs in this store
+// Live implements driver.LiveNotifier: whether key's watch runs in this store
 // (WaitRelease then returns without a round trip).
 func (s *Store) Live(key string) bool {
 	w := &s.watches

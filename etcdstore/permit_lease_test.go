@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/calibrate"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,8 +26,8 @@ func TestPermitUnrenewedSweptAtTTL(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 20*time.Second)
 	const ttl = time.Second
-	req := func(tok string) leasehold.PermitRequest {
-		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: ttl, Limit: 4, Holder: tok}
+	req := func(tok string) driver.PermitRequest {
+		return driver.PermitRequest{Key: "sem", Token: tok, TTL: ttl, Limit: 4, Holder: tok}
 	}
 	start := time.Now()
 	if _, err := s.AcquirePermit(ctx, req("kept")); err != nil {
@@ -87,8 +89,8 @@ func TestPermitGrantWithoutGuardSeesNewHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	req := func(tok string) leasehold.PermitRequest {
-		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
+	req := func(tok string) driver.PermitRequest {
+		return driver.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
 	}
 	gk := s.SemaphorePrefix("sem") + "g"
 	hook = func(ctx context.Context) error {
@@ -153,7 +155,7 @@ func beforeSecondTxn(t *testing.T, c *testetcd.Cluster, armed *atomic.Bool, hook
 func TestCrashedPermitTakenOverAtItsTTL(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)
@@ -166,7 +168,7 @@ func TestCrashedPermitTakenOverAtItsTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent := time.Now()
-		g, err := holder.AcquirePermit(ctx, leasehold.PermitRequest{Key: key, Token: "dead", TTL: ttl, Limit: 1, Holder: "dead"})
+		g, err := holder.AcquirePermit(ctx, driver.PermitRequest{Key: key, Token: "dead", TTL: ttl, Limit: 1, Holder: "dead"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +207,7 @@ func TestRenewedPermitNotTakenOver(t *testing.T) {
 	t.Cleanup(func() { _ = lk.Close() })
 	key := uniqueKey(t, "k")
 	ctx := ctxFor(t, 20*time.Second)
-	if _, err := holder.AcquirePermit(ctx, leasehold.PermitRequest{Key: key, Token: "alive", TTL: ttl, Limit: 1, Holder: "alive"}); err != nil {
+	if _, err := holder.AcquirePermit(ctx, driver.PermitRequest{Key: key, Token: "alive", TTL: ttl, Limit: 1, Holder: "alive"}); err != nil {
 		t.Fatal(err)
 	}
 	sem, err := lk.Semaphore(key, 1)

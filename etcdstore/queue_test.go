@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
-func acquireQ(t *testing.T, s *etcdstore.Store, key, tok string, queueTTL time.Duration) (leasehold.Grant, error) {
+func acquireQ(t *testing.T, s *etcdstore.Store, key, tok string, queueTTL time.Duration) (driver.Grant, error) {
 	t.Helper()
-	return s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, Holder: "holder-" + tok, QueueTTL: queueTTL})
+	return s.Acquire(ctxFor(t, 5*time.Second), driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, Holder: "holder-" + tok, QueueTTL: queueTTL})
 }
 
 func expectWait(t *testing.T, s *etcdstore.Store, key, tok string, queueTTL time.Duration, ahead int) {
@@ -99,7 +100,7 @@ func TestWaitReleaseWakesOnlyTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop2()
-	quiet := func(ch <-chan struct{}, what string) {
+	quiet := func(ch <-chan driver.Wake, what string) {
 		t.Helper()
 		select {
 		case <-ch:
@@ -107,7 +108,7 @@ func TestWaitReleaseWakesOnlyTheHead(t *testing.T) {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	woken := func(ch <-chan struct{}, what string) {
+	woken := func(ch <-chan driver.Wake, what string) {
 		t.Helper()
 		select {
 		case <-ch:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
 
@@ -14,10 +15,10 @@ const txnMethod = "/etcdserverpb.KV/Txn"
 
 // A waiting Locker on another store (replica) sends one acquire
 // transaction per contended acquisition: the one that queues it; the
-// release grants it the key (leasehold.Granter). Its WaitRelease watch
-// starts at the revision of the queued acquire's answer
-// (leasehold.Resumer), so the Locker sends no second acquire right after
-// subscribing.
+// release grants it the key (the wake-up carries the grant). Its
+// WaitRelease watch starts at the revision of the queued acquire's answer,
+// so it puts no wake-up on the channel at once and the Locker sends no
+// second acquire right after subscribing.
 func TestWaiterAcquiresOncePerContendedAcquisition(t *testing.T) {
 	c := testetcd.Start(t)
 	holder := newStore(t, c)
@@ -39,8 +40,8 @@ func TestWaiterAcquiresOncePerContendedAcquisition(t *testing.T) {
 		}
 		got <- err
 	}()
-	// Queued and subscribed: the watch stream is open. Without Resumer the
-	// Locker's re-check acquire follows the subscription at once; give it
+	// Queued and subscribed: the watch stream is open. With a wake-up at
+	// once the Locker's re-check acquire would follow the subscription; give it
 	// time to be sent (a late one would only make this test pass).
 	waitFor(t, 10*time.Second, func() bool {
 		info, err := holder.Inspect(ctxFor(t, 5*time.Second), key)
@@ -67,7 +68,7 @@ func (c *calls) peek(method string) int {
 	return c.n[method]
 }
 
-func newLocker(t *testing.T, s leasehold.Store, opts leasehold.Options) *leasehold.Locker {
+func newLocker(t *testing.T, s driver.Store, opts leasehold.Options) *leasehold.Locker {
 	t.Helper()
 	lk, err := leasehold.New(s, opts)
 	if err != nil {

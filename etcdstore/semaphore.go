@@ -14,11 +14,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 var (
-	_ leasehold.Semaphorer     = (*Store)(nil)
-	_ leasehold.PermitNotifier = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // maxPermitRetries bounds the optimistic retries of one AcquirePermit when
@@ -93,25 +94,25 @@ func semStateOf(resp *clientv3.TxnResponse) semState {
 	return st
 }
 
-// AcquirePermit implements leasehold.Semaphorer: a grant in a transaction
+// AcquirePermit implements driver.Semaphorer: a grant in a transaction
 // that requires the guard unchanged since the store's read or bound
 // (semBounds), retried with jitter up to maxPermitRetries times, then
 // ErrNotAcquired. The fence is the holder key's create revision.
-func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	if req.Limit < 1 {
-		return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
 	}
 	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	defer end()
 	id, err := s.sess.leases.get(ctx, req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
+		return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	pa := &permitAttempt{s: s, req: req, id: id}
 	for attempt := range maxPermitRetries {
@@ -125,24 +126,24 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return leasehold.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
+			return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 	}
-	return leasehold.Grant{}, fmt.Errorf("%w: etcdstore: semaphore %q changed under each of %d attempts by other acquirers",
+	return driver.Grant{}, fmt.Errorf("%w: etcdstore: semaphore %q changed under each of %d attempts by other acquirers",
 		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
 // permitAttempt is one AcquirePermit: its request and the lease for its TTL.
 type permitAttempt struct {
 	s    *Store
-	req  leasehold.PermitRequest
+	req  driver.PermitRequest
 	id   clientv3.LeaseID
 	next *semState // what a transaction that lost brought back, for the next try
 }
 
 // try makes one attempt; done is false when the semaphore changed between
 // the read and the transaction.
-func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error) {
+func (pa *permitAttempt) try(ctx context.Context) (driver.Grant, bool, error) {
 	st, g, done, err := pa.state(ctx)
 	if done {
 		return g, true, err
@@ -167,9 +168,9 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 			Then(grant[0], clientv3.OpDelete(qk)).
 			Commit()
 		if err != nil {
-			return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+			return driver.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 		}
-		return leasehold.Grant{Fence: uint64(mine.CreateRevision)}, resp.Succeeded, nil
+		return driver.Grant{Fence: uint64(mine.CreateRevision)}, resp.Succeeded, nil
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(grantCmps(p, hk, st.guardRev, st.rev)...).
@@ -177,12 +178,12 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		Else(semReads(p)...).
 		Commit()
 	if err != nil {
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return driver.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	}
 	if !resp.Succeeded {
 		next := semStateOf(resp)
 		pa.next = &next
-		return leasehold.Grant{}, false, nil
+		return driver.Grant{}, false, nil
 	}
 	queued := len(st.queue)
 	if pos >= 0 {
@@ -190,7 +191,7 @@ func (pa *permitAttempt) try(ctx context.Context) (leasehold.Grant, bool, error)
 		s.sems.forget(ref{req.Key, req.Token})
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) + 1, queued: queued})
-	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+	return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 }
 
 // grantOps write the token's holder key and the guard under prefix p, on
@@ -243,10 +244,10 @@ func permitFields(v []byte) (ttl time.Duration, holder string) {
 
 // state returns the semaphore for a try: what a losing transaction brought
 // back, else tryBound's outcome (done when it won), else a read.
-func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, bool, error) {
+func (pa *permitAttempt) state(ctx context.Context) (semState, driver.Grant, bool, error) {
 	if st := pa.next; st != nil {
 		pa.next = nil
-		return *st, leasehold.Grant{}, false, nil
+		return *st, driver.Grant{}, false, nil
 	}
 	g, done, err := pa.tryBound(ctx)
 	if done || err != nil {
@@ -254,23 +255,23 @@ func (pa *permitAttempt) state(ctx context.Context) (semState, leasehold.Grant, 
 	}
 	if st := pa.next; st != nil {
 		pa.next = nil
-		return *st, leasehold.Grant{}, false, nil
+		return *st, driver.Grant{}, false, nil
 	}
 	st, err := pa.s.readSem(ctx, pa.req.Key)
 	if err != nil {
-		return semState{}, leasehold.Grant{}, true, pa.s.wrap(ctx, "acquire permit", pa.req.Key, err)
+		return semState{}, driver.Grant{}, true, pa.s.wrap(ctx, "acquire permit", pa.req.Key, err)
 	}
-	return st, leasehold.Grant{}, false, nil
+	return st, driver.Grant{}, false, nil
 }
 
 // tryBound grants without a read when the store's bound shows a free permit
 // and no waiter. done is false when there is no such bound or the guard
 // changed (the semaphore is then in pa.next).
-func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, error) {
+func (pa *permitAttempt) tryBound(ctx context.Context) (driver.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	b, ok := s.sems.get(req.Key)
 	if !ok || b.guardRev == 0 || b.queued > 0 || b.holders >= req.Limit {
-		return leasehold.Grant{}, false, nil
+		return driver.Grant{}, false, nil
 	}
 	p := s.SemaphorePrefix(req.Key)
 	hk, gk := p+"h/"+req.Token, p+"g"
@@ -281,15 +282,15 @@ func (pa *permitAttempt) tryBound(ctx context.Context) (leasehold.Grant, bool, e
 		Commit()
 	switch {
 	case err != nil:
-		return leasehold.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return driver.Grant{}, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	case !resp.Succeeded:
 		s.sems.drop(req.Key)
 		next := semStateOf(resp)
 		pa.next = &next
-		return leasehold.Grant{}, false, nil
+		return driver.Grant{}, false, nil
 	}
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: b.holders + 1})
-	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
+	return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 }
 
 // semBound is an upper bound of a semaphore's live holders and waiters,
@@ -346,16 +347,16 @@ func (c *semBounds) released(key string) {
 }
 
 // refused queues a waiting token and describes the contention.
-func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (leasehold.Grant, bool, error) {
+func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead int) (driver.Grant, bool, error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL > 0 {
 		ok, next, err := s.queue(ctx, req, st, pos)
 		if err != nil || !ok {
 			pa.next = next
-			return leasehold.Grant{}, ok, err
+			return driver.Grant{}, ok, err
 		}
 	}
-	g := leasehold.Grant{Ahead: ahead}
+	g := driver.Grant{Ahead: ahead}
 	if len(st.holders) >= req.Limit && len(st.holders) > 0 {
 		first := st.holders[0]
 		var ttl time.Duration
@@ -373,7 +374,7 @@ func (pa *permitAttempt) refused(ctx context.Context, st semState, pos, ahead in
 // rewriting the guard so that no grant read before overtakes it, or moves its
 // entry to that lease, keeping its place. ok is false when the semaphore
 // changed since st; next is then the semaphore now, when known.
-func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
+func (s *Store) queue(ctx context.Context, req driver.PermitRequest, st semState, pos int) (ok bool, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
 	qk, gk := p+"q/"+req.Token, p+"g"
 	qid, err := s.sess.leases.get(ctx, req.QueueTTL)
@@ -413,7 +414,7 @@ func (s *Store) queue(ctx context.Context, req leasehold.PermitRequest, st semSt
 	return true, nil, nil
 }
 
-// RenewPermit implements leasehold.Semaphorer: one transaction moves the
+// RenewPermit implements driver.Semaphorer: one transaction moves the
 // holder key to the current lease of ttl, keeping its fence, or answers
 // ErrNotOwned; a second rewrites the value when the TTL changed.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -457,7 +458,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	return nil
 }
 
-// ReleasePermit implements leasehold.Semaphorer: one transaction deletes the
+// ReleasePermit implements driver.Semaphorer: one transaction deletes the
 // holder key and the token's queue entry.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
@@ -481,26 +482,26 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Permits implements leasehold.Semaphorer: one read, then one TimeToLive per
+// Permits implements driver.Semaphorer: one read, then one TimeToLive per
 // holder for its remaining TTL (whole seconds, rounded down).
-func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return leasehold.PermitInfo{}, err
+		return driver.PermitInfo{}, err
 	}
 	defer end()
 	st, err := s.readSem(ctx, key)
 	if err != nil {
-		return leasehold.PermitInfo{}, s.wrap(ctx, "permits", key, err)
+		return driver.PermitInfo{}, s.wrap(ctx, "permits", key, err)
 	}
 	p := s.SemaphorePrefix(key)
-	info := leasehold.PermitInfo{Key: key, Limit: st.limit, Waiting: len(st.queue)}
+	info := driver.PermitInfo{Key: key, Limit: st.limit, Waiting: len(st.queue)}
 	if len(st.queue) > 0 {
 		info.NextHolder = string(st.queue[0].Value)
 	}
 	for _, kv := range st.holders {
 		ttl, holder := permitFields(kv.Value)
-		info.Holders = append(info.Holders, leasehold.LockInfo{
+		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder,
 			Fence:     uint64(kv.CreateRevision),
 			Remaining: s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, time.Millisecond),
@@ -511,14 +512,15 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 	return info, nil
 }
 
-// WaitPermit implements leasehold.PermitNotifier with a watch on the
+// WaitPermit implements driver.PermitNotifier with a watch on the
 // semaphore, started after one read. The channel gets a value each time
 // token's turn comes (fewer waiters ahead of it, all while it has not
 // joined, than permits free under the guard's limit), again when someone
 // leaves while it is its turn, on every delete while no guard was seen, and
-// when the watch breaks. It returns once etcd confirmed the watch; stop
-// cancels it and waits for its goroutine.
-func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+// when the watch breaks, and once at once for a waiter (token not empty).
+// It returns once etcd confirmed the watch; stop cancels it and waits for
+// its goroutine.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
@@ -540,15 +542,15 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struc
 		drain(wch)
 		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
-	ch := make(chan struct{}, 1)
+	ch := make(chan driver.Wake, 1)
 	wake := func() {
 		select {
-		case ch <- struct{}{}:
+		case ch <- driver.Wake{}:
 		default:
 		}
 	}
-	if m.was {
-		wake() // the turn has already come
+	if m.was || token != "" {
+		wake() // the turn has already come, or a waiter re-checks once
 	}
 	done := make(chan struct{})
 	go func() {
@@ -764,10 +766,10 @@ func (c *semBounds) forget(r ref) {
 // for it, grants it in one transaction that deletes them, guarded by their
 // mod revisions and its entry. ok is false when there is nothing to take
 // over; otherwise g, done and err are try's answer.
-func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead int) (g leasehold.Grant, done, ok bool, err error) {
+func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead int) (g driver.Grant, done, ok bool, err error) {
 	s, req := pa.s, pa.req
 	if req.QueueTTL <= 0 || pos < 0 {
-		return leasehold.Grant{}, false, false, nil
+		return driver.Grant{}, false, false, nil
 	}
 	r, entry, now := ref{req.Key, req.Token}, st.queue[pos].CreateRevision, time.Now()
 	for _, kv := range st.holders {
@@ -776,7 +778,7 @@ func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead i
 	}
 	dead := s.sems.expiredHolders(r, entry, st, now)
 	if len(dead) == 0 || ahead >= req.Limit-len(st.holders)+len(dead) {
-		return leasehold.Grant{}, false, false, nil
+		return driver.Grant{}, false, false, nil
 	}
 	p := s.SemaphorePrefix(req.Key)
 	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
@@ -790,13 +792,13 @@ func (pa *permitAttempt) takeOver(ctx context.Context, st semState, pos, ahead i
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
 	switch {
 	case err != nil:
-		return leasehold.Grant{}, true, true, s.wrap(ctx, "acquire permit", req.Key, err)
+		return driver.Grant{}, true, true, s.wrap(ctx, "acquire permit", req.Key, err)
 	case !resp.Succeeded:
 		next := semStateOf(resp)
 		pa.next = &next
-		return leasehold.Grant{}, false, true, nil
+		return driver.Grant{}, false, true, nil
 	}
 	s.sems.forget(r)
 	s.sems.set(req.Key, semBound{guardRev: resp.Header.Revision, holders: len(st.holders) - len(dead) + 1, queued: len(st.queue) - 1})
-	return leasehold.Grant{Fence: uint64(resp.Header.Revision)}, true, true, nil
+	return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, true, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/internal/benchkit"
@@ -66,13 +67,13 @@ func BenchmarkPermitVsLease(b *testing.B) {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			lockKey, semKey := fmt.Sprintf("bench:lock:%d", n), fmt.Sprintf("bench:sem:%d", n)
 			lease := func(ctx context.Context, tok string) error {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: lockKey, Token: tok, TTL: ttl, Holder: "bench"}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: lockKey, Token: tok, TTL: ttl, Holder: "bench"}); err != nil {
 					return err
 				}
 				return s.Release(ctx, lockKey, tok)
 			}
 			permit := func(ctx context.Context, tok string) error {
-				if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: semKey, Token: tok, TTL: ttl, Limit: n, Holder: "bench"}); err != nil {
+				if _, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: semKey, Token: tok, TTL: ttl, Limit: n, Holder: "bench"}); err != nil {
 					return err
 				}
 				return s.ReleasePermit(ctx, semKey, tok)

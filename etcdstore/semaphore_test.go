@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	"github.com/leasehold/leasehold/storetest"
@@ -21,7 +22,7 @@ import (
 func TestSemaphoreConformance(t *testing.T) {
 	c := testetcd.Start(t)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
-		New: func(t *testing.T) leasehold.Semaphorer {
+		New: func(t *testing.T) driver.Semaphorer {
 			// A longer request timeout: a burst of acquirers on one key
 			// retries its optimistic transaction.
 			s, err := etcdstore.New(c.Client(t), etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 5 * time.Second})
@@ -31,8 +32,8 @@ func TestSemaphoreConformance(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		Break:  func(t *testing.T, _ leasehold.Semaphorer) { c.Kill(0) },
-		Heal:   func(t *testing.T, _ leasehold.Semaphorer) { c.Restart(0) },
+		Break:  func(t *testing.T, _ driver.Semaphorer) { c.Kill(0) },
+		Heal:   func(t *testing.T, _ driver.Semaphorer) { c.Restart(0) },
 		Slack:  2 * time.Second,
 		MinTTL: time.Second,
 	})
@@ -55,7 +56,7 @@ func TestPermitCycleRequests(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	cycle := func() {
 		tok := leasehold.NewToken()
-		if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 2, Holder: "h"}); err != nil {
+		if _, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 2, Holder: "h"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.ReleasePermit(ctx, "sem", tok); err != nil {
@@ -81,8 +82,8 @@ func TestPermitBoundSeesOtherStoresGrants(t *testing.T) {
 	c := testetcd.Start(t)
 	a, b := newStore(t, c), newStore(t, c)
 	ctx := ctxFor(t, 20*time.Second)
-	req := func(tok string) leasehold.PermitRequest {
-		return leasehold.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
+	req := func(tok string) driver.PermitRequest {
+		return driver.PermitRequest{Key: "sem", Token: tok, TTL: 10 * time.Second, Limit: 1, Holder: tok}
 	}
 	for _, tok := range []string{"a1", "a2"} { // a's bound: one free permit, guard known
 		if _, err := a.AcquirePermit(ctx, req(tok)); err != nil {
@@ -143,7 +144,7 @@ func TestPermitRetriesRunOutAsContention(t *testing.T) {
 	defer s.Close()
 	guard.Store(s.SemaphorePrefix("sem") + "g")
 	armed.Store(true)
-	_, err = s.AcquirePermit(ctxFor(t, 60*time.Second), leasehold.PermitRequest{Key: "sem", Token: "t", TTL: 10 * time.Second, Limit: 2, Holder: "h"})
+	_, err = s.AcquirePermit(ctxFor(t, 60*time.Second), driver.PermitRequest{Key: "sem", Token: "t", TTL: 10 * time.Second, Limit: 2, Holder: "h"})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("a semaphore changed by others under every attempt: expected ErrNotAcquired (contention), got %v", err)
 	}

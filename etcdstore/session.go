@@ -21,6 +21,7 @@ type session struct {
 	mu      sync.Mutex
 	held    map[ref]*tracked // locks
 	waiting map[ref]*tracked // queue entries
+	grants  map[ref]*tracked // locks a release granted to a waiter here, seen by its watch
 	adds    int              // tracks since the last prune
 }
 
@@ -62,6 +63,7 @@ func newSession(s *Store) *session {
 		leases:  leases{s: s, cur: map[int64]*epoch{}},
 		held:    map[ref]*tracked{},
 		waiting: map[ref]*tracked{},
+		grants:  map[ref]*tracked{},
 	}
 }
 
@@ -97,7 +99,7 @@ func (ss *session) prune() {
 	}
 	ss.adds = 0
 	old := time.Now().Add(-time.Minute)
-	for _, m := range []map[ref]*tracked{ss.held, ss.waiting} {
+	for _, m := range []map[ref]*tracked{ss.held, ss.waiting, ss.grants} {
 		maps.DeleteFunc(m, func(_ ref, t *tracked) bool { return t.deadline.Before(old) })
 	}
 }
@@ -109,17 +111,19 @@ func (ss *session) untrack(m map[ref]*tracked, r ref) {
 	delete(m, r)
 }
 
-// adopt makes waiter r's entry the lock a release granted it for ttl. It
-// returns the TTL the waiter asked for, false when r is not waiting here.
-func (ss *session) adopt(r ref, ttl time.Duration) (time.Duration, bool) {
+// granted records that a release granted waiter r the lock for ttl, at mod
+// revision mod with next the queue head after it (for r's own release),
+// and returns the TTL r asked for; false when r is not waiting here. The
+// waiter's queue entry stays tracked: its Locker may not take the grant
+// (it acquires again, or leaves with Release, which deletes the entry).
+func (ss *session) granted(r ref, ttl time.Duration, mod int64, next *headEntry) (time.Duration, bool) {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	w := ss.waiting[r]
-	delete(ss.waiting, r)
-	ss.mu.Unlock()
 	if w == nil {
 		return 0, false
 	}
-	ss.track(ss.held, r, ttl)
+	ss.grants[r] = &tracked{deadline: time.Now().Add(ttl), mod: mod, next: next}
 	return w.reqTTL, true
 }
 
@@ -140,6 +144,9 @@ func (ss *session) moved(r ref, mod int64) {
 	if t := ss.held[r]; t != nil && t.mod != 0 {
 		t.mod = mod
 	}
+	if g := ss.grants[r]; g != nil && g.mod != 0 {
+		g.mod = mod
+	}
 }
 
 // headOf returns what setHead recorded for lock r (0, nil if nothing).
@@ -148,6 +155,9 @@ func (ss *session) headOf(r ref) (int64, *headEntry) {
 	defer ss.mu.Unlock()
 	if t := ss.held[r]; t != nil {
 		return t.mod, t.next
+	}
+	if g := ss.grants[r]; g != nil {
+		return g.mod, g.next
 	}
 	return 0, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -116,7 +117,7 @@ func TestTwoRequestsPerCycle(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	cycle := func(i int) {
 		key, tok := fmt.Sprintf("k%d", i%4), leasehold.NewToken()
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Release(ctx, key, tok); err != nil {
@@ -150,10 +151,10 @@ func TestAbandonedLockEndsAtItsTTL(t *testing.T) {
 	abandoned, kept := uniqueKey(t, "abandoned"), uniqueKey(t, "kept")
 	const ttl = time.Second
 	start := time.Now()
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: abandoned, Token: "a", TTL: ttl}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: abandoned, Token: "a", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: kept, Token: "k", TTL: ttl}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: kept, Token: "k", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	var gone time.Duration
@@ -191,7 +192,7 @@ func TestNothingLeftAfterClose(t *testing.T) {
 		wg.Go(func() {
 			for i := range 30 {
 				key, tok := fmt.Sprintf("g%d-%d", g, i%3), leasehold.NewToken()
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Duration(1+i%3) * time.Second}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: time.Duration(1+i%3) * time.Second}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -205,10 +206,10 @@ func TestNothingLeftAfterClose(t *testing.T) {
 	}
 	wg.Wait()
 	// Held at Close: a lock and a waiter behind it.
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "h", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "held", Token: "h", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "w", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "held", Token: "w", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -256,7 +257,7 @@ func TestAbandonedLockEndsAfterAnOutage(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	key := uniqueKey(t, "abandoned")
 	const ttl = 2 * time.Second // its lease: 3 s
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: ttl}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	// Out of reach from 300 ms before the lock's TTL to 1.3 s after it.

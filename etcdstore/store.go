@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -63,13 +64,12 @@ type Store struct {
 }
 
 var (
-	_ leasehold.Store         = (*Store)(nil)
-	_ leasehold.Inspector     = (*Store)(nil)
-	_ leasehold.Notifier      = (*Store)(nil)
-	_ leasehold.ForceReleaser = (*Store)(nil)
-	_ leasehold.BatchRenewer  = (*Store)(nil)
-	_ leasehold.Resumer       = (*Store)(nil)
-	_ leasehold.Granter       = (*Store)(nil)
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Inspector     = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+	_ driver.BatchRenewer  = (*Store)(nil)
+	_ driver.LiveNotifier  = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's

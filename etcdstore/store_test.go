@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,7 +48,7 @@ func expectHolder(t *testing.T, s *etcdstore.Store, key, token, holder string) {
 func TestKeyLayoutAndFence(t *testing.T) {
 	_, cli, s, ctx := startStore(t, 10*time.Second)
 	key := uniqueKey(t, "k")
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, Holder: "host-1 pid 7"})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, Holder: "host-1 pid 7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestKeyLayoutAndFence(t *testing.T) {
 	if err := s.Release(ctx, key, "tok"); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok2", TTL: 5 * time.Second})
+	g2, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok2", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		{61 * time.Second, 62},
 	} {
 		key := uniqueKey(t, tc.ttl.String())
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: tc.ttl}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: tc.ttl}); err != nil {
 			t.Fatal(err)
 		}
 		id := leaseOf(t, cli, "lh-test/"+key)
@@ -120,7 +121,7 @@ func TestLocksShareOneLeasePerTTL(t *testing.T) {
 		t.Fatalf("expected 3 leases for 5 locks, got %v, %v", ls, err)
 	}
 	for _, bad := range []time.Duration{0, -time.Second} {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: uniqueKey(t, "bad"), Token: "t", TTL: bad}); !errors.Is(err, etcdstore.ErrInvalidTTL) {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: uniqueKey(t, "bad"), Token: "t", TTL: bad}); !errors.Is(err, etcdstore.ErrInvalidTTL) {
 			t.Errorf("Acquire with TTL %v: expected ErrInvalidTTL, got %v", bad, err)
 		}
 		if err := s.Renew(ctx, uniqueKey(t, "bad"), "t", bad); !errors.Is(err, etcdstore.ErrInvalidTTL) {
@@ -140,7 +141,7 @@ func TestExpiryWholeSeconds(t *testing.T) {
 	key := uniqueKey(t, "k")
 	const ttl = 1500 * time.Millisecond
 	sent := time.Now()
-	f1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: ttl})
+	f1, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "a", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestExpiryWholeSeconds(t *testing.T) {
 	if err != nil || len(ls) != 0 {
 		t.Fatalf("List after expiry: expected nothing, got %v, %v", ls, err)
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: ttl})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "b", TTL: ttl})
 	if err != nil || g.Fence <= f1.Fence {
 		t.Fatalf("acquire after expiry: expected fence > %d, got %v, %v", f1.Fence, g, err)
 	}
@@ -180,10 +181,10 @@ func TestContentionReportsRemaining(t *testing.T) {
 	s := newStore(t, c)
 	ctx := ctxFor(t, 10*time.Second)
 	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: 10 * time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "a", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Second})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "b", TTL: time.Second})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected ErrNotAcquired, got %v", err)
 	}
@@ -201,12 +202,12 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 	_, cli, s, ctx := startStore(t, 20*time.Second)
 	key := uniqueKey(t, "k")
 	ek := "lh-test/" + key
-	g1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 2 * time.Second})
+	g1, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l1 := leaseOf(t, cli, ek)
-	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 30 * time.Second})
+	g2, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 30 * time.Second})
 	if err != nil || g2.Fence != g1.Fence {
 		t.Fatalf("retry: expected fence %d, got %v, %v", g1.Fence, g2, err)
 	}
@@ -248,7 +249,7 @@ func TestRetryAndLongerRenewMoveTheLease(t *testing.T) {
 func TestReleaseByModRevision(t *testing.T) {
 	c, cli, s, ctx := startStore(t, 20*time.Second)
 	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cli.Delete(ctx, "lh-test/"+key); err != nil {
@@ -259,11 +260,11 @@ func TestReleaseByModRevision(t *testing.T) {
 	}
 
 	key = uniqueKey(t, "w")
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	w := newStore(t, c)
-	wreq := leasehold.AcquireRequest{Key: key, Token: "waiter", TTL: 5 * time.Second, Holder: "w", QueueTTL: 5 * time.Second}
+	wreq := driver.AcquireRequest{Key: key, Token: "waiter", TTL: 5 * time.Second, Holder: "w", QueueTTL: 5 * time.Second}
 	if _, err := w.Acquire(ctx, wreq); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
 	}
@@ -294,7 +295,7 @@ func TestConcurrentReleasesBatch(t *testing.T) {
 			for j := range rounds {
 				key := fmt.Sprintf("%s%d", base, i)
 				tok := fmt.Sprintf("t%d-%d", i, j)
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second}); err != nil {
 					errs <- err
 					return
 				}
@@ -344,11 +345,11 @@ func TestRetryThroughAnotherStore(t *testing.T) {
 		t.Run(fmt.Sprintf("QueueTTL=%v", queue), func(t *testing.T) {
 			a, b := newStore(t, c), newStore(t, c)
 			key := uniqueKey(t, "k")
-			g1, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second})
+			g1, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			g2, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, QueueTTL: queue})
+			g2, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: 5 * time.Second, QueueTTL: queue})
 			if err != nil || g2.Fence != g1.Fence {
 				t.Fatalf("retry through another store: expected fence %d, got %+v, %v", g1.Fence, g2, err)
 			}
@@ -381,7 +382,7 @@ func TestWaitReleaseWakesOnExpiry(t *testing.T) {
 		t.Fatal("no wake-up for a free key")
 	}
 	sent := time.Now()
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -400,7 +401,7 @@ func TestWaitReleaseEndsWithContext(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
 	key := uniqueKey(t, "k")
-	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), driver.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -441,7 +442,7 @@ func TestClosedAndBadInput(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	ctx := ctxFor(t, 5*time.Second)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); !errors.Is(err, etcdstore.ErrClosed) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); !errors.Is(err, etcdstore.ErrClosed) {
 		t.Fatalf("Acquire after Close: expected ErrClosed, got %v", err)
 	}
 	if _, _, err := s.WaitRelease(ctx, "k", "w"); !errors.Is(err, etcdstore.ErrClosed) {
@@ -503,7 +504,7 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.Client(t).Get(ctx, "opened/k")
@@ -566,16 +567,16 @@ func TestRenewBatchSplitsLargeBatches(t *testing.T) {
 	c := testetcd.Start(t)
 	s := newStore(t, c)
 	ctx := ctxFor(t, 30*time.Second)
-	reqs := make([]leasehold.RenewRequest, 150)
+	reqs := make([]driver.RenewRequest, 150)
 	// A TTL that outlasts 150 acquires on a loaded machine: the store
 	// deletes a lock nobody renewed within its TTL.
 	const ttl = 20 * time.Second
 	for i := range reqs {
 		key := uniqueKey(t, fmt.Sprintf("b%d", i))
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "me", TTL: ttl}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "me", TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
-		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: ttl}
+		reqs[i] = driver.RenewRequest{Key: key, Token: "me", TTL: ttl}
 	}
 	reqs[149].TTL = 2 * time.Minute // grows past its 20 s lease
 	reqs[7].Token = "intruder"

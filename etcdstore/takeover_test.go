@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/calibrate"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
 )
@@ -30,10 +32,10 @@ func crashable(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, func()) {
 func warm(t *testing.T, s *etcdstore.Store, key string) {
 	t.Helper()
 	ctx := ctxFor(t, 5*time.Second)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "warm", TTL: time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "warm", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "warm2", TTL: time.Second, QueueTTL: leasehold.DefaultWaiterTTL})
+	_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "warm2", TTL: time.Second, QueueTTL: leasehold.DefaultWaiterTTL})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("warm-up waiter: %v", err)
 	}
@@ -51,7 +53,7 @@ func warm(t *testing.T, s *etcdstore.Store, key string) {
 func TestCrashedHolderTakenOverAtItsTTL(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter := newStore(t, c)
@@ -64,7 +66,7 @@ func TestCrashedHolderTakenOverAtItsTTL(t *testing.T) {
 		warm(t, holder, key+"-warm")
 		warm(t, waiter, key+"-warm")
 		sent := time.Now()
-		g, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: ttl})
+		g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "dead", TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +110,7 @@ func TestHeadTakesOverOnItsFirstRetry(t *testing.T) {
 		ctx := ctxFor(t, 10*time.Second)
 		warm(t, holder, key+"-warm")
 		warm(t, waiter, key+"-warm")
-		if _, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: ttl}); err != nil {
+		if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "dead", TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 		crash()
@@ -141,7 +143,7 @@ func TestRenewingHolderIsNotTakenOver(t *testing.T) {
 	t.Cleanup(func() { _ = lk.Close() })
 	key := uniqueKey(t, "k")
 	ctx := ctxFor(t, 20*time.Second)
-	if _, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "alive", TTL: ttl}); err != nil {
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "alive", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	waited := make(chan error, 1)
@@ -169,7 +171,7 @@ func TestRenewingHolderIsNotTakenOver(t *testing.T) {
 		}
 		var err error
 		if batch {
-			err = holder.RenewBatch(ctx, []leasehold.RenewRequest{{Key: key, Token: "alive", TTL: ttl}})[0]
+			err = holder.RenewBatch(ctx, []driver.RenewRequest{{Key: key, Token: "alive", TTL: ttl}})[0]
 		} else {
 			err = holder.Renew(ctx, key, "alive", ttl)
 		}
@@ -187,7 +189,7 @@ func TestRenewingHolderIsNotTakenOver(t *testing.T) {
 func TestNextWaiterTakesOverFromCrashedHolder(t *testing.T) {
 	c := testetcd.Start(t)
 	const ttl = time.Second
-	drift := leasehold.DefaultDriftMargin(ttl)
+	drift := calibrate.DriftMargin(ttl)
 	first := newStore(t, c)
 	s1, crash := crashable(t, c)
 	lk1, err := leasehold.New(s1, leasehold.Options{Name: "w1", TTL: ttl})
@@ -202,7 +204,7 @@ func TestNextWaiterTakesOverFromCrashedHolder(t *testing.T) {
 	t.Cleanup(func() { _ = lk2.Close() })
 	key := uniqueKey(t, "k")
 	ctx := ctxFor(t, 15*time.Second)
-	if _, err := first.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}); err != nil {
+	if _, err := first.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -271,12 +273,12 @@ func TestTakeoverIsOneTransaction(t *testing.T) {
 	warm(t, waiter, key+"-warm")
 	ctx := ctxFor(t, 20*time.Second)
 	const ttl = time.Second
-	g0, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: ttl})
+	g0, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "dead", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	crash()
-	req := leasehold.AcquireRequest{Key: key, Token: "w", TTL: ttl, Holder: "holder-w", QueueTTL: 10 * time.Second}
+	req := driver.AcquireRequest{Key: key, Token: "w", TTL: ttl, Holder: "holder-w", QueueTTL: 10 * time.Second}
 	g, err := waiter.Acquire(ctx, req)
 	if !errors.Is(err, leasehold.ErrNotAcquired) || g.Remaining <= 0 {
 		t.Fatalf("waiter: expected ErrNotAcquired and the lock's time left, got %+v, %v", g, err)

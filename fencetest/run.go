@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/memstore"
 )
@@ -75,7 +76,7 @@ type Config struct {
 	// Store hands out the writers' leases and fences. Default: a new
 	// memstore. The writers never renew: a lease ends TTL after it was
 	// granted.
-	Store leasehold.Store
+	Store driver.Store
 	// Writers is the number of concurrent writers. Default 4.
 	Writers int
 	// Keys is the number of keys they contend for. Default 2.
@@ -181,7 +182,7 @@ func writer(ctx context.Context, cfg Config, rec *Recorder, res fence.Resource, 
 // acquire polls the store until token gets key, and returns its fence.
 func acquire(ctx context.Context, cfg Config, key, token string) (uint64, error) {
 	for {
-		g, err := cfg.Store.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: cfg.TTL, Holder: "fencetest"})
+		g, err := cfg.Store.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: cfg.TTL, Holder: "fencetest"})
 		switch {
 		case err == nil:
 			return g.Fence, nil

@@ -7,12 +7,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
-func waiting(key, token string, queueTTL time.Duration) leasehold.AcquireRequest {
-	return leasehold.AcquireRequest{Key: key, Token: token, TTL: time.Minute, Holder: "p-" + token, QueueTTL: queueTTL}
+func waiting(key, token string, queueTTL time.Duration) driver.AcquireRequest {
+	return driver.AcquireRequest{Key: key, Token: token, TTL: time.Minute, Holder: "p-" + token, QueueTTL: queueTTL}
 }
 
 // A waiter's place lasts exactly its queue TTL after its last acquire.
@@ -23,11 +23,11 @@ func TestQueueEntryLastsItsQueueTTL(t *testing.T) {
 		if _, err := s.Acquire(ctx, waiting("k", "h", 0)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, leasehold.ErrNotAcquired) {
+		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("expected ErrNotAcquired, got %v", err)
 		}
 		time.Sleep(500 * time.Millisecond)
-		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, leasehold.ErrNotAcquired) {
+		if _, err := s.Acquire(ctx, waiting("k", "dead", time.Second)); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("refresh: expected ErrNotAcquired, got %v", err)
 		}
 		if err := s.Release(ctx, "k", "h"); err != nil {
@@ -35,7 +35,7 @@ func TestQueueEntryLastsItsQueueTTL(t *testing.T) {
 		}
 		time.Sleep(time.Second - time.Nanosecond) // the refresh moved the deadline to 1.5 s
 		g, err := s.Acquire(ctx, waiting("k", "live", time.Minute))
-		if !errors.Is(err, leasehold.ErrNotAcquired) || g.Ahead != 1 {
+		if !errors.Is(err, driver.ErrNotAcquired) || g.Ahead != 1 {
 			t.Fatalf("before the dead waiter's deadline: expected ErrNotAcquired with 1 ahead, got %+v, %v", g, err)
 		}
 		time.Sleep(time.Nanosecond)
@@ -66,7 +66,7 @@ func TestRestartAndRecoveryWakeEveryWaiter(t *testing.T) {
 		{"SetDown(false)", func() { s.SetDown(true); s.SetDown(false) }},
 	} {
 		tc.do()
-		for _, ch := range []<-chan struct{}{a, b} {
+		for _, ch := range []<-chan driver.Wake{a, b} {
 			select {
 			case <-ch:
 			default:

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Semaphore operations, for fault injection.
@@ -18,8 +18,8 @@ const (
 )
 
 var (
-	_ leasehold.Semaphorer     = (*Store)(nil)
-	_ leasehold.PermitNotifier = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // semaphore is one key's permits and waiter queue. Guarded by Store.mu.
@@ -102,15 +102,15 @@ func (m *semaphore) soonest() *permit {
 	return first
 }
 
-// AcquirePermit implements leasehold.Semaphorer. The fence comes from the
+// AcquirePermit implements driver.Semaphorer. The fence comes from the
 // same counter as Acquire's: max(last+1, clock in µs).
-func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	if req.Limit < 1 {
-		return leasehold.Grant{}, fmt.Errorf("%w: memstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: memstore: permit limit must be at least 1, got %d", driver.ErrInvalidOptions, req.Limit)
 	}
 	f, err := s.before(ctx, OpAcquirePermit, req.Key)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	s.mu.Lock()
 	g, err := s.acquirePermit(req, s.now())
@@ -118,7 +118,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	return g, after(f, err)
 }
 
-func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (leasehold.Grant, error) {
+func (s *Store) acquirePermit(req driver.PermitRequest, now time.Time) (driver.Grant, error) {
 	if s.ops++; s.ops%1024 == 0 { // drop semaphores nobody touched since they emptied
 		for k := range s.sems {
 			s.sem(k, now, false)
@@ -129,7 +129,7 @@ func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (lease
 	if p := m.holders[req.Token]; p != nil { // our own retry after a lost reply
 		p.expires = now.Add(req.TTL)
 		m.leave(req.Token)
-		return leasehold.Grant{Fence: p.fence}, nil
+		return driver.Grant{Fence: p.fence}, nil
 	}
 	free := req.Limit - len(m.holders)
 	pos := m.position(req.Token)
@@ -143,7 +143,7 @@ func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (lease
 		}
 		s.last = max(s.last+1, uint64(max(now.UnixMicro(), 0)))
 		m.holders[req.Token] = &permit{fence: s.last, holder: req.Holder, acquired: now, expires: now.Add(req.TTL)}
-		return leasehold.Grant{Fence: s.last}, nil
+		return driver.Grant{Fence: s.last}, nil
 	}
 	if req.QueueTTL > 0 {
 		if pos < 0 {
@@ -152,7 +152,7 @@ func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (lease
 		}
 		m.queue[pos].deadline = now.Add(req.QueueTTL)
 	}
-	g := leasehold.Grant{Ahead: ahead}
+	g := driver.Grant{Ahead: ahead}
 	if free <= 0 {
 		if p := m.soonest(); p != nil {
 			g.Remaining, g.Holder = p.expires.Sub(now), p.holder
@@ -161,10 +161,10 @@ func (s *Store) acquirePermit(req leasehold.PermitRequest, now time.Time) (lease
 	if len(m.holders) == 0 && len(m.queue) == 0 {
 		delete(s.sems, req.Key)
 	}
-	return g, leasehold.ErrNotAcquired
+	return g, driver.ErrNotAcquired
 }
 
-// RenewPermit implements leasehold.Semaphorer.
+// RenewPermit implements driver.Semaphorer.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
 	f, err := s.before(ctx, OpRenewPermit, key)
 	if err != nil {
@@ -175,13 +175,13 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	now := s.now()
 	m := s.sem(key, now, false)
 	if m == nil || m.holders[token] == nil {
-		return after(f, leasehold.ErrNotOwned)
+		return after(f, driver.ErrNotOwned)
 	}
 	m.holders[token].expires = now.Add(ttl)
 	return after(f, nil)
 }
 
-// ReleasePermit implements leasehold.Semaphorer.
+// ReleasePermit implements driver.Semaphorer.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	f, err := s.before(ctx, OpReleasePermit, key)
 	if err != nil {
@@ -192,7 +192,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	now := s.now()
 	m := s.sem(key, now, false)
 	if m == nil {
-		return after(f, leasehold.ErrNotHeld)
+		return after(f, driver.ErrNotHeld)
 	}
 	free, pos := m.limit-len(m.holders), m.position(token)
 	left := m.leave(token)
@@ -205,7 +205,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 		delete(s.sems, key)
 	}
 	if !held {
-		return after(f, leasehold.ErrNotHeld)
+		return after(f, driver.ErrNotHeld)
 	}
 	return after(f, nil)
 }
@@ -226,16 +226,16 @@ func (s *Store) wakePermits(key string, m *semaphore, freed bool) {
 	}
 }
 
-// Permits implements leasehold.Semaphorer.
-func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+// Permits implements driver.Semaphorer.
+func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	f, err := s.before(ctx, OpPermits, key)
 	if err != nil {
-		return leasehold.PermitInfo{}, err
+		return driver.PermitInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	info := leasehold.PermitInfo{Key: key}
+	info := driver.PermitInfo{Key: key}
 	m := s.sem(key, now, false)
 	if m == nil {
 		return info, after(f, nil)
@@ -245,7 +245,7 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 		info.NextHolder = m.queue[0].holder
 	}
 	for tok, p := range m.holders {
-		info.Holders = append(info.Holders, leasehold.LockInfo{
+		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: tok, Holder: p.holder, Fence: p.fence, Remaining: p.expires.Sub(now),
 			Facts: map[string]string{"store": "memory", "acquired": p.acquired.UTC().Format(time.RFC3339Nano)},
 		})
@@ -254,14 +254,14 @@ func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, 
 	return info, after(f, nil)
 }
 
-// WaitPermit implements leasehold.PermitNotifier. The channel receives a
+// WaitPermit implements driver.PermitNotifier. The channel receives a
 // value when a ReleasePermit leaves token among the first F live waiters of
 // key's queue, F the permits free afterwards (under the limit the store saw
 // last): a release wakes only as many heads as permits are free, and a
 // waiter whose turn had come leaving passes its turn on. A freed permit with
 // an empty queue wakes every subscriber of key. Expiry sends no
 // notification; Restart and the end of an outage wake every waiter.
-func (s *Store) WaitPermit(_ context.Context, key, token string) (<-chan struct{}, func(), error) {
-	ch, stop := s.semWaiters.AddToken(key, token)
+func (s *Store) WaitPermit(_ context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	ch, stop := s.semWaiters.AddToken(key, token, token != "")
 	return ch, stop, nil
 }

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
@@ -26,13 +26,13 @@ import (
 // ErrNotAcquired nor ErrNotOwned).
 var (
 	// ErrUnavailable is returned while the store is down. It wraps
-	// leasehold.ErrUnavailable: an outage, on which a FailOpen Locker
+	// driver.ErrUnavailable: an outage, on which a FailOpen Locker
 	// fails open.
-	ErrUnavailable = fmt.Errorf("memstore: store unavailable: %w", leasehold.ErrUnavailable)
+	ErrUnavailable = fmt.Errorf("memstore: store unavailable: %w", driver.ErrUnavailable)
 	// ErrReplyLost is returned when a fault dropped the reply of an
 	// operation the store did apply; like a request timeout, it is an outage
-	// (it wraps leasehold.ErrUnavailable).
-	ErrReplyLost = fmt.Errorf("memstore: reply lost: %w", leasehold.ErrUnavailable)
+	// (it wraps driver.ErrUnavailable).
+	ErrReplyLost = fmt.Errorf("memstore: reply lost: %w", driver.ErrUnavailable)
 )
 
 // Op names a store operation, for fault injection.
@@ -112,11 +112,11 @@ type waiter struct {
 }
 
 var (
-	_ leasehold.Store         = (*Store)(nil)
-	_ leasehold.Inspector     = (*Store)(nil)
-	_ leasehold.Notifier      = (*Store)(nil)
-	_ leasehold.ForceReleaser = (*Store)(nil)
-	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Inspector     = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+	_ driver.BatchRenewer  = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -273,13 +273,13 @@ func (s *Store) wakeHead(key string, now time.Time) {
 	s.waiters.Wake(key)
 }
 
-// Acquire implements leasehold.Store, with the queue rule of
-// leasehold.Store. The fence is max(last+1, clock in µs): strictly
+// Acquire implements driver.Store, with the queue rule of
+// driver.Store. The fence is max(last+1, clock in µs): strictly
 // increasing across all keys, and still increasing after Restart.
-func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	f, err := s.before(ctx, OpAcquire, req.Key)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	s.mu.Lock()
 	now := s.now()
@@ -289,27 +289,27 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	}
 	s.mu.Unlock()
 	if f.DropReply {
-		return leasehold.Grant{}, ErrReplyLost
+		return driver.Grant{}, ErrReplyLost
 	}
 	return g, err
 }
 
 // acquire decides one acquire at now. s.mu must be held.
-func (s *Store) acquire(req leasehold.AcquireRequest, now time.Time) (leasehold.Grant, error) {
+func (s *Store) acquire(req driver.AcquireRequest, now time.Time) (driver.Grant, error) {
 	q := s.queue(req.Key, now)
 	e := s.live(req.Key, now)
 	switch {
 	case e != nil && e.token == req.Token: // our own retry after a lost reply
 		e.expires = now.Add(req.TTL)
 		s.dequeue(req.Key, req.Token, now)
-		return leasehold.Grant{Fence: e.fence}, nil
+		return driver.Grant{Fence: e.fence}, nil
 	case e == nil && (len(q) == 0 || q[0].token == req.Token):
 		s.dequeue(req.Key, req.Token, now)
 		s.last = max(s.last+1, uint64(max(now.UnixMicro(), 0)))
 		s.locks[req.Key] = &entry{token: req.Token, holder: req.Holder, fence: s.last, acquired: now, expires: now.Add(req.TTL)}
-		return leasehold.Grant{Fence: s.last}, nil
+		return driver.Grant{Fence: s.last}, nil
 	}
-	var g leasehold.Grant
+	var g driver.Grant
 	if e != nil {
 		g.Remaining, g.Holder = e.expires.Sub(now), e.holder
 	}
@@ -327,7 +327,7 @@ func (s *Store) acquire(req leasehold.AcquireRequest, now time.Time) (leasehold.
 		s.queues[req.Key] = append(q, waiter{token: req.Token, holder: req.Holder, deadline: now.Add(req.QueueTTL)})
 		g.Ahead = len(q)
 	}
-	return g, leasehold.ErrNotAcquired
+	return g, driver.ErrNotAcquired
 }
 
 func (s *Store) sweep(now time.Time) {
@@ -339,7 +339,7 @@ func (s *Store) sweep(now time.Time) {
 	}
 }
 
-// Renew implements leasehold.Store.
+// Renew implements driver.Store.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	f, err := s.before(ctx, OpRenew, key)
 	if err != nil {
@@ -350,17 +350,17 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	e := s.live(key, now)
 	if e == nil || e.token != token {
 		s.mu.Unlock()
-		return after(f, leasehold.ErrNotOwned)
+		return after(f, driver.ErrNotOwned)
 	}
 	e.expires = now.Add(ttl)
 	s.mu.Unlock()
 	return after(f, nil)
 }
 
-// RenewBatch implements leasehold.BatchRenewer: every renewal in one call,
+// RenewBatch implements driver.BatchRenewer: every renewal in one call,
 // with one fault decision (OpRenewBatch) for the whole batch, as one round
 // trip has.
-func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	f, err := s.before(ctx, OpRenewBatch, "")
 	if err != nil {
@@ -374,7 +374,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	for i, r := range reqs {
 		e := s.live(r.Key, now)
 		if e == nil || e.token != r.Token {
-			errs[i] = after(f, leasehold.ErrNotOwned)
+			errs[i] = after(f, driver.ErrNotOwned)
 			continue
 		}
 		e.expires = now.Add(r.TTL)
@@ -384,7 +384,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	return errs
 }
 
-// Release implements leasehold.Store: it removes token from key's queue and
+// Release implements driver.Store: it removes token from key's queue and
 // deletes key if token owns it. It wakes the head of the queue (only the
 // head) when the key is free afterwards and the head is new: after a
 // release, and when the departing token was the head of a free key.
@@ -402,9 +402,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		if wasHead {
 			s.wakeHead(key, now)
 		}
-		err = leasehold.ErrNotHeld
+		err = driver.ErrNotHeld
 	case e.token != token:
-		err = leasehold.ErrNotOwned
+		err = driver.ErrNotOwned
 	default:
 		delete(s.locks, key)
 		s.wakeHead(key, now)
@@ -413,19 +413,19 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return after(f, err)
 }
 
-// ForceRelease implements leasehold.ForceReleaser. It wakes the head of the
+// ForceRelease implements driver.ForceReleaser. It wakes the head of the
 // key's queue.
-func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
 	f, err := s.before(ctx, OpRelease, key)
 	if err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	now := s.now()
 	e := s.live(key, now)
 	if e == nil {
 		s.mu.Unlock()
-		return leasehold.LockInfo{}, after(f, leasehold.ErrNotHeld)
+		return driver.LockInfo{}, after(f, driver.ErrNotHeld)
 	}
 	info := s.info(key, e, now)
 	delete(s.locks, key)
@@ -435,8 +435,8 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 }
 
 // info describes key's lock e and queue. s.mu must be held.
-func (s *Store) info(key string, e *entry, now time.Time) leasehold.LockInfo {
-	info := leasehold.LockInfo{
+func (s *Store) info(key string, e *entry, now time.Time) driver.LockInfo {
+	info := driver.LockInfo{
 		Key: key, Token: e.token, Holder: e.holder, Fence: e.fence, Remaining: e.expires.Sub(now),
 		Facts: map[string]string{"store": "memory", "acquired": e.acquired.UTC().Format(time.RFC3339Nano)},
 	}
@@ -446,25 +446,25 @@ func (s *Store) info(key string, e *entry, now time.Time) leasehold.LockInfo {
 	return info
 }
 
-// Inspect implements leasehold.Inspector.
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+// Inspect implements driver.Inspector.
+func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	f, err := s.before(ctx, OpInspect, key)
 	if err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	e := s.live(key, now)
 	if e == nil {
-		return leasehold.LockInfo{}, after(f, leasehold.ErrNotHeld)
+		return driver.LockInfo{}, after(f, driver.ErrNotHeld)
 	}
 	return s.info(key, e, now), after(f, nil)
 }
 
-// List implements leasehold.Inspector. The memory store holds no entry it
+// List implements driver.Inspector. The memory store holds no entry it
 // cannot decode, so it never reports ErrBadEntry.
-func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	f, err := s.before(ctx, OpList, prefix)
 	if err != nil {
 		return nil, err
@@ -472,7 +472,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	s.mu.Lock()
 	now := s.now()
 	s.sweep(now)
-	out := make([]leasehold.LockInfo, 0, len(s.locks))
+	out := make([]driver.LockInfo, 0, len(s.locks))
 	for k, e := range s.locks {
 		if strings.HasPrefix(k, prefix) {
 			out = append(out, s.info(k, e, now))
@@ -483,14 +483,14 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	return out, after(f, nil)
 }
 
-// WaitRelease implements leasehold.Notifier. The channel receives a value
+// WaitRelease implements driver.Notifier. The channel receives a value
 // when token becomes the head of key's queue while key is free (a release,
 // a force release, or the head before it leaving), when key is released with
 // an empty queue (every subscriber of key wakes), and after Restart or an
 // outage ends (SetDown(false)), when every waiter re-checks. A lock that
 // expires sends nothing: the waiter wakes at the Remaining its Acquire
 // reported. Faults apply to it as OpWaitRelease.
-func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	f, err := s.before(ctx, OpWaitRelease, key)
 	if err != nil {
 		return nil, nil, err
@@ -498,6 +498,6 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 	if f.DropReply {
 		return nil, nil, ErrReplyLost
 	}
-	ch, stop := s.waiters.AddToken(key, token)
+	ch, stop := s.waiters.AddToken(key, token, token != "")
 	return ch, stop, nil
 }

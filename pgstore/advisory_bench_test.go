@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -102,7 +103,7 @@ func BenchmarkVsAdvisory(b *testing.B) {
 		b.Run(fmt.Sprintf("g=%d/advisory", g), func(b *testing.B) { parallel(b, g, advisoryCycle(pool)) })
 		b.Run(fmt.Sprintf("g=%d/store", g), func(b *testing.B) {
 			parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)
@@ -122,7 +123,7 @@ func BenchmarkVsAdvisoryInterleaved(b *testing.B) {
 	s := open(b, benchDSN(dsn), pgstore.Options{})
 	pool := benchPool(b, dsn)
 	store := func(ctx context.Context, key, token string) error {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
 			return err
 		}
 		return s.Release(ctx, key, token)
@@ -199,7 +200,7 @@ type countingStore struct {
 	calls *atomic.Int64
 }
 
-func (c countingStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (c countingStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	c.calls.Add(1)
 	return c.Store.Acquire(ctx, req)
 }
@@ -214,7 +215,7 @@ func (c countingStore) Renew(ctx context.Context, key, token string, ttl time.Du
 	return c.Store.Renew(ctx, key, token, ttl)
 }
 
-func (c countingStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (c countingStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	c.calls.Add(1) // the subscription is one statement
 	return c.Store.WaitRelease(ctx, key, token)
 }
@@ -399,7 +400,7 @@ func BenchmarkTakeover(b *testing.B) {
 		var lags []time.Duration
 		for i := range b.N {
 			key := fmt.Sprintf("takeover:%d", i)
-			if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "crashed", TTL: 200 * time.Millisecond}); err != nil {
+			if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "crashed", TTL: 200 * time.Millisecond}); err != nil {
 				b.Fatal(err)
 			}
 			info, err := s.Inspect(ctx, key)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
@@ -46,7 +47,7 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: 30 * time.Second}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)

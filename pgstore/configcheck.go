@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
-var _ leasehold.ConfigChecker = (*Store)(nil)
+var _ driver.ConfigChecker = (*Store)(nil)
 
-// CheckConfig implements leasehold.ConfigChecker with one query that needs
+// CheckConfig implements driver.ConfigChecker with one query that needs
 // no privilege beyond the store's: it warns (check "pg_durability") when the
 // lock table is UNLOGGED while a standby streams (promoting it loses every
 // lock), and, with Options.Durable, when the role commits with
 // synchronous_commit off (a crash can lose acknowledged acquisitions).
-func (s *Store) CheckConfig(ctx context.Context) ([]leasehold.ConfigWarning, error) {
+func (s *Store) CheckConfig(ctx context.Context) ([]driver.ConfigWarning, error) {
 	var persistence, syncCommit string
 	var standbys int
 	err := s.db.QueryRow(ctx, `SELECT coalesce((SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)), ''),
@@ -25,11 +25,11 @@ func (s *Store) CheckConfig(ctx context.Context) ([]leasehold.ConfigWarning, err
 	}
 	switch {
 	case persistence == "u" && standbys > 0:
-		return []leasehold.ConfigWarning{{Check: "pg_durability",
+		return []driver.ConfigWarning{{Check: "pg_durability",
 			Seen: fmt.Sprintf("%s is UNLOGGED and %d standby(s) stream from this server: promoting one loses every lock", s.n.locks, standbys),
 			Fix:  fmt.Sprintf("ALTER TABLE %s SET LOGGED; ALTER TABLE %s SET LOGGED; and Durable: true", s.n.locks, s.n.waiters)}}, nil
 	case persistence == "p" && s.opts.Durable && syncCommit == "off":
-		return []leasehold.ConfigWarning{{Check: "pg_durability",
+		return []driver.ConfigWarning{{Check: "pg_durability",
 			Seen: "Durable, but the role commits with synchronous_commit off: a crash can lose acknowledged acquisitions",
 			Fix:  "ALTER ROLE <the store's role> SET synchronous_commit = on;"}}, nil
 	}

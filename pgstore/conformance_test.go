@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -44,7 +44,7 @@ func TestConformance(t *testing.T) {
 	var (
 		mu  sync.Mutex
 		dsn = map[*testing.T]string{}
-		hs  = map[leasehold.Store]*harnessStore{}
+		hs  = map[driver.Store]*harnessStore{}
 	)
 	dsnOf := func(t *testing.T) string {
 		mu.Lock()
@@ -56,13 +56,13 @@ func TestConformance(t *testing.T) {
 		dsn[t] = d
 		return d
 	}
-	of := func(s leasehold.Store) *harnessStore {
+	of := func(s driver.Store) *harnessStore {
 		mu.Lock()
 		defer mu.Unlock()
 		return hs[s]
 	}
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store {
+		New: func(t *testing.T) driver.Store {
 			d := dsnOf(t)
 			h := &harnessStore{db: dbName(t, d)}
 			s := open(t, d, pgstore.Options{Listen: h.listen(d)})
@@ -71,15 +71,15 @@ func TestConformance(t *testing.T) {
 			mu.Unlock()
 			return s
 		},
-		Break: func(t *testing.T, s leasehold.Store) { cutOff(t, srv, of(s).db) },
-		Heal:  func(t *testing.T, s leasehold.Store) { restore(t, srv, of(s).db) },
-		Freeze: func(t *testing.T, s leasehold.Store) func() {
+		Break: func(t *testing.T, s driver.Store) { cutOff(t, srv, of(s).db) },
+		Heal:  func(t *testing.T, s driver.Store) { restore(t, srv, of(s).db) },
+		Freeze: func(t *testing.T, s driver.Store) func() {
 			return freeze(t, srv, of(s).db)
 		},
-		HangNotify: func(t *testing.T, s leasehold.Store) func() {
+		HangNotify: func(t *testing.T, s driver.Store) func() {
 			return of(s).hangNotify(t, srv)
 		},
-		FencesAhead: func(t *testing.T, s leasehold.Store, _ []string) {
+		FencesAhead: func(t *testing.T, s driver.Store, _ []string) {
 			fencesAhead(t, testpg.Connect(t, dsnOf(t), pgxpool.New), s.(*pgstore.Store))
 		},
 		Leftovers: func(t *testing.T) []string {
@@ -213,6 +213,6 @@ func fencesAhead(t testing.TB, db *pgxpool.Pool, s *pgstore.Store) {
 func TestLiveness(t *testing.T) {
 	srv := testpg.Start(t)
 	storetest.RunLiveness(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return open(t, srv.DSN(), pgstore.Options{}) },
+		New: func(t *testing.T) driver.Store { return open(t, srv.DSN(), pgstore.Options{}) },
 	}, 0)
 }

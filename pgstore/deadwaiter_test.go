@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -24,10 +25,10 @@ func TestDeadWaiterHoldsQueueOnlyQueueTTL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	const key, queueTTL = "dead-waiter", 500 * time.Millisecond
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "holder", TTL: 10 * time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "holder", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "dead", TTL: 10 * time.Second, QueueTTL: queueTTL})
+	_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "dead", TTL: 10 * time.Second, QueueTTL: queueTTL})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiter: %v, want ErrNotAcquired", err)
 	}
@@ -40,7 +41,7 @@ func TestDeadWaiterHoldsQueueOnlyQueueTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(queueTTL + 200*time.Millisecond)
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "next", TTL: 10 * time.Second})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "next", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("the key is still blocked %v after the dead waiter's QueueTTL (%v): %v (%d ahead)", queueTTL+200*time.Millisecond, queueTTL, err, g.Ahead)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -33,11 +34,11 @@ func TestReleaseGrantsTheHead(t *testing.T) {
 	_, dsn := fresh(t)
 	h, w := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
 	ctx := ctx5(t)
-	f1, err := h.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute})
+	f1, err := h.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := leasehold.AcquireRequest{Key: "k", Token: "w", TTL: 30 * time.Second, Holder: "host-w", QueueTTL: time.Minute}
+	req := driver.AcquireRequest{Key: "k", Token: "w", TTL: 30 * time.Second, Holder: "host-w", QueueTTL: time.Minute}
 	if _, err := w.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
 	}
@@ -46,11 +47,12 @@ func TestReleaseGrantsTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	drainAtOnce(wake)
 	if err := h.Release(ctx, "k", "h"); err != nil {
 		t.Fatal(err)
 	}
 	info := expectGranted(t, h, f1.Fence)
-	if _, err := h.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "newcomer", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := h.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "newcomer", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("a newcomer after the grant: expected ErrNotAcquired, got %v", err)
 	}
 	if !wokeWithin(wake, 3*time.Second) {
@@ -67,7 +69,7 @@ func TestReleaseGrantsTheHead(t *testing.T) {
 
 // expectGranted checks that k is held by w (host-w) with a fence above
 // after, about 30 s left and nobody queued, and returns what it saw.
-func expectGranted(t *testing.T, s *pgstore.Store, after uint64) leasehold.LockInfo {
+func expectGranted(t *testing.T, s *pgstore.Store, after uint64) driver.LockInfo {
 	t.Helper()
 	info, err := s.Inspect(ctx5(t), "k")
 	if err != nil || info.Token != "w" || info.Holder != "host-w" || info.Fence <= after ||
@@ -86,10 +88,10 @@ func TestSubscriptionRowsEndWithTheirWaiter(t *testing.T) {
 	db := testpg.Connect(t, dsn, pgxpool.New)
 	s1, s2 := open(t, dsn, pgstore.Options{}), open(t, dsn, pgstore.Options{})
 	ctx := ctx5(t)
-	if _, err := s1.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
+	if _, err := s1.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s2.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "q", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s2.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "q", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	subscribe := func(s *pgstore.Store, tok string) func() {
@@ -132,7 +134,7 @@ func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
 	db := testpg.Connect(t, dsn, pgxpool.New)
 	s := open(t, dsn, pgstore.Options{})
 	ctx := ctx5(t)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop, err := s.WaitRelease(ctx, "k", "w")
@@ -140,7 +142,7 @@ func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w", TTL: time.Minute, QueueTTL: time.Second}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "w", TTL: time.Minute, QueueTTL: time.Second}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	var left time.Duration
@@ -152,10 +154,11 @@ func TestSubscriptionDoesNotExtendQueueEntry(t *testing.T) {
 	}
 }
 
-// Resumer: a waiter queued while its store's LISTEN connection was up misses
-// no release between its queued Acquire and its WaitRelease: a grant that
-// came in between is kept, and WaitRelease wakes at once with it. Without a
-// queued Acquire sent while the connection was up, Resumes is false.
+// A waiter queued while its store's LISTEN connection was up misses no
+// release between its queued Acquire and its WaitRelease: a grant that came
+// in between is kept, and WaitRelease's channel carries it at once. Without
+// a queued Acquire sent while the connection was up, WaitRelease puts a
+// plain wake-up on the channel at once.
 func TestResumesAfterQueuedAcquire(t *testing.T) {
 	srv := testpg.Start(t)
 	dsn := srv.CreateDatabase(t)
@@ -163,30 +166,32 @@ func TestResumesAfterQueuedAcquire(t *testing.T) {
 	ctx := ctx5(t)
 	queue := func(tok string) {
 		t.Helper()
-		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, QueueTTL: time.Minute})
+		_, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, QueueTTL: time.Minute})
 		if !errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("queued Acquire: expected ErrNotAcquired, got %v", err)
 		}
 	}
-	if _, err := h.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h1", TTL: time.Minute}); err != nil {
+	if _, err := h.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "h1", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	queue("w0") // the LISTEN connection is not up yet
-	if s.Resumes("k", "w0") {
-		t.Fatal("Resumes before the store's LISTEN connection was up: expected false")
-	}
-	_, stop, err := s.WaitRelease(ctx, "k", "w0") // starts it
+	queue("w0")                                       // the LISTEN connection is not up yet
+	wake0, stop, err := s.WaitRelease(ctx, "k", "w0") // starts it
 	if err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case w := <-wake0:
+		if w != (driver.Wake{}) {
+			t.Fatalf("the wake-up at once: expected a zero driver.Wake, got %+v", w)
+		}
+	default:
+		t.Fatal("WaitRelease of a waiter queued before the LISTEN connection was up: expected a wake-up at once")
 	}
 	stop()
 	if err := s.Release(ctx, "k", "w0"); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("the waiter leaves: expected ErrNotOwned, got %v", err)
 	}
 	queue("w1")
-	if !s.Resumes("k", "w1") {
-		t.Fatal("Resumes after a queued Acquire with the connection up: expected true")
-	}
 	if err := h.Release(ctx, "k", "h1"); err != nil { // grants w1 before it subscribes
 		t.Fatal(err)
 	}
@@ -197,13 +202,12 @@ func TestResumesAfterQueuedAcquire(t *testing.T) {
 	}
 	defer stop()
 	select {
-	case <-wake:
+	case g := <-wake:
+		if g.TTL != time.Minute || g.Fence == 0 {
+			t.Fatalf("the kept grant: expected one for a minute, got %+v", g)
+		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("WaitRelease after a grant that came before it: expected an immediate wake-up")
-	}
-	g, ok := s.Granted("k", "w1")
-	if !ok || g.TTL != time.Minute || g.Fence == 0 {
-		t.Fatalf("the kept grant: expected one for a minute, got %+v, %v", g, ok)
 	}
 	if err := s.Release(ctx, "k", "w1"); err != nil {
 		t.Fatalf("the granted waiter releases: %v", err)

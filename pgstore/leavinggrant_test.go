@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -27,10 +28,10 @@ func TestWaiterLeavingAsItIsGrantedLeavesTheKeyFree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const key = "leaving"
-	if _, err := holder.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := waiter.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "w", TTL: time.Minute, QueueTTL: time.Minute})
+	_, err := waiter.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "w", TTL: time.Minute, QueueTTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiting Acquire of a held key: expected ErrNotAcquired, got %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // subscribeTTL is how long a WaitRelease subscription makes releases of its
@@ -27,9 +27,8 @@ const subscribeTTL = 5 * time.Minute
 type listener struct {
 	s *Store
 
-	mu     sync.Mutex
-	subs   map[string]map[chan struct{}]string // key -> wake channel -> token
-	grants map[[2]string]handoff               // (key, token) -> a release's grant, see dispatch
+	mu   sync.Mutex
+	subs map[string]map[chan driver.Wake]string // key -> wake channel -> token
 	// rows counts the subscribers of each subscription row this store
 	// wrote (key, token): the row is deleted when the last one stops.
 	rows    map[[2]string]int
@@ -38,7 +37,7 @@ type listener struct {
 	// LISTENs. resume holds, for each (key, token) this store queued while
 	// the connection was up, the epoch when that acquire was sent; pending
 	// keeps the wake-ups (and grants) that came for such a token before it
-	// subscribed, for its WaitRelease (see Resumes).
+	// subscribed, for its WaitRelease (see resumes).
 	epoch   uint64
 	isUp    bool
 	resume  map[[2]string]uint64
@@ -58,15 +57,16 @@ func (l *listener) init(s *Store) {
 	l.gone = make(chan struct{})
 }
 
-// WaitRelease implements leasehold.Notifier. It registers token's waiter,
+// WaitRelease implements driver.Notifier. It registers token's waiter,
 // waits (bounded by ctx) until the store's LISTEN connection is up, and
 // records a subscription for key in the waiter table, so that a release of
 // key notifies even when token has not joined the queue. A release that
 // leaves a queue head wakes only that head's waiter; without a queue it
 // wakes every subscriber of the key. When the LISTEN connection is lost,
 // and again when it is back, every waiter is woken to re-check. Expiry sends
-// no notification.
-func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+// no notification. A waiter's channel gets one wake-up at once unless
+// resumes holds.
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
@@ -89,10 +89,11 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 		}
 		return nil, nil, storeErr("listen", s.channel, err)
 	}
-	if token != "" && s.Resumes(key, token) {
+	if token != "" && l.resumes(key, token) {
 		// Its queue entry makes every release that frees the key for it
-		// notify this connection: no subscription row needed. (Otherwise
-		// the row's upsert leaves a live queue entry of token as it is.)
+		// notify this connection since its Acquire: no subscription row,
+		// no wake-up. (Otherwise the row's upsert leaves a live queue entry
+		// of token as it is.)
 		return ch, stop, nil
 	}
 	row := s.rowToken(token)
@@ -101,6 +102,9 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 		return nil, nil, storeErr("subscribe", key, err)
 	}
 	l.addRow(key, row)
+	if token != "" {
+		l.wakeUnlessResumed(key, token)
+	}
 	var once sync.Once
 	return ch, func() {
 		stop()
@@ -218,25 +222,23 @@ func (l *listener) err() error {
 
 // add registers a waiter for key and token; stop unregisters it and may be
 // called more than once.
-func (l *listener) add(key, token string) (<-chan struct{}, func()) {
-	c := make(chan struct{}, 1)
+func (l *listener) add(key, token string) (<-chan driver.Wake, func()) {
+	c := make(chan driver.Wake, 1)
 	l.mu.Lock()
 	if l.subs == nil {
-		l.subs = map[string]map[chan struct{}]string{}
+		l.subs = map[string]map[chan driver.Wake]string{}
 	}
 	if l.subs[key] == nil {
-		l.subs[key] = map[chan struct{}]string{}
+		l.subs[key] = map[chan driver.Wake]string{}
 	}
 	l.subs[key][c] = token
 	if h, ok := l.pending[[2]string{key, token}]; ok && token != "" {
 		delete(l.pending, [2]string{key, token})
 		if h != nil {
-			if l.grants == nil {
-				l.grants = map[[2]string]handoff{}
-			}
-			l.grants[[2]string{key, token}] = *h
+			send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
+		} else {
+			poke(c)
 		}
-		poke(c)
 	}
 	l.mu.Unlock()
 	var once sync.Once
@@ -247,7 +249,6 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 			if len(l.subs[key]) == 0 {
 				delete(l.subs, key)
 			}
-			delete(l.grants, [2]string{key, token})
 			delete(l.resume, [2]string{key, token})
 			delete(l.pending, [2]string{key, token})
 			l.mu.Unlock()
@@ -255,15 +256,31 @@ func (l *listener) add(key, token string) (<-chan struct{}, func()) {
 	}
 }
 
-func poke(c chan struct{}) {
+func poke(c chan driver.Wake) { send(c, driver.Wake{}) }
+
+// send puts w on c without blocking; a hand-off (non-zero w) replaces a
+// plain wake-up already there. l.mu is held, so no other send races it.
+func send(c chan driver.Wake, w driver.Wake) {
 	select {
-	case c <- struct{}{}:
+	case c <- w:
+		return
+	default:
+	}
+	if w == (driver.Wake{}) {
+		return
+	}
+	select {
+	case <-c:
+	default:
+	}
+	select {
+	case c <- w:
 	default:
 	}
 }
 
-// handoff is a grant a release made to a waiter of this store, kept until
-// the waiter takes it (Granted) or its subscription ends.
+// handoff is a grant a release made to a waiter of this store, kept for a
+// waiter that has not subscribed yet (see keep).
 type handoff struct {
 	fence uint64
 	ttl   time.Duration
@@ -273,7 +290,7 @@ type handoff struct {
 // a token of N bytes and the key (the key's new queue head, and the key's
 // observers, subscribed with an empty token), "gN:" followed by the token,
 // the fence, ":", the TTL in ms, ":" and the key (a release granted the key
-// to that head: recorded for Granted, then woken as above), or "*:" and the
+// to that head: its wake-up carries the grant), or "*:" and the
 // key (every subscriber of the key).
 func (l *listener) dispatch(payload string) {
 	n, rest, ok := strings.Cut(payload, ":")
@@ -299,14 +316,11 @@ func (l *listener) dispatch(payload string) {
 	defer l.mu.Unlock()
 	named := false
 	for c, tok := range l.subs[key] {
-		if grant && tok == token {
-			if l.grants == nil {
-				l.grants = map[[2]string]handoff{}
-			}
-			l.grants[[2]string{key, token}] = h
-		}
 		named = named || tok == token
-		if all || tok == token || tok == "" { // observers see every hand-off
+		switch {
+		case grant && tok == token && !all:
+			send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
+		case all || tok == token || tok == "": // observers see every hand-off
 			poke(c)
 		}
 	}
@@ -357,14 +371,29 @@ func (l *listener) forget(key, token string) {
 	delete(l.pending, [2]string{key, token})
 }
 
-// Resumes implements leasehold.Resumer: true when token's last waiting
-// Acquire of key, which queued it, was sent while the store's LISTEN
-// connection was up, and the connection has stayed up since. Every release
-// committed after that Acquire then notified this connection, and a
-// notification that came before WaitRelease was kept for it (WaitRelease
-// wakes at once), so the waiter needs no second Acquire after subscribing.
-func (s *Store) Resumes(key, token string) bool {
-	l := &s.lis
+// wakeUnlessResumed puts a wake-up on token's channels of key unless
+// token's last waiting Acquire of key, which queued it, was sent while the
+// store's LISTEN connection was up, and the connection has stayed up since:
+// every release committed after that Acquire then notified this
+// connection, and a notification that came before WaitRelease was kept for
+// it (add woke it), so the waiter needs no second Acquire.
+func (l *listener) wakeUnlessResumed(key, token string) {
+	if l.resumes(key, token) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c, tok := range l.subs[key] {
+		if tok == token {
+			poke(c)
+		}
+	}
+}
+
+// resumes reports whether token's last waiting Acquire of key, which
+// queued it, was sent while the LISTEN connection was up, and the
+// connection has stayed up since (see wakeUnlessResumed).
+func (l *listener) resumes(key, token string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.resume[[2]string{key, token}]
@@ -381,32 +410,6 @@ func parseGrant(s string) (handoff, string, bool) {
 		return handoff{}, "", false
 	}
 	return handoff{fence: fence, ttl: time.Duration(ttl) * time.Millisecond}, key, true
-}
-
-// Granted implements leasehold.Granter: the grant a release made to token
-// for key (see README.md), taken from the
-// NOTIFY payload that woke token's WaitRelease; it is forgotten once
-// returned, and when the subscription stops.
-func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
-	h, ok := s.lis.granted(key, token)
-	return leasehold.Handoff{Fence: h.fence, TTL: h.ttl}, ok
-}
-
-// Live implements leasehold.Granter. It is always false: a Locker that sees
-// true subscribes before its first (queued) Acquire, and WaitRelease of a
-// token that has not queued yet writes a subscription row (and deletes it
-// at the end), two statements where the re-check Acquire after subscribing
-// is one. With false, the queued Acquire comes first and the subscription
-// needs no statement.
-func (s *Store) Live(string) bool { return false }
-
-// granted returns and forgets the grant a release made to token for key.
-func (l *listener) granted(key, token string) (handoff, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h, ok := l.grants[[2]string{key, token}]
-	delete(l.grants, [2]string{key, token})
-	return h, ok
 }
 
 // wakeAll wakes every waiter.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -58,7 +59,7 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// A free row (a released key's fence state).
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, "k", "a"); err != nil {
@@ -71,7 +72,7 @@ func testLosingAcquireLockOrder(t *testing.T, srv *testpg.Server) {
 	}
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := other.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
+		_, err := other.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
 		acquired <- err
 	}()
 	// A itself, not another backend of the database (a sweep of the free
@@ -184,7 +185,7 @@ func testFastPathDurability(t *testing.T, srv *testpg.Server) {
 		}
 		return v, first
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t0", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t0", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, "k", "t0"); err != nil { // the row stays, free
@@ -245,7 +246,7 @@ func testReleaseSeesLateQueueOn(t *testing.T, srv *testpg.Server, waited bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for i := range 2 { // the second cycle's acquire updates the kept row
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: fmt.Sprint("h", i), TTL: time.Minute}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: fmt.Sprint("h", i), TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if i == 0 {
@@ -285,7 +286,7 @@ func testFreeRowKept(t *testing.T, srv *testpg.Server) {
 	var last uint64
 	for i := range 3 {
 		tok := fmt.Sprint("t", i)
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
 		if err != nil || g.Fence <= last {
 			t.Fatalf("cycle %d: expected a fence above %d, got %d, %v", i, last, g.Fence, err)
 		}
@@ -303,7 +304,7 @@ func testFreeRowKept(t *testing.T, srv *testpg.Server) {
 			t.Fatalf("cycle %d: expected a free row with fence %d, got token %q fence %d live %v", i, last, token, fence, live)
 		}
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "h", TTL: time.Hour}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "held", Token: "h", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// Age the rows: k's release and fence two minutes back, held's
@@ -323,7 +324,7 @@ UPDATE leasehold_locks SET fence = fence - 120000000, acquired_at = acquired_at 
 	if err != nil || len(keys) != 1 || keys[0] != "held" {
 		t.Fatalf("after a sweep: expected only the held key's row, got %v, %v", keys, err)
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "again", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "again", TTL: time.Minute})
 	if err != nil || g.Fence <= last {
 		t.Fatalf("after the sweep deleted k's row: expected a fence above %d, got %d, %v", last, g.Fence, err)
 	}
@@ -358,7 +359,7 @@ func testLostRowsClockBehind(t *testing.T, srv *testpg.Server) {
 	}
 	var last uint64
 	for i := range 3 {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: fmt.Sprint("t", i), TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: fmt.Sprint("t", i), TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +499,7 @@ func testBackwardFence(t *testing.T, srv *testpg.Server) {
 VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`)
 	aDone := make(chan grantAt, 1)
 	go func() {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "A", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "A", TTL: time.Minute})
 		aDone <- grantAt{g.Fence, err, time.Now()}
 	}()
 	pid := backendWaiting(t, admin, dbName(t, dsn))
@@ -516,7 +517,7 @@ VALUES ('k', 'x', 1, clock_timestamp() + interval '1 hour', clock_timestamp())`)
 	x("COMMIT", "DELETE FROM leasehold_locks WHERE key = 'k'")
 	bDone := make(chan grantAt, 1)
 	go func() {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "B", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "B", TTL: time.Minute})
 		if err == nil {
 			err = s.Release(ctx, "k", "B")
 		}
@@ -614,7 +615,7 @@ func testStrictIsolation(t *testing.T, srv *testpg.Server) {
 						key := fmt.Sprintf("k%d", j%2)
 						tok := fmt.Sprintf("g%d-%d", i, j)
 						// A 1 ms TTL: most tries race for an expired row.
-						_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Millisecond})
+						_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: time.Millisecond})
 						if err == nil {
 							err = s.Release(ctx, key, tok)
 							if errors.Is(err, leasehold.ErrNotHeld) { // it expired
@@ -652,7 +653,7 @@ func testBadRows(t *testing.T, srv *testpg.Server) {
 	s := open(t, dsn, pgstore.Options{})
 	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "good", Token: "t", TTL: time.Minute, Holder: "me"}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "good", Token: "t", TTL: time.Minute, Holder: "me"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `INSERT INTO leasehold_locks (key, token, fence, expires_at, acquired_at) VALUES
@@ -666,13 +667,13 @@ func testBadRows(t *testing.T, srv *testpg.Server) {
 	if len(ls) != 1 || ls[0].Key != "good" || ls[0].Holder != "me" {
 		t.Fatalf("List: expected the good lock beside the error, got %+v", ls)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); !errors.Is(err, leasehold.ErrBadEntry) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); !errors.Is(err, leasehold.ErrBadEntry) {
 		t.Fatalf("Acquire of a bad row: expected ErrBadEntry, got %v", err)
 	}
 	if _, err := s.ForceRelease(ctx, "bad:inf"); err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
 		t.Fatalf("ForceRelease of a bad row: %v", err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "bad:inf", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatalf("Acquire after ForceRelease of the bad row: %v", err)
 	}
 }
@@ -700,10 +701,10 @@ INSERT INTO leasehold_locks VALUES ('held', 'old', %d, clock_timestamp() + inter
 	if info, err := s.Inspect(ctx, "held"); err != nil || info.Token != "old" || info.Fence != uint64(ahead) {
 		t.Fatalf("the old lock: expected token old fence %d, got %+v, %v", ahead, info, err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "held", Token: "new", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "held", Token: "new", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("the old lock is still held: expected ErrNotAcquired, got %v", err)
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "other", Token: "new", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "other", Token: "new", TTL: time.Minute})
 	if err != nil || g.Fence <= uint64(ahead) {
 		t.Fatalf("a new key after the upgrade: expected a fence above the old sequence %d, got %d, %v", ahead, g.Fence, err)
 	}
@@ -714,7 +715,7 @@ func testMisconfigured(t *testing.T, srv *testpg.Server) {
 	dsn := srv.CreateDatabase(t)
 	ctx := ctx5(t)
 	s := open(t, dsn, pgstore.Options{Migrate: pgstore.MigrateNever}) // nothing created
-	_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
+	_, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrMisconfigured) {
 		t.Fatalf("Acquire without the store's objects: expected ErrMisconfigured, got %v", err)
 	}
@@ -724,7 +725,7 @@ CREATE ROLE leasehold_nobody LOGIN;`); err != nil {
 		t.Fatal(err)
 	}
 	nobody := open(t, strings.Replace(dsn, "postgres://postgres@", "postgres://leasehold_nobody@", 1), pgstore.Options{Migrate: pgstore.MigrateNever})
-	_, err = nobody.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
+	_, err = nobody.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrMisconfigured) {
 		t.Fatalf("Acquire without privileges: expected ErrMisconfigured, got %v", err)
 	}
@@ -772,7 +773,7 @@ func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	got := listen(t, dsn, s.Channel())
 	for i := range 20 {
 		tok := fmt.Sprint("t", i)
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Release(ctx, "k", tok); err != nil {
@@ -784,10 +785,10 @@ func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 		t.Fatalf("an uncontended release sent a notification %q", p)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "holder", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "w1", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "w1", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	own := listen(t, dsn, s.WakeChannel())
@@ -811,7 +812,15 @@ func testNotifyOnlyWhenWaited(t *testing.T, srv *testpg.Server) {
 	}
 }
 
-func wokeWithin(ch <-chan struct{}, d time.Duration) bool {
+// drainAtOnce takes the wake-up WaitRelease put on ch at once, if any.
+func drainAtOnce(ch <-chan driver.Wake) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+func wokeWithin(ch <-chan driver.Wake, d time.Duration) bool {
 	select {
 	case <-ch:
 		return true
@@ -826,19 +835,20 @@ type queueFixture struct {
 	t              *testing.T
 	ctx            context.Context
 	h, s1, s2, obs *pgstore.Store
-	w1, w2         <-chan struct{}
+	w1, w2         <-chan driver.Wake
 }
 
-func (f *queueFixture) req(tok string, q time.Duration) leasehold.AcquireRequest {
-	return leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, Holder: "host-" + tok, QueueTTL: q}
+func (f *queueFixture) req(tok string, q time.Duration) driver.AcquireRequest {
+	return driver.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute, Holder: "host-" + tok, QueueTTL: q}
 }
 
-func (f *queueFixture) subscribe(s *pgstore.Store, tok string) <-chan struct{} {
+func (f *queueFixture) subscribe(s *pgstore.Store, tok string) <-chan driver.Wake {
 	f.t.Helper()
 	ch, stop, err := s.WaitRelease(f.ctx, "k", tok)
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	drainAtOnce(ch)
 	f.t.Cleanup(stop)
 	return ch
 }

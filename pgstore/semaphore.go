@@ -11,25 +11,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 var (
-	_ leasehold.Semaphorer     = (*Store)(nil)
-	_ leasehold.PermitNotifier = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // permitWakeKey is the NOTIFY payload of a permit release: "\x01permit:KEY"
 // (no lock key has a control character, so it never wakes a lock's waiter).
 func permitWakeKey(key string) string { return "\x01permit:" + key }
 
-// WaitPermit implements leasehold.PermitNotifier over the store's LISTEN
+// WaitPermit implements driver.PermitNotifier over the store's LISTEN
 // connection (see WaitRelease). A permit release notifies, by token, only the
 // waiters whose turn came: the first F live waiters of the queue, F the
 // permits free afterwards (none while the count is at or over a lowered
 // limit); a waiter among those F leaving passes its turn on the same way.
 // With an empty queue a freed permit wakes every subscriber of key. Expiry
 // sends no notification.
-func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
@@ -207,20 +208,20 @@ $fn$;
 
 func (s *Store) semNames() semNames { return newSemNames(s.opts.Schema, s.opts.Table) }
 
-// AcquirePermit implements leasehold.Semaphorer: one call of the
+// AcquirePermit implements driver.Semaphorer: one call of the
 // T_acquire_permit function, which locks the key's limits row, prunes
 // expired holders and waiters, applies the queue rule and mints the fence
 // from the row (see SemaphoreMigrationSQL).
-func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	if err := checkKey(req.Key); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	us, err := micros(req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if req.Limit < 1 {
-		return leasehold.Grant{}, fmt.Errorf("%w: pgstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: pgstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
 	}
 	qus := max(req.QueueTTL.Microseconds(), 0)
 	var (
@@ -235,13 +236,13 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 		Scan(&ok, &fence, &rem, &ahead, &holder)
 	switch {
 	case err != nil:
-		return leasehold.Grant{}, storeErr("acquire permit", req.Key, semErr(err))
+		return driver.Grant{}, storeErr("acquire permit", req.Key, semErr(err))
 	case !ok:
-		return leasehold.Grant{Remaining: remaining(rem), Ahead: int(ahead), Holder: holder}, leasehold.ErrNotAcquired
+		return driver.Grant{Remaining: remaining(rem), Ahead: int(ahead), Holder: holder}, leasehold.ErrNotAcquired
 	case fence <= 0:
-		return leasehold.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("minted fence %d", fence))
+		return driver.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("minted fence %d", fence))
 	}
-	return leasehold.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: uint64(fence)}, nil
 }
 
 // semErr marks a missing semaphore table or function (the migration was not
@@ -254,7 +255,7 @@ func semErr(err error) error {
 	return err
 }
 
-// RenewPermit implements leasehold.Semaphorer: a token-checked UPDATE.
+// RenewPermit implements driver.Semaphorer: a token-checked UPDATE.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -275,7 +276,7 @@ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`, key, token, u
 	return nil
 }
 
-// ReleasePermit implements leasehold.Semaphorer: one call of the
+// ReleasePermit implements driver.Semaphorer: one call of the
 // T_release_permit function, which also NOTIFYs on Channel (see WaitPermit).
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
@@ -292,10 +293,10 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Permits implements leasehold.Semaphorer in one statement.
-func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+// Permits implements driver.Semaphorer in one statement.
+func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.PermitInfo{}, err
+		return driver.PermitInfo{}, err
 	}
 	n := s.semNames()
 	rows, err := s.db.Query(ctx, `WITH now AS (SELECT clock_timestamp() AS ts)
@@ -306,10 +307,10 @@ SELECT (SELECT lim FROM `+n.limits+` WHERE key = $1),
 FROM now LEFT JOIN `+n.permits+` p ON p.key = $1 AND p.expires_at > now.ts
 ORDER BY p.fence`, key)
 	if err != nil {
-		return leasehold.PermitInfo{}, storeErr("permits", key, semErr(err))
+		return driver.PermitInfo{}, storeErr("permits", key, semErr(err))
 	}
 	defer rows.Close()
-	info := leasehold.PermitInfo{Key: key}
+	info := driver.PermitInfo{Key: key}
 	for rows.Next() {
 		var (
 			lim                 *int32
@@ -319,7 +320,7 @@ ORDER BY p.fence`, key)
 			acquired            *time.Time
 		)
 		if err := rows.Scan(&lim, &waiting, &head, &token, &holder, &fence, &rem, &acquired); err != nil {
-			return leasehold.PermitInfo{}, storeErr("permits", key, err)
+			return driver.PermitInfo{}, storeErr("permits", key, err)
 		}
 		if lim != nil {
 			info.Limit = int(*lim)
@@ -331,13 +332,13 @@ ORDER BY p.fence`, key)
 		if token == nil {
 			continue
 		}
-		info.Holders = append(info.Holders, leasehold.LockInfo{
+		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: *token, Holder: *holder, Fence: uint64(*fence), Remaining: remaining(*rem),
 			Facts: map[string]string{"store": "postgres", "table": n.permits, "acquired": acquired.UTC().Format(time.RFC3339Nano)},
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return leasehold.PermitInfo{}, storeErr("permits", key, semErr(err))
+		return driver.PermitInfo{}, storeErr("permits", key, semErr(err))
 	}
 	return info, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -20,9 +21,9 @@ func TestSemaphoreConformance(t *testing.T) {
 	srv := testpg.Start(t)
 	dsn := srv.CreateDatabase(t)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
-		New:   func(t *testing.T) leasehold.Semaphorer { return open(t, dsn, pgstore.Options{}) },
-		Break: func(t *testing.T, _ leasehold.Semaphorer) { cutOff(t, srv, dbName(t, dsn)) },
-		Heal:  func(t *testing.T, _ leasehold.Semaphorer) { restore(t, srv, dbName(t, dsn)) },
+		New:   func(t *testing.T) driver.Semaphorer { return open(t, dsn, pgstore.Options{}) },
+		Break: func(t *testing.T, _ driver.Semaphorer) { cutOff(t, srv, dbName(t, dsn)) },
+		Heal:  func(t *testing.T, _ driver.Semaphorer) { restore(t, srv, dbName(t, dsn)) },
 	})
 }
 
@@ -38,14 +39,14 @@ func TestSemaphoreNotMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, dsn, pgstore.Options{Migrate: pgstore.MigrateNever})
-	_, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1})
+	_, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1})
 	if !errors.Is(err, leasehold.ErrMisconfigured) {
 		t.Fatalf("expected ErrMisconfigured, got %v", err)
 	}
 	if _, err := conn.Exec(ctx, pgstore.SemaphoreMigrationSQL("", "")); err != nil {
 		t.Fatalf("SemaphoreMigrationSQL: %v", err)
 	}
-	if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1}); err != nil {
+	if _, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1}); err != nil {
 		t.Fatalf("after the migration: %v", err)
 	}
 }

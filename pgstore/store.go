@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Defaults used for zero Options fields.
@@ -53,13 +54,11 @@ var (
 	_ DB           = (*pgxpool.Pool)(nil)
 	_ poolConfiger = (*pgxpool.Pool)(nil)
 
-	_ leasehold.Store         = (*Store)(nil)
-	_ leasehold.Inspector     = (*Store)(nil)
-	_ leasehold.Notifier      = (*Store)(nil)
-	_ leasehold.ForceReleaser = (*Store)(nil)
-	_ leasehold.BatchRenewer  = (*Store)(nil)
-	_ leasehold.Granter       = (*Store)(nil)
-	_ leasehold.Resumer       = (*Store)(nil)
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Inspector     = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+	_ driver.BatchRenewer  = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -123,7 +122,7 @@ type Options struct {
 	ReconnectDelay time.Duration
 }
 
-// Store is a leasehold.Store, Inspector, Notifier, BatchRenewer and
+// Store is a driver.Store, Inspector, Notifier, BatchRenewer and
 // ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
 // its LISTEN connection (and closes the pool when Open created it).
 type Store struct {
@@ -312,21 +311,21 @@ func retry(ctx context.Context, f func() error) error {
 
 func remaining(us int64) time.Duration { return max(time.Duration(us)*time.Microsecond, 0) }
 
-// Acquire implements leasehold.Store: one call of the acquire function,
+// Acquire implements driver.Store: one call of the acquire function,
 // which takes the key's advisory transaction lock and row, applies the
 // queue rule and mints the fence only once the key is won.
-func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := checkKey(req.Key); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	us, err := micros(req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	var qus int64
 	if req.QueueTTL > 0 {
 		if qus, err = micros(req.QueueTTL); err != nil {
-			return leasehold.Grant{}, err
+			return driver.Grant{}, err
 		}
 	}
 	if s.free.has(req.Key) {
@@ -355,34 +354,34 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	}
 	switch {
 	case err != nil:
-		return leasehold.Grant{}, storeErr("acquire", req.Key, err)
+		return driver.Grant{}, storeErr("acquire", req.Key, err)
 	case !won:
-		return leasehold.Grant{Remaining: remaining(rem), Holder: holder, Ahead: int(ahead)}, leasehold.ErrNotAcquired
+		return driver.Grant{Remaining: remaining(rem), Holder: holder, Ahead: int(ahead)}, leasehold.ErrNotAcquired
 	case fence <= 0:
-		return leasehold.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", leasehold.ErrBadEntry, fence))
+		return driver.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", leasehold.ErrBadEntry, fence))
 	}
-	return leasehold.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: uint64(fence)}, nil
 }
 
 // acquireFast sends the fast acquire alone (one plain UPDATE of the key's
 // free row). ok is false when it did not apply: the key is then forgotten
 // as free and the caller sends the full acquire.
-func (s *Store) acquireFast(ctx context.Context, req leasehold.AcquireRequest, us int64) (g leasehold.Grant, ok bool, err error) {
+func (s *Store) acquireFast(ctx context.Context, req driver.AcquireRequest, us int64) (g driver.Grant, ok bool, err error) {
 	var fence int64
 	err = retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.acquireFastSQL, req.Key, req.Token, us, req.Holder, s.opts.Durable).Scan(&fence)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.free.drop(req.Key)
-		return leasehold.Grant{}, false, nil
+		return driver.Grant{}, false, nil
 	}
 	if err != nil {
-		return leasehold.Grant{}, true, storeErr("acquire", req.Key, err)
+		return driver.Grant{}, true, storeErr("acquire", req.Key, err)
 	}
-	return leasehold.Grant{Fence: uint64(fence)}, true, nil
+	return driver.Grant{Fence: uint64(fence)}, true, nil
 }
 
-// Renew implements leasehold.Store: a token-checked UPDATE of expires_at.
+// Renew implements driver.Store: a token-checked UPDATE of expires_at.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -405,10 +404,10 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// RenewBatch implements leasehold.BatchRenewer: every renewal in one UPDATE
+// RenewBatch implements driver.BatchRenewer: every renewal in one UPDATE
 // over unnest'ed arrays, one round trip. A key missing from its result was
 // not owned.
-func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	keys := make([]string, 0, len(reqs))
 	tokens := make([]string, 0, len(reqs))
@@ -463,7 +462,7 @@ func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []in
 	return renewed, rows.Err()
 }
 
-// Release implements leasehold.Store: one call of the release function,
+// Release implements driver.Store: one call of the release function,
 // which deletes the token's lock, takes the token out of the queue and
 // notifies the key's new queue head (only when there is one).
 func (s *Store) Release(ctx context.Context, key, token string) error {
@@ -512,28 +511,28 @@ func (s *Store) releaseFast(ctx context.Context, key, token string) (kept bool, 
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
-// Inspect implements leasehold.Inspector. Facts hold the table, the channel
+// Inspect implements driver.Inspector. Facts hold the table, the channel
 // and the acquisition and expiry times by the database clock (RFC 3339,
 // UTC).
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	infos, err := s.query(ctx, s.inspectSQL, key)
 	if err != nil {
-		return leasehold.LockInfo{}, storeErr("inspect", key, err)
+		return driver.LockInfo{}, storeErr("inspect", key, err)
 	}
 	if len(infos) == 0 {
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil
 }
 
-// List implements leasehold.Inspector: the unexpired rows whose key starts
+// List implements driver.Inspector: the unexpired rows whose key starts
 // with prefix (LIKE with % and _ escaped), in byte order (COLLATE "C"). Rows
 // it cannot decode (an infinite expiry, a fence <= 0) are skipped and
 // reported in an error wrapping leasehold.ErrBadEntry, with the good rows.
-func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	infos, err := s.query(ctx, s.listSQL, likePrefix(prefix))
 	if err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
 		return nil, storeErr("list", prefix, err)
@@ -541,26 +540,26 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 	return infos, err
 }
 
-// ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
+// ForceRelease implements driver.ForceReleaser: it deletes key's lock
 // whatever its token and wakes the queue's head. An expired lock is deleted
 // too but reported as ErrNotHeld; a bad row (see List) is deleted and
 // reported with an error wrapping leasehold.ErrBadEntry.
-func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
-	var infos []leasehold.LockInfo
+	var infos []driver.LockInfo
 	err := retry(ctx, func() (err error) {
 		infos, err = s.query(ctx, s.forceSQL, key, s.channel, s.opts.Durable)
 		return err
 	})
 	switch {
 	case err != nil && !errors.Is(err, leasehold.ErrBadEntry):
-		return leasehold.LockInfo{}, storeErr("force release", key, err)
+		return driver.LockInfo{}, storeErr("force release", key, err)
 	case err != nil: // a bad row, deleted
-		return leasehold.LockInfo{Key: key}, err
+		return driver.LockInfo{Key: key}, err
 	case len(infos) == 0:
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil
 }
@@ -568,19 +567,19 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 // query runs a statement returning lock rows (see buildSQL) and decodes
 // them. Bad rows are skipped and named in an error wrapping
 // leasehold.ErrBadEntry, returned with the good ones.
-func (s *Store) query(ctx context.Context, sql string, args ...any) ([]leasehold.LockInfo, error) {
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]driver.LockInfo, error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var (
-		out []leasehold.LockInfo
+		out []driver.LockInfo
 		bad []string
 	)
 	for rows.Next() {
 		var (
-			li                leasehold.LockInfo
+			li                driver.LockInfo
 			fence, nowUS      int64
 			expires, acquired *int64
 			waiting           int64

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -40,7 +41,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
 
-	f1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: 10 * time.Second})
+	f1, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "a", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 	if err := s.Renew(ctx, "k", "a", time.Minute); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("Renew of a row expired by the database clock: expected ErrNotOwned, got %v", err)
 	}
-	f2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "b", TTL: 50 * time.Millisecond})
+	f2, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "b", TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Acquire after the database expired the row: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestExpiryUsesDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(150 * time.Millisecond)
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "c", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected ErrNotAcquired while the database says held, got %v", err)
 	}
@@ -93,7 +94,7 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	s := open(t, dsn, pgstore.Options{})
 	db := testpg.Connect(t, dsn, pgxpool.New)
 	ctx := ctx5(t)
-	first, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: 50 * time.Millisecond})
+	first, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "tok", TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +103,13 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "tok", TTL: time.Minute})
 		if err != nil || g.Fence != first.Fence {
 			t.Fatalf("retry %d: expected fence %d, got %d, %v", i, first.Fence, g.Fence, err)
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // expired, not taken over
-	if g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "tok", TTL: 30 * time.Millisecond}); err != nil || g.Fence != first.Fence {
+	if g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "tok", TTL: 30 * time.Millisecond}); err != nil || g.Fence != first.Fence {
 		t.Fatalf("retry after expiry: expected fence %d, got %d, %v", first.Fence, g.Fence, err)
 	}
 	var (
@@ -123,7 +124,7 @@ func TestSameTokenRetryKeepsFence(t *testing.T) {
 	}
 	// Another token after expiry gets a new, larger fence.
 	time.Sleep(60 * time.Millisecond)
-	if g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "other", TTL: time.Minute}); err != nil || g.Fence <= first.Fence {
+	if g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "other", TTL: time.Minute}); err != nil || g.Fence <= first.Fence {
 		t.Fatalf("another token after expiry: expected fence > %d, got %d, %v", first.Fence, g.Fence, err)
 	}
 }
@@ -140,10 +141,10 @@ func TestFencesIncreaseAcrossReleaseExpiryAndDataLoss(t *testing.T) {
 	var last uint64
 	step := func(what string, s *pgstore.Store, tok string, ttl time.Duration) {
 		t.Helper()
-		var g leasehold.Grant
+		var g driver.Grant
 		var err error
 		for range 100 { // an expiring lock may still be there
-			if g, err = s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: ttl}); !errors.Is(err, leasehold.ErrNotAcquired) {
+			if g, err = s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: tok, TTL: ttl}); !errors.Is(err, leasehold.ErrNotAcquired) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -353,7 +354,8 @@ GRANT SELECT, UPDATE ON leasehold_locks_counter TO leasehold_app;`
 		t.Fatal(err)
 	}
 	defer stop()
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
+	drainAtOnce(ch)
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Renew(ctx, "k", "t", time.Minute); err != nil {
@@ -408,13 +410,13 @@ func TestNewDoesNotOwnPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected a store error (no table: New does not migrate), got %v", err)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -452,7 +454,7 @@ func TestServerStopped(t *testing.T) {
 	srv, dsn := fresh(t)
 	s := open(t, dsn, pgstore.Options{ReconnectDelay: 50 * time.Millisecond})
 	ctx := ctx5(t)
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop, err := s.WaitRelease(ctx, "k", "w")
@@ -466,7 +468,7 @@ func TestServerStopped(t *testing.T) {
 	}
 	for name, op := range map[string]func() error{
 		"acquire": func() error {
-			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "x", TTL: time.Minute})
+			_, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "x", TTL: time.Minute})
 			return err
 		},
 		"renew":   func() error { return s.Renew(ctx, "k", "t", time.Minute) },
@@ -520,7 +522,7 @@ func TestRunbookQueries(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("README.md has no ```sql block")
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "scheduler:job:42", Token: "tok", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "scheduler:job:42", Token: "tok", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -68,7 +68,7 @@ func TestRollingUpgrade(t *testing.T) {
 		// row), then old on the row the new release kept free.
 		for j := range 2 {
 			tok := fmt.Sprintf("new%d-%d", i, j)
-			g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
+			g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: tok, TTL: time.Minute})
 			if err != nil {
 				t.Fatalf("new acquire %s: %v", tok, err)
 			}
@@ -89,7 +89,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// An old waiter queues behind a new holder whose row the new release
 	// keeps: the old acquire does not mark the row, so the release frees the
 	// key without granting it; the waiter's next acquire takes it.
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "h", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if won, _ := oldAcquire("w", time.Minute); won {
@@ -106,7 +106,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if res := oldRelease("w"); res != 0 {
 		t.Fatalf("old release: %d", res)
 	}
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "end", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "end", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -48,12 +49,12 @@ func TestACLRestrictedUser(t *testing.T) {
 		t.Fatalf("FLUSHALL: expected NOPERM, got %v", err)
 	}
 	other := newStore(t, user, redisstore.Options{Prefix: "other:"})
-	_, err := other.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
+	_, err := other.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Acquire under a forbidden prefix: expected a NOPERM store error, got %v", err)
 	}
 
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, user, redisstore.Options{}) },
+		New: func(t *testing.T) driver.Store { return newStore(t, user, redisstore.Options{}) },
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
@@ -56,7 +57,7 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: ttl}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)
@@ -170,7 +171,7 @@ func BenchmarkCycleInterleaved(b *testing.B) {
 						return nil
 					},
 					func() error {
-						if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key + ":store", Token: token, TTL: ttl}); err != nil {
+						if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key + ":store", Token: token, TTL: ttl}); err != nil {
 							return err
 						}
 						return s.Release(ctx, key+":store", token)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -39,14 +40,14 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	storetest.Run(t, storetest.Harness{
-		New:    func(t *testing.T) leasehold.Store { return newStore(t, newClusterClient(t, cl), redisstore.Options{}) },
-		Freeze: func(t *testing.T, _ leasehold.Store) func() { return freezeAll(cl) },
-		Break: func(t *testing.T, _ leasehold.Store) {
+		New:    func(t *testing.T) driver.Store { return newStore(t, newClusterClient(t, cl), redisstore.Options{}) },
+		Freeze: func(t *testing.T, _ driver.Store) func() { return freezeAll(cl) },
+		Break: func(t *testing.T, _ driver.Store) {
 			for _, n := range cl.Nodes {
 				n.Stop()
 			}
 		},
-		Heal: func(t *testing.T, _ leasehold.Store) {
+		Heal: func(t *testing.T, _ driver.Store) {
 			for _, n := range cl.Nodes { // nodes.conf in each node's dir keeps the slots
 				n.Restart()
 			}
@@ -100,7 +101,7 @@ func testBraceKeys(t *testing.T, cl *testredis.Cluster) {
 func braceKey(t *testing.T, a, b *redisstore.Store, key string) {
 	t.Helper()
 	ctx := t.Context()
-	g, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute, Holder: "host-a"})
+	g, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "a", TTL: time.Minute, Holder: "host-a"})
 	if err != nil {
 		t.Fatalf("Acquire(%q) on the Cluster: %v", key, err)
 	}
@@ -109,7 +110,8 @@ func braceKey(t *testing.T, a, b *redisstore.Store, key string) {
 		t.Fatalf("WaitRelease(%q): %v", key, err)
 	}
 	defer stop()
-	wait := leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: time.Minute}
+	<-wake // the wake-up at once (see driver.Notifier)
+	wait := driver.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: time.Minute}
 	if _, err := b.Acquire(ctx, wait); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("Acquire(%q) by a waiter: expected ErrNotAcquired, got %v", key, err)
 	}
@@ -153,7 +155,7 @@ func listEveryMaster(t *testing.T, cc *redis.ClusterClient) {
 		// The suite's last subtest restarted every node: wait until every slot is served again.
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprintf("spread:%02d", i), Token: "t", TTL: time.Minute})
+			_, err := s.Acquire(ctx, driver.AcquireRequest{Key: fmt.Sprintf("spread:%02d", i), Token: "t", TTL: time.Minute})
 			if err == nil {
 				break
 			}

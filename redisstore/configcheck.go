@@ -10,9 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
-var _ leasehold.ConfigChecker = (*Store)(nil)
+var _ driver.ConfigChecker = (*Store)(nil)
 
 // ErrEvicted is wrapped, beside leasehold.ErrNotOwned, by a renewal that
 // found its lock gone after Redis evicted keys (INFO's evicted_keys rose
@@ -21,25 +22,25 @@ var _ leasehold.ConfigChecker = (*Store)(nil)
 // check redis_eviction). Only a user allowed INFO gets it.
 var ErrEvicted = errors.New("redisstore: Redis evicted keys (maxmemory) while the lock was held")
 
-// CheckConfig implements leasehold.ConfigChecker: it reports a maxmemory
+// CheckConfig implements driver.ConfigChecker: it reports a maxmemory
 // with an evicting policy (check "redis_eviction"), under which Redis can
 // delete a held lock's key, read from INFO memory in one round trip. The
 // service ACL of README.md does not grant INFO: then it returns an
-// error wrapping leasehold.ErrConfigNotChecked that names the right (and
+// error wrapping driver.ErrConfigNotChecked that names the right (and
 // the server's ACL LOG records one denied INFO). On a Cluster it reads the
 // node the client picks.
-func (s *Store) CheckConfig(ctx context.Context) ([]leasehold.ConfigWarning, error) {
+func (s *Store) CheckConfig(ctx context.Context) ([]driver.ConfigWarning, error) {
 	raw, err := s.serverInfo(ctx)
 	var re redis.Error
 	switch {
 	case errors.As(err, &re):
-		return nil, fmt.Errorf("%w: the Redis user may not run INFO (grant +info, or run `leasehold doctor` as an operator): %v", leasehold.ErrConfigNotChecked, firstLine(err.Error()))
+		return nil, fmt.Errorf("%w: the Redis user may not run INFO (grant +info, or run `leasehold doctor` as an operator): %v", driver.ErrConfigNotChecked, firstLine(err.Error()))
 	case err != nil:
 		return nil, fmt.Errorf("redisstore: check settings: %w", err)
 	}
 	s.sawEvicted(raw)
 	if w, ok := EvictionWarning(infoField(raw, "maxmemory"), infoField(raw, "maxmemory_policy")); ok {
-		return []leasehold.ConfigWarning{w}, nil
+		return []driver.ConfigWarning{w}, nil
 	}
 	return nil, nil
 }
@@ -48,11 +49,11 @@ func (s *Store) CheckConfig(ctx context.Context) ([]leasehold.ConfigWarning, err
 // maxmemory-policy as given (the values of CONFIG GET), and whether they
 // let Redis evict lock keys: a maxmemory other than 0 with any policy but
 // noeviction.
-func EvictionWarning(maxmemory, policy string) (leasehold.ConfigWarning, bool) {
+func EvictionWarning(maxmemory, policy string) (driver.ConfigWarning, bool) {
 	if maxmemory == "" || maxmemory == "0" || policy == "" || policy == "noeviction" {
-		return leasehold.ConfigWarning{}, false
+		return driver.ConfigWarning{}, false
 	}
-	return leasehold.ConfigWarning{
+	return driver.ConfigWarning{
 		Check: "redis_eviction",
 		Seen:  fmt.Sprintf("maxmemory %s, maxmemory-policy %s", maxmemory, policy),
 		Fix:   "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf), or keep locks in a Redis of their own without maxmemory",

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -49,7 +50,7 @@ func BenchmarkServerCPU(b *testing.B) {
 		return nil
 	}
 	store := func(ctx context.Context, key, token string) error {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl, Holder: "bench-host/1234"}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: ttl, Holder: "bench-host/1234"}); err != nil {
 			return err
 		}
 		return s.Release(ctx, key, token)

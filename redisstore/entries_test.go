@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -24,7 +25,7 @@ func TestFenceArithmeticIsExact(t *testing.T) {
 		if err := c.Set(ctx, s.FenceKey(key), strconv.FormatUint(last, 10), time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("fence key holding %d: %v", last, err)
 		}
@@ -54,7 +55,7 @@ func TestBadFenceIsABadEntry(t *testing.T) {
 		if err := c.Set(ctx, s.FenceKey(key), garbage, 24*time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
+		_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
 		if !errors.Is(err, leasehold.ErrBadEntry) || errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("fence key holding %q: expected ErrBadEntry, got %v", garbage, err)
 		}
@@ -79,7 +80,7 @@ func TestBadFenceIsABadEntry(t *testing.T) {
 				t.Fatalf("ForceRelease over a bad fence: expected it to report ErrBadEntry, got %v", err)
 			}
 		}
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: time.Minute})
 		if err != nil || g.Fence == 0 {
 			t.Fatalf("after the repair of %q: expected a grant, got %+v, %v", garbage, g, err)
 		}
@@ -95,7 +96,7 @@ func TestLockWithoutExpiryIsABadEntry(t *testing.T) {
 	if err := c.Set(ctx, s.LockKey("forever"), "someone", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "forever", Token: "t", TTL: time.Minute}); !errors.Is(err, leasehold.ErrBadEntry) {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "forever", Token: "t", TTL: time.Minute}); !errors.Is(err, leasehold.ErrBadEntry) {
 		t.Fatalf("Acquire of a lock without expiry: expected ErrBadEntry, got %v", err)
 	}
 	if _, err := s.Inspect(ctx, "forever"); !errors.Is(err, leasehold.ErrBadEntry) {
@@ -111,7 +112,7 @@ func TestListReportsBadEntries(t *testing.T) {
 	s := newStore(t, c, redisstore.Options{})
 	ctx := t.Context()
 	for _, k := range []string{"ls:a", "ls:b", "ls:c", "ls:d"} {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "t", TTL: time.Minute, Holder: "h"}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "t", TTL: time.Minute, Holder: "h"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -31,7 +32,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 	// Many acquisitions of one key in a burst, so its counter runs ahead of
 	// the time floor, plus one acquisition of each other key.
 	for i := range 300 {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: keys[0], Token: "t", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: keys[0], Token: "t", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 		}
 	}
 	for _, k := range keys[1:] {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "held", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "held", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +60,7 @@ func TestFencesSurviveRestart(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "after", TTL: time.Minute})
+		g, err := s.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "after", TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("Acquire(%q) after restart: %v", k, err)
 		}
@@ -77,7 +78,7 @@ func TestFenceCounterExpires(t *testing.T) {
 	c := srv.Client(t)
 	s := newStore(t, c, redisstore.Options{FenceRetention: 100 * time.Millisecond})
 	ctx := t.Context()
-	g1, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "gc", Token: "a", TTL: 100 * time.Millisecond})
+	g1, err := s.Acquire(ctx, driver.AcquireRequest{Key: "gc", Token: "a", TTL: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestFenceCounterExpires(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	g2, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "gc", Token: "b", TTL: time.Minute})
+	g2, err := s.Acquire(ctx, driver.AcquireRequest{Key: "gc", Token: "b", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestStoreErrorsWrapRedis(t *testing.T) {
 	if err := c.HSet(t.Context(), s.FenceKey("wrongtype"), "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: "wrongtype", Token: "x", TTL: time.Second})
+	_, err := s.Acquire(t.Context(), driver.AcquireRequest{Key: "wrongtype", Token: "x", TTL: time.Second})
 	var rerr redis.Error
 	if err == nil || !errors.As(err, &rerr) || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected a wrapped redis.Error, got %v", err)
@@ -198,7 +199,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if got := s.LockKey("job:1"); got != "leasehold:{job:1}:lock" {
 		t.Fatalf("LockKey: expected leasehold:{job:1}:lock, got %s", got)
 	}
-	if _, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: 0}); !errors.Is(err, leasehold.ErrInvalidOptions) {
+	if _, err := s.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "t", TTL: 0}); !errors.Is(err, leasehold.ErrInvalidOptions) {
 		t.Fatalf("TTL 0: expected ErrInvalidOptions, got %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -228,8 +229,10 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopOther()
+	<-ch // the wake-ups at once (see driver.Notifier)
+	<-other
 	srv.Restart()
-	for i, c := range []<-chan struct{}{ch, other} {
+	for i, c := range []<-chan driver.Wake{ch, other} {
 		select {
 		case <-c:
 		case <-time.After(15 * time.Second):
@@ -239,7 +242,7 @@ func TestNotificationsResumeAfterRestart(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for i := 0; ; i++ {
 		tok := fmt.Sprint("t", i)
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: "resub", Token: tok, TTL: time.Minute}); err == nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "resub", Token: tok, TTL: time.Minute}); err == nil {
 			_ = s.Release(ctx, "resub", tok)
 		}
 		select {
@@ -261,13 +264,13 @@ func TestRenewBatchAfterScriptFlush(t *testing.T) {
 	c := srv.Client(t)
 	s := newStore(t, c, redisstore.Options{})
 	ctx := t.Context()
-	reqs := make([]leasehold.RenewRequest, 5)
+	reqs := make([]driver.RenewRequest, 5)
 	for i := range reqs {
 		key := "flush:" + string(rune('a'+i))
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "me", TTL: time.Second}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "me", TTL: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		reqs[i] = leasehold.RenewRequest{Key: key, Token: "me", TTL: time.Minute}
+		reqs[i] = driver.RenewRequest{Key: key, Token: "me", TTL: time.Minute}
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -49,7 +50,7 @@ func TestFunctionsWithoutEval(t *testing.T) {
 
 	// Before the library is loaded: a configuration error, not contention.
 	st := newStore(t, svc, redisstore.Options{Functions: true})
-	_, err := st.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t0", TTL: time.Second})
+	_, err := st.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t0", TTL: time.Second})
 	if !errors.Is(err, leasehold.ErrMisconfigured) || !strings.Contains(err.Error(), "setup redis") {
 		t.Fatalf("without the library: expected ErrMisconfigured naming `leasehold setup redis`, got %v", err)
 	}
@@ -65,15 +66,15 @@ func TestFunctionsWithoutEval(t *testing.T) {
 		t.Fatalf("EVAL as the service user: expected NOPERM, got %v", err)
 	}
 	scripts := newStore(t, svc, redisstore.Options{})
-	if _, err := scripts.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t0", TTL: time.Second}); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := scripts.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t0", TTL: time.Second}); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("a script-mode store as the service user: expected NOPERM, got %v", err)
 	}
 
-	g, err := st.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t1", TTL: 5 * time.Second})
+	g, err := st.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t1", TTL: 5 * time.Second})
 	if err != nil || g.Fence == 0 {
 		t.Fatalf("acquire with FCALL: fence %d, %v", g.Fence, err)
 	}
-	if _, err := st.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t2", TTL: 5 * time.Second}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := st.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t2", TTL: 5 * time.Second}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("second holder: expected ErrNotAcquired, got %v", err)
 	}
 	woke, stop, err := st.WaitRelease(ctx, "k", "t2")
@@ -81,6 +82,7 @@ func TestFunctionsWithoutEval(t *testing.T) {
 		t.Fatalf("WaitRelease: %v", err)
 	}
 	defer stop()
+	<-woke // the wake-up at once (see driver.Notifier)
 	if err := st.Renew(ctx, "k", "t1", 5*time.Second); err != nil {
 		t.Fatalf("renew with FCALL: %v", err)
 	}
@@ -106,7 +108,7 @@ func TestFunctionsConformance(t *testing.T) {
 	}
 	op := aclUser(t, srv, "op", operatorACL)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, op, redisstore.Options{Functions: true}) },
+		New: func(t *testing.T) driver.Store { return newStore(t, op, redisstore.Options{Functions: true}) },
 	})
 }
 
@@ -129,13 +131,13 @@ func TestFunctionsSemaphore(t *testing.T) {
 	}
 	aclUser(t, srv, "op", operatorACL+semaphoreACL)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
-		New: func(t *testing.T) leasehold.Semaphorer {
+		New: func(t *testing.T) driver.Semaphorer {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "op", Password: "pw-op", ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
 			return newStore(t, c, redisstore.Options{Functions: true})
 		},
-		Break: func(t *testing.T, _ leasehold.Semaphorer) { srv.Stop() },
-		Heal: func(t *testing.T, _ leasehold.Semaphorer) {
+		Break: func(t *testing.T, _ driver.Semaphorer) { srv.Stop() },
+		Heal: func(t *testing.T, _ driver.Semaphorer) {
 			srv.Restart()
 			admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 			defer admin.Close()

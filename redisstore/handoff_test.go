@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -351,7 +352,7 @@ func TestLockerCloseReleasesAHandedOffLease(t *testing.T) {
 	b := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
 	ctx := t.Context()
 	const key = "close:granted"
-	if _, err := a.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
+	if _, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	lk, err := leasehold.New(b, leasehold.Options{TTL: 3 * time.Second})
@@ -397,7 +398,7 @@ func TestLockerCloseReleasesAHandedOffLease(t *testing.T) {
 		t.Fatalf("after Close of the Locker that was handed the key: expected ErrNotHeld, got %v", err)
 	}
 
-	if _, err := b.Acquire(ctx, leasehold.AcquireRequest{Key: "close:store", Token: "b", TTL: time.Minute}); err != nil {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "close:store", Token: "b", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {

@@ -11,18 +11,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
-// List implements leasehold.Inspector with SCAN MATCH over the store's key
+// List implements driver.Inspector with SCAN MATCH over the store's key
 // space; on a Cluster it scans every master. It is an operator's tool: its
 // cost grows with the number of keys in Redis, not only with the locks.
 // Entries it cannot decode (a fence that is not a number, a lock key of
 // another type or without expiry) are skipped and reported in an error
 // wrapping leasehold.ErrBadEntry, returned with the good entries.
-func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	var (
 		mu  sync.Mutex
-		out []leasehold.LockInfo
+		out []driver.LockInfo
 		bad []string
 	)
 	scan := func(ctx context.Context, c Client) error {
@@ -59,7 +60,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, 
 // scan lists the locks on one node: SCAN in batches, each batch read with one
 // pipeline of inspect scripts. It returns the good entries and a description
 // of each bad one.
-func (s *Store) scan(ctx context.Context, c Client, prefix string) (out []leasehold.LockInfo, bad []string, err error) {
+func (s *Store) scan(ctx context.Context, c Client, prefix string) (out []driver.LockInfo, bad []string, err error) {
 	match := globEscape(s.prefix) + "{" + globEscape(tag(prefix)) + "*}:lock"
 	var cursor uint64
 	for {
@@ -80,7 +81,7 @@ func (s *Store) scan(ctx context.Context, c Client, prefix string) (out []leaseh
 	}
 }
 
-func (s *Store) inspectAll(ctx context.Context, c Client, names []string) (out []leasehold.LockInfo, bad []string, err error) {
+func (s *Store) inspectAll(ctx context.Context, c Client, names []string) (out []driver.LockInfo, bad []string, err error) {
 	keys := make([]string, 0, len(names))
 	for _, n := range names {
 		if k, ok := s.userKey(n); ok {
@@ -93,7 +94,7 @@ func (s *Store) inspectAll(ctx context.Context, c Client, names []string) (out [
 		cmds[i] = s.runPiped(ctx, pipe, true, inspectScript, s.inspectKeys(k))
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	out = make([]leasehold.LockInfo, 0, len(keys))
+	out = make([]driver.LockInfo, 0, len(keys))
 	for i, cmd := range cmds {
 		res, err := cmd.Slice()
 		switch {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -54,7 +55,7 @@ func TestMisconfigurationErrors(t *testing.T) {
 		{"fence key of another type", admin, "hashfence", "WRONGTYPE", leasehold.ErrNotHeld}, // no lock left behind
 	} {
 		s := newStore(t, tc.c, redisstore.Options{})
-		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: tc.key, Token: "t", TTL: time.Minute})
+		_, err := s.Acquire(ctx, driver.AcquireRequest{Key: tc.key, Token: "t", TTL: time.Minute})
 		if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Errorf("%s: expected an error wrapping ErrMisconfigured, got %v", tc.name, err)
 			continue

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -46,14 +46,14 @@ func TestRenewalsReloadTheScriptPastTheirDeadline(t *testing.T) {
 	ctx := t.Context()
 	keys := []string{"slow:a", "slow:b"}
 	for _, k := range keys {
-		if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: k, Token: "me", TTL: time.Minute}); err != nil {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "me", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	renew := map[string]func(ctx context.Context) error{
 		"Renew": func(ctx context.Context) error { return s.Renew(ctx, keys[0], "me", time.Minute) },
 		"RenewBatch": func(ctx context.Context) error {
-			for _, err := range s.RenewBatch(ctx, []leasehold.RenewRequest{{Key: keys[0], Token: "me", TTL: time.Minute}, {Key: keys[1], Token: "me", TTL: time.Minute}}) {
+			for _, err := range s.RenewBatch(ctx, []driver.RenewRequest{{Key: keys[0], Token: "me", TTL: time.Minute}, {Key: keys[1], Token: "me", TTL: time.Minute}}) {
 				if err != nil {
 					return err
 				}

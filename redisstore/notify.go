@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/waiters"
 )
 
@@ -33,26 +33,20 @@ type notifier struct {
 	waiters waiters.Set
 	linger  time.Duration // how long a channel stays subscribed after its last waiter left
 
-	hmu      sync.Mutex
-	handoffs map[handoffKey]string // grants received for this process's waiters: "FENCE|TTL_MS"
-	done     chan struct{}         // closed by Close
-	ctx      context.Context
-	cancel   context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
-	wg       sync.WaitGroup
+	done   chan struct{} // closed by Close
+	ctx    context.Context
+	cancel context.CancelFunc // ends ctx, which bounds the controllers' calls, at Close
+	wg     sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
 	groups map[string]*group // "" on a single node, a master's address on a Cluster
 }
 
-// handoffKey names one waiter's grant.
-type handoffKey struct{ key, token string }
-
 // defaultLinger keeps a key's channel subscribed after its last waiter in
 // this process left, so that a replica looping on one key (acquire, work,
 // release, acquire again) does not SUBSCRIBE and UNSUBSCRIBE per wait, and
-// its next waiter subscribes before its first acquire (leasehold.Granter's
-// Live).
+// its next waiter subscribes before its first acquire (Live).
 const defaultLinger = 2 * time.Second
 
 // group is one pub/sub connection and the channels subscribed on it.
@@ -85,21 +79,21 @@ func (n *notifier) init(s *Store) {
 	n.done = make(chan struct{})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.groups = make(map[string]*group)
-	n.handoffs = make(map[handoffKey]string)
 	n.linger = defaultLinger
 }
 
-// WaitRelease implements leasehold.Notifier. A waiter (token != "")
+// WaitRelease implements driver.Notifier. A waiter (token != "")
 // subscribes key's Channel and this Store's WaiterChannel, an observer
 // (token == "") Channel and ObserverChannel, unless another waiter of the key in
 // this Store already did; it returns once Redis has confirmed the
 // subscriptions, so a release after WaitRelease returns is seen; ctx bounds
-// the wait. The channel receives a value when a release
-// names token (token is the new head of the queue of a free key, or the
-// queue is empty), and after every reconnect of the pub/sub connection (a
+// the wait. A waiter's channel gets one wake-up at once (the subscription
+// does not resume from its last Acquire), then one when a release names
+// token (token is the new head of the queue of a free key, or the queue is
+// empty; with the grant when the release granted it), and after every reconnect of the pub/sub connection (a
 // wake-up may have been lost there, so every waiter re-checks). Expiry sends
 // nothing: a waiter wakes at the Remaining its Acquire reported.
-func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
@@ -114,12 +108,12 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan stru
 // connection) for the waiter token registered under waiterKey in the
 // notifier's waiter set, and returns once Redis confirmed every
 // subscription, bounded by ctx. op names the call in errors.
-func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan struct{}, func(), error) {
+func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan driver.Wake, func(), error) {
 	g, err := s.notify.group(ctx, chans[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	wake, unwake := s.notify.waiters.AddToken(waiterKey, token)
+	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "")
 	subs := make([]*subscription, len(chans))
 	for i, ch := range chans {
 		subs[i] = s.notify.join(g, ch, waiterKey)
@@ -128,7 +122,6 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 	stop := func() {
 		once.Do(func() {
 			unwake()
-			s.notify.forget(handoffKey{waiterKey, token})
 			for _, ch := range chans {
 				s.notify.leave(g, ch)
 			}
@@ -397,8 +390,7 @@ func (g *group) isClosed() bool {
 }
 
 // deliver wakes the waiter a release named ("" names every waiter of the
-// key), and keeps the grant a release made to it ("TOKEN|FENCE|TTL_MS") for
-// Granted when that waiter is in this process.
+// key), with the grant a release made to it ("TOKEN|FENCE|TTL_MS").
 func (g *group) deliver(m *redis.Message) {
 	n := g.n
 	n.mu.Lock()
@@ -412,50 +404,29 @@ func (g *group) deliver(m *redis.Message) {
 		return
 	}
 	token, grant, granted := strings.Cut(m.Payload, "|")
-	if !granted {
+	w, ok := parseGrant(grant)
+	if !granted || !ok {
 		n.waiters.WakeToken(sub.key, token)
 		return
 	}
-	hk := handoffKey{sub.key, token}
-	n.hmu.Lock()
-	n.handoffs[hk] = grant
-	n.hmu.Unlock()
-	if !n.waiters.WakeToken(sub.key, token) {
-		n.forget(hk) // another process's waiter
-	}
+	n.waiters.Hand(sub.key, token, w)
 }
 
-func (n *notifier) forget(hk handoffKey) {
-	n.hmu.Lock()
-	delete(n.handoffs, hk)
-	n.hmu.Unlock()
-}
-
-// Granted implements leasehold.Granter: the grant a release published for
-// token while its WaitRelease subscription was open.
-func (s *Store) Granted(key, token string) (leasehold.Handoff, bool) {
-	n := &s.notify
-	hk := handoffKey{key, token}
-	n.hmu.Lock()
-	grant, ok := n.handoffs[hk]
-	delete(n.handoffs, hk)
-	n.hmu.Unlock()
-	if !ok {
-		return leasehold.Handoff{}, false
-	}
+// parseGrant parses "FENCE|TTL_MS".
+func parseGrant(grant string) (driver.Wake, bool) {
 	f, ttl, _ := strings.Cut(grant, "|")
 	fence, err := strconv.ParseUint(f, 10, 64)
-	if err != nil {
-		return leasehold.Handoff{}, false
+	if err != nil || fence == 0 {
+		return driver.Wake{}, false
 	}
 	ms, err := strconv.ParseInt(ttl, 10, 64)
 	if err != nil || ms <= 0 {
-		return leasehold.Handoff{}, false
+		return driver.Wake{}, false
 	}
-	return leasehold.Handoff{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
+	return driver.Wake{Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, true
 }
 
-// Live implements leasehold.Granter: whether key's channel is subscribed and
+// Live implements driver.LiveNotifier: whether key's channel is subscribed and
 // confirmed on a notification connection of this Store (a waiter of the key
 // keeps it, or its linger has not ended).
 func (s *Store) Live(key string) bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -23,7 +24,7 @@ func TestRunbook(t *testing.T) {
 	srv := testredis.Start(t)
 	s := newStore(t, srv.Client(t), redisstore.Options{})
 	const key = "scheduler:job:42"
-	g, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: key, Token: "owner-token", TTL: time.Minute, Holder: "host-a/4242"})
+	g, err := s.Acquire(t.Context(), driver.AcquireRequest{Key: key, Token: "owner-token", TTL: time.Minute, Holder: "host-a/4242"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestRunbookEscapedKey(t *testing.T) {
 	srv := testredis.Start(t)
 	s := newStore(t, srv.Client(t), redisstore.Options{})
 	const odd = "}50%{x"
-	if _, err := s.Acquire(t.Context(), leasehold.AcquireRequest{Key: odd, Token: "t2", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(t.Context(), driver.AcquireRequest{Key: odd, Token: "t2", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(cli, "-p", strconv.Itoa(srv.Port), "GET", "leasehold:{%7D50%25%7Bx}:lock").CombinedOutput()

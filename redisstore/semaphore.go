@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // The semaphore scripts: one per operation, each the shared prelude
@@ -34,8 +35,8 @@ var (
 )
 
 var (
-	_ leasehold.Semaphorer     = (*Store)(nil)
-	_ leasehold.PermitNotifier = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // SemaphoreKeys returns the Redis keys of key's semaphore, all in key's hash
@@ -61,31 +62,31 @@ func (s *Store) PermitChannel(key string) string { return s.base(key) + ":sem:wa
 // no lock key has a control character, so it never names a lock's waiters.
 func permitWaiterKey(key string) string { return "\x00permit:" + key }
 
-// WaitPermit implements leasehold.PermitNotifier on the store's notifier (see
+// WaitPermit implements driver.PermitNotifier on the store's notifier (see
 // WaitRelease): it subscribes PermitChannel(key) and returns once Redis
 // confirmed it, bounded by ctx. The channel receives a value when a release
 // names token (see PermitChannel) and after every reconnect. Expiry sends
 // nothing: a waiter wakes at the Remaining its AcquirePermit reported.
-func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
 	return s.subscribe(ctx, "subscribe permits", key, []string{s.PermitChannel(key)}, permitWaiterKey(key), token)
 }
 
-// AcquirePermit implements leasehold.Semaphorer: one EVALSHA prunes expired
+// AcquirePermit implements driver.Semaphorer: one EVALSHA prunes expired
 // holders and waiters, applies the queue rule and mints the fence,
 // max(last+1, Redis TIME in µs).
-func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	if err := checkKey(req.Key); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	ms, err := ttlMillis(req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if req.Limit < 1 {
-		return leasehold.Grant{}, fmt.Errorf("%w: redisstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: redisstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
 	}
 	qms := max(req.QueueTTL.Milliseconds(), 0)
 	if req.QueueTTL > 0 {
@@ -94,29 +95,29 @@ func (s *Store) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) 
 	res, err := s.run(ctx, semAcquireScript, s.SemaphoreKeys(req.Key),
 		req.Token, ms, req.Limit, qms, req.Holder, s.retention.Milliseconds()).Slice()
 	if err != nil {
-		return leasehold.Grant{}, s.fail("acquire permit", req.Key, err)
+		return driver.Grant{}, s.fail("acquire permit", req.Key, err)
 	}
 	if len(res) == 2 {
 		if ok, _ := res[0].(int64); ok == 1 {
 			fence, err := parseFence(res[1])
 			if err != nil {
-				return leasehold.Grant{}, s.fail("acquire permit", req.Key, err)
+				return driver.Grant{}, s.fail("acquire permit", req.Key, err)
 			}
-			return leasehold.Grant{Fence: fence}, nil
+			return driver.Grant{Fence: fence}, nil
 		}
 	}
 	if len(res) != 4 {
-		return leasehold.Grant{}, s.fail("acquire permit", req.Key, fmt.Errorf("unexpected reply %v", res))
+		return driver.Grant{}, s.fail("acquire permit", req.Key, fmt.Errorf("unexpected reply %v", res))
 	}
 	rem, _ := res[1].(int64)
 	ahead, _ := res[2].(int64)
 	who, _ := res[3].(string)
-	return leasehold.Grant{
+	return driver.Grant{
 		Remaining: max(time.Duration(rem)*time.Millisecond, 0), Ahead: int(ahead), Holder: who,
 	}, leasehold.ErrNotAcquired
 }
 
-// RenewPermit implements leasehold.Semaphorer.
+// RenewPermit implements driver.Semaphorer.
 func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -135,7 +136,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	return nil
 }
 
-// ReleasePermit implements leasehold.Semaphorer: it frees the permit, leaves
+// ReleasePermit implements driver.Semaphorer: it frees the permit, leaves
 // the queue and PUBLISHes the waiters whose turn came on PermitChannel, in
 // one script.
 func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
@@ -152,31 +153,31 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Permits implements leasehold.Semaphorer.
-func (s *Store) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+// Permits implements driver.Semaphorer.
+func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.PermitInfo{}, err
+		return driver.PermitInfo{}, err
 	}
 	res, err := s.run(ctx, semPermitsScript, s.SemaphoreKeys(key)).Slice()
 	if err != nil {
-		return leasehold.PermitInfo{}, s.fail("permits", key, err)
+		return driver.PermitInfo{}, s.fail("permits", key, err)
 	}
 	info, err := s.permitInfo(key, res)
 	if err != nil {
-		return leasehold.PermitInfo{}, s.fail("permits", key, err)
+		return driver.PermitInfo{}, s.fail("permits", key, err)
 	}
 	return info, nil
 }
 
 // permitInfo decodes semaphore_permits.lua's reply.
-func (s *Store) permitInfo(key string, res []any) (leasehold.PermitInfo, error) {
+func (s *Store) permitInfo(key string, res []any) (driver.PermitInfo, error) {
 	if len(res) < 3 || (len(res)-3)%3 != 0 {
-		return leasehold.PermitInfo{}, fmt.Errorf("unexpected reply %v", res)
+		return driver.PermitInfo{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	limit, _ := res[0].(int64)
 	waiting, _ := res[1].(int64)
 	head, _ := res[2].(string)
-	info := leasehold.PermitInfo{Key: key, Limit: int(limit), Waiting: int(waiting), NextHolder: head}
+	info := driver.PermitInfo{Key: key, Limit: int(limit), Waiting: int(waiting), NextHolder: head}
 	keys := s.SemaphoreKeys(key)
 	for i := 3; i < len(res); i += 3 {
 		tok, _ := res[i].(string)
@@ -185,9 +186,9 @@ func (s *Store) permitInfo(key string, res []any) (leasehold.PermitInfo, error) 
 		fence, who, _ := strings.Cut(v, "|")
 		f, err := parseFence(fence)
 		if err != nil {
-			return leasehold.PermitInfo{}, fmt.Errorf("%w: permit %q: %w", leasehold.ErrBadEntry, tok, err)
+			return driver.PermitInfo{}, fmt.Errorf("%w: permit %q: %w", leasehold.ErrBadEntry, tok, err)
 		}
-		info.Holders = append(info.Holders, leasehold.LockInfo{
+		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: tok, Holder: who, Fence: f, Remaining: max(time.Duration(rem)*time.Millisecond, 0),
 			Facts: map[string]string{"store": "redis", "holders_key": keys[0], "info_key": keys[1], "channel": s.PermitChannel(key)},
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
@@ -34,7 +35,7 @@ func BenchmarkPermitCycle(b *testing.B) {
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("lock/g=%d", g), func(b *testing.B) {
 			benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: ttl}); err != nil {
 					return err
 				}
 				return s.Release(ctx, key, token)
@@ -43,7 +44,7 @@ func BenchmarkPermitCycle(b *testing.B) {
 		for _, n := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("permit/N=%d/g=%d", n, g), func(b *testing.B) {
 				benchkit.Parallel(b, g, func(ctx context.Context, key, token string) error {
-					req := leasehold.PermitRequest{Key: key, Token: token, TTL: ttl, Limit: n}
+					req := driver.PermitRequest{Key: key, Token: token, TTL: ttl, Limit: n}
 					if _, err := s.AcquirePermit(ctx, req); err != nil {
 						return err
 					}
@@ -78,7 +79,7 @@ func BenchmarkPermitVsLock(b *testing.B) {
 			var lockT, permT, lockCPU, permCPU time.Duration
 			var lockCmds, permCmds int64
 			lock := func(tok string) {
-				if _, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: lockKey, Token: tok, TTL: ttl}); err != nil {
+				if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: lockKey, Token: tok, TTL: ttl}); err != nil {
 					b.Fatal(err)
 				}
 				if err := s.Release(ctx, lockKey, tok); err != nil {
@@ -86,7 +87,7 @@ func BenchmarkPermitVsLock(b *testing.B) {
 				}
 			}
 			permit := func(tok string) {
-				if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: semKey, Token: tok, TTL: ttl, Limit: n}); err != nil {
+				if _, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: semKey, Token: tok, TTL: ttl, Limit: n}); err != nil {
 					b.Fatal(err)
 				}
 				if err := s.ReleasePermit(ctx, semKey, tok); err != nil {

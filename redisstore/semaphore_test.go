@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -17,9 +18,9 @@ import (
 func TestSemaphoreConformance(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
-		New:   func(t *testing.T) leasehold.Semaphorer { return newStore(t, srv.Client(t), redisstore.Options{}) },
-		Break: func(t *testing.T, _ leasehold.Semaphorer) { srv.Stop() },
-		Heal:  func(t *testing.T, _ leasehold.Semaphorer) { srv.Restart() },
+		New:   func(t *testing.T) driver.Semaphorer { return newStore(t, srv.Client(t), redisstore.Options{}) },
+		Break: func(t *testing.T, _ driver.Semaphorer) { srv.Stop() },
+		Heal:  func(t *testing.T, _ driver.Semaphorer) { srv.Restart() },
 	})
 }
 
@@ -31,7 +32,7 @@ func TestSemaphoreCluster(t *testing.T) {
 	}
 	cl := testredis.StartCluster(t, 3)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
-		New:   func(t *testing.T) leasehold.Semaphorer { return newStore(t, cl.Client(t), redisstore.Options{}) },
+		New:   func(t *testing.T) driver.Semaphorer { return newStore(t, cl.Client(t), redisstore.Options{}) },
 		Slack: 5 * time.Second,
 	})
 }
@@ -44,7 +45,7 @@ func TestSemaphoreFenceAfterDataLoss(t *testing.T) {
 	s := newStore(t, srv.Client(t), redisstore.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	req := leasehold.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 2}
+	req := driver.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 2}
 	var last uint64
 	for i := range 50 { // push the counter ahead of the clock floor
 		req.Token = string(rune('a' + i%26))
@@ -59,7 +60,7 @@ func TestSemaphoreFenceAfterDataLoss(t *testing.T) {
 	}
 	srv.Restart()
 	var (
-		g   leasehold.Grant
+		g   driver.Grant
 		err error
 	)
 	for range 50 { // the client reconnects
@@ -84,10 +85,10 @@ func TestSemaphoreNoGarbage(t *testing.T) {
 	s := newStore(t, c, redisstore.Options{FenceRetention: time.Hour})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := s.AcquirePermit(ctx, leasehold.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1}); err != nil {
+	if _, err := s.AcquirePermit(ctx, driver.PermitRequest{Key: "k", Token: "a", TTL: time.Minute, Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
-	w := leasehold.PermitRequest{Key: "k", Token: "w", TTL: time.Minute, Limit: 1, QueueTTL: time.Minute}
+	w := driver.PermitRequest{Key: "k", Token: "w", TTL: time.Minute, Limit: 1, QueueTTL: time.Minute}
 	if _, err := s.AcquirePermit(ctx, w); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("waiter: expected ErrNotAcquired, got %v", err)
 	}

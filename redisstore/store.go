@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Defaults used for zero Options fields.
@@ -76,12 +77,12 @@ var (
 	_ Client        = (redis.UniversalClient)(nil)
 	_ clusterClient = (*redis.ClusterClient)(nil)
 
-	_ leasehold.Store         = (*Store)(nil)
-	_ leasehold.Inspector     = (*Store)(nil)
-	_ leasehold.Notifier      = (*Store)(nil)
-	_ leasehold.Granter       = (*Store)(nil)
-	_ leasehold.ForceReleaser = (*Store)(nil)
-	_ leasehold.BatchRenewer  = (*Store)(nil)
+	_ driver.Store         = (*Store)(nil)
+	_ driver.Inspector     = (*Store)(nil)
+	_ driver.Notifier      = (*Store)(nil)
+	_ driver.LiveNotifier  = (*Store)(nil)
+	_ driver.ForceReleaser = (*Store)(nil)
+	_ driver.BatchRenewer  = (*Store)(nil)
 )
 
 // Options configure a Store. The zero value means the documented defaults.
@@ -109,7 +110,7 @@ type Options struct {
 	Functions bool
 }
 
-// Store is a leasehold.Store, Inspector, Notifier, BatchRenewer and
+// Store is a driver.Store, Inspector, Notifier, BatchRenewer and
 // ForceReleaser over Redis. It is safe for concurrent use. Close stops its
 // notification subscriptions.
 type Store struct {
@@ -272,18 +273,18 @@ func checkToken(token string) error {
 	return nil
 }
 
-// Acquire implements leasehold.Store: one EVALSHA with the queue rule, SET
+// Acquire implements driver.Store: one EVALSHA with the queue rule, SET
 // NX PX of "TOKEN|HOLDER" and the fence, max(last+1, Redis TIME in µs).
-func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := checkKey(req.Key); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if err := checkToken(req.Token); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	ms, err := ttlMillis(req.TTL)
 	if err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	var qms int64
 	if req.QueueTTL > 0 {
@@ -297,29 +298,29 @@ func (s *Store) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leas
 	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
 		value, ms, ms+s.retention.Milliseconds(), strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
 	if err != nil {
-		return leasehold.Grant{}, s.fail("acquire", req.Key, err)
+		return driver.Grant{}, s.fail("acquire", req.Key, err)
 	}
 	return decodeGrant(res)
 }
 
 // decodeGrant decodes acquire.lua's reply: the fence on a grant, or
 // {0, pttl, holder, ahead} on a refusal.
-func decodeGrant(res any) (leasehold.Grant, error) {
+func decodeGrant(res any) (driver.Grant, error) {
 	if _, ok := res.(string); ok {
 		fence, err := parseFence(res)
 		if err != nil {
-			return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
+			return driver.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
-		return leasehold.Grant{Fence: fence}, nil
+		return driver.Grant{Fence: fence}, nil
 	}
 	r, _ := res.([]any)
 	if len(r) != 4 {
-		return leasehold.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v", res)
+		return driver.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v", res)
 	}
 	pttl, _ := r[1].(int64)
 	holder, _ := r[2].(string)
 	ahead, _ := r[3].(int64)
-	return leasehold.Grant{
+	return driver.Grant{
 		Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
 		Holder:    holder,
 		Ahead:     int(ahead),
@@ -345,7 +346,7 @@ func truncate(s string) string {
 	return s
 }
 
-// Renew implements leasehold.Store: compare-and-PEXPIRE.
+// Renew implements driver.Store: compare-and-PEXPIRE.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -364,11 +365,11 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// RenewBatch implements leasehold.BatchRenewer: the renew script for every
+// RenewBatch implements driver.BatchRenewer: the renew script for every
 // request in one pipeline (one round trip per node on a Cluster). When Redis
 // has lost the script cache (NOSCRIPT) the batch is sent again with EVAL,
 // which needs no SCRIPT LOAD permission and caches the script again.
-func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
 	send := func(ctx context.Context, eval bool) {
@@ -418,12 +419,12 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) [
 	return errs
 }
 
-// Release implements leasehold.Store: compare-and-DEL, leaving the queue and
+// Release implements driver.Store: compare-and-DEL, leaving the queue and
 // handing the free key to its head, in one script. The head becomes the
 // holder at once (its token and holder, PX = the TTL it asked for, capped
 // at its queue deadline, and a fresh fence) and "TOKEN|FENCE|TTL_MS" is
 // published on the key's channel: a subscribed waiter takes the lease from
-// the message (leasehold.Granter) without an acquire of its own, and one
+// the message (a driver.Wake with the grant) without an acquire of its own, and one
 // that missed it finds itself the holder on its next Acquire.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkKey(key); err != nil {
@@ -450,21 +451,21 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // a Locker's ReleaseTimeout (default 2 s) and go-redis's retries of one call.
 const releasedMemory = 10 * time.Second
 
-// ForceRelease implements leasehold.ForceReleaser: it deletes key's lock
+// ForceRelease implements driver.ForceReleaser: it deletes key's lock
 // whoever holds it, wakes the head waiter and returns what it deleted. A
 // fence key that holds no valid fence is deleted with it (the repair for
 // ErrBadEntry on acquire); the returned error then wraps ErrBadEntry.
-func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	base := s.base(key)
 	res, err := s.run(ctx, forceReleaseScript, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	case err != nil:
-		return leasehold.LockInfo{}, s.fail("force release", key, err)
+		return driver.LockInfo{}, s.fail("force release", key, err)
 	}
 	info, err := s.info(key, res)
 	if repaired, _ := res[len(res)-1].(int64); repaired == 1 {
@@ -475,18 +476,18 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (leasehold.LockInf
 	return info, err
 }
 
-// Inspect implements leasehold.Inspector. LockInfo.Facts names the Redis
+// Inspect implements driver.Inspector. LockInfo.Facts names the Redis
 // keys and channel (lock_key, fence_key, queue_key, channel) for a runbook.
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkKey(key); err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	res, err := s.run(ctx, inspectScript, s.inspectKeys(key)).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return leasehold.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, leasehold.ErrNotHeld
 	case err != nil:
-		return leasehold.LockInfo{}, s.fail("inspect", key, err)
+		return driver.LockInfo{}, s.fail("inspect", key, err)
 	}
 	return s.info(key, res)
 }
@@ -499,16 +500,16 @@ func (s *Store) inspectKeys(key string) []string {
 // info decodes the {value, pttl, fence, waiting, next holder} reply of
 // inspect.lua and forcerelease.lua. A fence that is not a decimal uint64 is
 // reported with an error wrapping ErrBadEntry, along with the rest.
-func (s *Store) info(key string, res []any) (leasehold.LockInfo, error) {
+func (s *Store) info(key string, res []any) (driver.LockInfo, error) {
 	if len(res) < 5 {
-		return leasehold.LockInfo{}, fmt.Errorf("redisstore: %q: unexpected reply %v", key, res)
+		return driver.LockInfo{}, fmt.Errorf("redisstore: %q: unexpected reply %v", key, res)
 	}
 	v, _ := res[0].(string)
 	tok, holder, _ := strings.Cut(v, "|")
 	pttl, _ := res[1].(int64)
 	waiting, _ := res[3].(int64)
 	next, _ := res[4].(string)
-	info := leasehold.LockInfo{
+	info := driver.LockInfo{
 		Key: key, Token: tok, Holder: holder, Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
 		Waiting: int(waiting), NextHolder: next,
 		Facts: map[string]string{

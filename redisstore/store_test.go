@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -40,10 +40,10 @@ func newClient(t *testing.T, addr string) *redis.Client {
 func TestConformance(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New:       func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
-		Break:     func(t *testing.T, _ leasehold.Store) { srv.Stop() },
-		Heal:      func(t *testing.T, _ leasehold.Store) { srv.Restart() },
-		Freeze:    func(t *testing.T, _ leasehold.Store) func() { return srv.Freeze() },
+		New:       func(t *testing.T) driver.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+		Break:     func(t *testing.T, _ driver.Store) { srv.Stop() },
+		Heal:      func(t *testing.T, _ driver.Store) { srv.Restart() },
+		Freeze:    func(t *testing.T, _ driver.Store) func() { return srv.Freeze() },
 		Leftovers: func(t *testing.T) []string { return leftovers(t, newClient(t, srv.Addr)) },
 	})
 }
@@ -84,7 +84,7 @@ func leftovers(t *testing.T, c redis.UniversalClient) []string {
 func TestConformanceCustomPrefix(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store {
+		New: func(t *testing.T) driver.Store {
 			return newStore(t, redis.UniversalClient(newClient(t, srv.Addr)), redisstore.Options{Prefix: "app[1]*{x}:"})
 		},
 		Slack: time.Second,
@@ -96,6 +96,6 @@ func TestConformanceCustomPrefix(t *testing.T) {
 func TestLiveness(t *testing.T) {
 	srv := testredis.Start(t)
 	storetest.RunLiveness(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
+		New: func(t *testing.T) driver.Store { return newStore(t, newClient(t, srv.Addr), redisstore.Options{}) },
 	}, 0)
 }

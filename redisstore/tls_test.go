@@ -17,7 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -101,6 +101,6 @@ func TestTLS(t *testing.T) {
 	}
 
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) leasehold.Store { return newStore(t, c, redisstore.Options{}) },
+		New: func(t *testing.T) driver.Store { return newStore(t, c, redisstore.Options{}) },
 	})
 }

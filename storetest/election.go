@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // errCut is what a cut replica's store answers: its process is gone.
@@ -33,9 +34,9 @@ func (c *cutStore) check() error {
 	return nil
 }
 
-func (c *cutStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (c *cutStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := c.check(); err != nil {
-		return leasehold.Grant{}, err
+		return driver.Grant{}, err
 	}
 	return c.fullStore.Acquire(ctx, req)
 }
@@ -54,9 +55,9 @@ func (c *cutStore) Release(ctx context.Context, key, token string) error {
 	return c.fullStore.Release(ctx, key, token)
 }
 
-func (c *cutStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (c *cutStore) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
-	br, ok := c.fullStore.(leasehold.BatchRenewer)
+	br, ok := c.fullStore.(driver.BatchRenewer)
 	if err := c.check(); err != nil || !ok {
 		for i, r := range reqs {
 			errs[i] = err
@@ -69,15 +70,15 @@ func (c *cutStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest
 	return br.RenewBatch(ctx, reqs)
 }
 
-func (c *cutStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
+func (c *cutStore) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := c.check(); err != nil {
-		return leasehold.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	return c.fullStore.Inspect(ctx, key)
 }
 
-func (c *cutStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	n, ok := c.fullStore.(leasehold.Notifier)
+func (c *cutStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	n, ok := c.fullStore.(driver.Notifier)
 	if !ok {
 		return nil, nil, errors.New("storetest: store cannot notify")
 	}
@@ -131,7 +132,7 @@ func (r *runner) election(t *testing.T) {
 	}
 	stop := func(p *part) { p.once.Do(func() { p.cancel(); <-p.done }) }
 	parts := make(map[string]*part)
-	newLocker := func(s leasehold.Store, who string) *leasehold.Locker {
+	newLocker := func(s driver.Store, who string) *leasehold.Locker {
 		l, err := leasehold.New(s, leasehold.Options{Name: "election", Identity: who, TTL: ttl,
 			DriftMargin: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {

@@ -3,7 +3,7 @@ package storetest_test
 import (
 	"testing"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -15,9 +15,9 @@ import (
 func ExampleRun() {
 	testConformance := func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T) leasehold.Store { return memstore.New() },
+			New: func(t *testing.T) driver.Store { return memstore.New() },
 			// One store is every replica: it is in-process.
-			Replica: func(t *testing.T, s leasehold.Store) leasehold.Store { return s },
+			Replica: func(t *testing.T, s driver.Store) driver.Store { return s },
 		})
 	}
 	_ = testConformance // in a _test.go file: func TestConformance(t *testing.T) { ... }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // nothingLeftAfterClose checks that a store and its Lockers leave no
@@ -35,7 +36,7 @@ func (r *runner) nothingLeftAfterClose(t *testing.T) {
 			}
 			mustRelease(t, s1, key, tok)
 		}
-		if n, ok := s2.(leasehold.Notifier); ok { // a subscription, stopped before Close
+		if n, ok := s2.(driver.Notifier); ok { // a subscription, stopped before Close
 			_, stop, err := n.WaitRelease(ctx, r.key(t, "sub"), "sub")
 			if err != nil {
 				t.Fatalf("WaitRelease: %v", err)
@@ -66,7 +67,7 @@ func (r *runner) lockerCloseCleansUp(t *testing.T) {
 // holding the first key, which Close releases.
 func (r *runner) lockersCleanUp(t *testing.T, ctx context.Context, s1, s2 fullStore) {
 	t.Helper()
-	newLocker := func(s leasehold.Store) *leasehold.Locker {
+	newLocker := func(s driver.Store) *leasehold.Locker {
 		lk, err := leasehold.New(s, leasehold.Options{Name: "storetest", TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)

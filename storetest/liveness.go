@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // The liveness run's shape: livenessReplicas stores (each with a Locker per
@@ -267,7 +268,7 @@ func (lr *liveRound) probe(key string) string {
 		t.Fatalf("Inspect(%q): %v", key, err)
 	}
 	tok := "probe-" + leasehold.NewToken()
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Second})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: time.Second})
 	switch {
 	case err == nil:
 		if err := s.Release(ctx, key, tok); err != nil {

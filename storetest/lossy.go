@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // lossyStore forwards every call and capability to a store and loses the
@@ -16,7 +16,7 @@ import (
 // applied them, as a network that drops a reply would: the caller gets
 // errLostReply and must clean up after a request that took effect.
 type lossyStore struct {
-	s    leasehold.Store
+	s    driver.Store
 	loss float64 // probability of losing a reply
 
 	mu   sync.Mutex
@@ -25,7 +25,7 @@ type lossyStore struct {
 	keys map[string][]string // key -> every call, for failure messages
 }
 
-func newLossy(s leasehold.Store, loss float64, seed uint64) *lossyStore {
+func newLossy(s driver.Store, loss float64, seed uint64) *lossyStore {
 	return &lossyStore{s: s, loss: loss, rng: rand.New(rand.NewPCG(seed, 0x6c6f7373)), hist: map[string][]string{}, keys: map[string][]string{}}
 }
 
@@ -71,12 +71,12 @@ func (w *lossyStore) lost() bool {
 	return w.rng.Float64() < w.loss
 }
 
-func (w *lossyStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (w *lossyStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	start := time.Now()
 	g, err := w.s.Acquire(ctx, req)
 	if w.lost() {
 		err = errors.Join(errLostReply, err)
-		g = leasehold.Grant{}
+		g = driver.Grant{}
 	}
 	w.note(req.Key, req.Token, fmt.Sprintf("acquire(queue %v)", req.QueueTTL), start, ctx, err)
 	if errors.Is(err, errLostReply) {
@@ -102,43 +102,31 @@ func (w *lossyStore) Release(ctx context.Context, key, token string) error {
 	return err
 }
 
-func (w *lossyStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	return w.s.(leasehold.Inspector).Inspect(ctx, key)
+func (w *lossyStore) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
+	return w.s.(driver.Inspector).Inspect(ctx, key)
 }
 
-func (w *lossyStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	return w.s.(leasehold.Inspector).List(ctx, prefix)
+func (w *lossyStore) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	return w.s.(driver.Inspector).List(ctx, prefix)
 }
 
 var errNoNotifier = errors.New("storetest: the store cannot notify")
 
-func (w *lossyStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	n, ok := w.s.(leasehold.Notifier)
+func (w *lossyStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	n, ok := w.s.(driver.Notifier)
 	if !ok {
 		return nil, nil, errNoNotifier
 	}
 	return n.WaitRelease(ctx, key, token)
 }
 
-func (w *lossyStore) Granted(key, token string) (leasehold.Handoff, bool) {
-	if g, ok := w.s.(leasehold.Granter); ok {
-		return g.Granted(key, token)
-	}
-	return leasehold.Handoff{}, false
-}
-
 func (w *lossyStore) Live(key string) bool {
-	g, ok := w.s.(leasehold.Granter)
-	return ok && g.Live(key)
+	n, ok := w.s.(driver.LiveNotifier)
+	return ok && n.Live(key)
 }
 
-func (w *lossyStore) Resumes(key, token string) bool {
-	r, ok := w.s.(leasehold.Resumer)
-	return ok && r.Resumes(key, token)
-}
-
-func (w *lossyStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
-	if b, ok := w.s.(leasehold.BatchRenewer); ok {
+func (w *lossyStore) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
+	if b, ok := w.s.(driver.BatchRenewer); ok {
 		return b.RenewBatch(ctx, reqs)
 	}
 	errs := make([]error, len(reqs))
@@ -149,9 +137,8 @@ func (w *lossyStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewReque
 }
 
 var (
-	_ leasehold.Inspector    = (*lossyStore)(nil)
-	_ leasehold.Notifier     = (*lossyStore)(nil)
-	_ leasehold.Granter      = (*lossyStore)(nil)
-	_ leasehold.Resumer      = (*lossyStore)(nil)
-	_ leasehold.BatchRenewer = (*lossyStore)(nil)
+	_ driver.Inspector    = (*lossyStore)(nil)
+	_ driver.Notifier     = (*lossyStore)(nil)
+	_ driver.LiveNotifier = (*lossyStore)(nil)
+	_ driver.BatchRenewer = (*lossyStore)(nil)
 )

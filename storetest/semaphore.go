@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // SemaphoreHarness tells RunSemaphore how to get semaphore stores.
@@ -20,12 +21,12 @@ type SemaphoreHarness struct {
 	// same data: the suite uses several instances as separate replicas (an
 	// embedded store's harness returns the same instance every time). It
 	// should register cleanup with t.Cleanup.
-	New func(t *testing.T) leasehold.Semaphorer
+	New func(t *testing.T) driver.Semaphorer
 
 	// Break and Heal are as in Harness; without Break the "store errors"
 	// subtest is skipped.
-	Break func(t *testing.T, s leasehold.Semaphorer)
-	Heal  func(t *testing.T, s leasehold.Semaphorer)
+	Break func(t *testing.T, s driver.Semaphorer)
+	Heal  func(t *testing.T, s driver.Semaphorer)
 
 	// Slack is added to every timing bound.
 	Slack time.Duration
@@ -35,7 +36,7 @@ type SemaphoreHarness struct {
 	MinTTL time.Duration
 }
 
-// RunSemaphore runs the conformance suite of leasehold.Semaphorer as subtests
+// RunSemaphore runs the conformance suite of driver.Semaphorer as subtests
 // of t, one after the other.
 func RunSemaphore(t *testing.T, h SemaphoreHarness) {
 	t.Helper()
@@ -68,11 +69,11 @@ func (r *semRunner) key(t *testing.T, suffix string) string {
 	return fmt.Sprintf("storetest:%s:%s:%s", r.run, strings.ReplaceAll(t.Name(), "/", "."), suffix)
 }
 
-func permitReq(key, token string, ttl time.Duration, limit int) leasehold.PermitRequest {
-	return leasehold.PermitRequest{Key: key, Token: token, TTL: ttl, Limit: limit, Holder: "holder-" + token}
+func permitReq(key, token string, ttl time.Duration, limit int) driver.PermitRequest {
+	return driver.PermitRequest{Key: key, Token: token, TTL: ttl, Limit: limit, Holder: "holder-" + token}
 }
 
-func mustPermit(t *testing.T, s leasehold.Semaphorer, req leasehold.PermitRequest) uint64 {
+func mustPermit(t *testing.T, s driver.Semaphorer, req driver.PermitRequest) uint64 {
 	t.Helper()
 	g, err := s.AcquirePermit(ctxFor(t, 5*time.Second), req)
 	if err != nil {
@@ -84,7 +85,7 @@ func mustPermit(t *testing.T, s leasehold.Semaphorer, req leasehold.PermitReques
 	return g.Fence
 }
 
-func mustNotPermit(t *testing.T, s leasehold.Semaphorer, req leasehold.PermitRequest) leasehold.Grant {
+func mustNotPermit(t *testing.T, s driver.Semaphorer, req driver.PermitRequest) driver.Grant {
 	t.Helper()
 	g, err := s.AcquirePermit(ctxFor(t, 5*time.Second), req)
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
@@ -93,7 +94,7 @@ func mustNotPermit(t *testing.T, s leasehold.Semaphorer, req leasehold.PermitReq
 	return g
 }
 
-func mustReleasePermit(t *testing.T, s leasehold.Semaphorer, key, token string) {
+func mustReleasePermit(t *testing.T, s driver.Semaphorer, key, token string) {
 	t.Helper()
 	if err := s.ReleasePermit(ctxFor(t, 5*time.Second), key, token); err != nil {
 		t.Fatalf("ReleasePermit(%q, %q): expected success, got %v", key, token, err)
@@ -165,7 +166,7 @@ func (r *semRunner) atMostN(t *testing.T) {
 		history []trusted
 		wg      sync.WaitGroup
 	)
-	stores := make([]leasehold.Semaphorer, replicas)
+	stores := make([]driver.Semaphorer, replicas)
 	for i := range stores {
 		stores[i] = r.h.New(t)
 	}
@@ -220,7 +221,7 @@ func (r *semRunner) atMostN(t *testing.T) {
 // past the TTL then a late release, or brief work and a release. It returns
 // the interval the holder trusted the permit: from the reply until the
 // release was sent, at most until its local guard (acquire sent + TTL).
-func holdPermit(t *testing.T, s leasehold.Semaphorer, rng *rand.Rand, i int, key, tok string, fence uint64, sent time.Time, ttl time.Duration) trusted {
+func holdPermit(t *testing.T, s driver.Semaphorer, rng *rand.Rand, i int, key, tok string, fence uint64, sent time.Time, ttl time.Duration) trusted {
 	guard := sent.Add(ttl)
 	x := trusted{from: time.Now(), fence: fence, token: tok}
 	switch p := rng.IntN(10); {
@@ -256,14 +257,14 @@ func (r *semRunner) fences(t *testing.T) {
 		last = f
 	}
 	for i := range 12 { // four permits at a time, released in turn
-		s := []leasehold.Semaphorer{a, b}[i%2]
+		s := []driver.Semaphorer{a, b}[i%2]
 		check(fmt.Sprintf("permit %d", i), mustPermit(t, s, permitReq(key, fmt.Sprintf("t%d", i), time.Minute, 4)))
 		if i >= 3 {
-			mustReleasePermit(t, []leasehold.Semaphorer{a, b}[(i-3)%2], key, fmt.Sprintf("t%d", i-3))
+			mustReleasePermit(t, []driver.Semaphorer{a, b}[(i-3)%2], key, fmt.Sprintf("t%d", i-3))
 		}
 	}
 	for i := 9; i < 12; i++ {
-		mustReleasePermit(t, []leasehold.Semaphorer{a, b}[i%2], key, fmt.Sprintf("t%d", i))
+		mustReleasePermit(t, []driver.Semaphorer{a, b}[i%2], key, fmt.Sprintf("t%d", i))
 	}
 	check("before expiry", mustPermit(t, a, permitReq(key, "short", r.h.MinTTL, 1)))
 	g := r.waitPermit(t, b, permitReq(key, "after-expiry", time.Minute, 1), 5*time.Second+r.h.MinTTL)
@@ -277,7 +278,7 @@ func (r *semRunner) fences(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := []leasehold.Semaphorer{a, b}[i%2]
+			s := []driver.Semaphorer{a, b}[i%2]
 			g, err := s.AcquirePermit(ctxFor(t, 10*time.Second), permitReq(key, fmt.Sprintf("c%d", i), time.Minute, n+1))
 			if err != nil {
 				t.Errorf("concurrent permit %d: %v", i, err)
@@ -298,7 +299,7 @@ func (r *semRunner) fences(t *testing.T) {
 }
 
 // waitPermit retries a try until it is granted or within expires.
-func (r *semRunner) waitPermit(t *testing.T, s leasehold.Semaphorer, req leasehold.PermitRequest, within time.Duration) leasehold.Grant {
+func (r *semRunner) waitPermit(t *testing.T, s driver.Semaphorer, req driver.PermitRequest, within time.Duration) driver.Grant {
 	t.Helper()
 	deadline := time.Now().Add(within + r.h.Slack)
 	for {
@@ -354,7 +355,7 @@ func (r *semRunner) tokenChecked(t *testing.T) {
 }
 
 // checkFull checks the refusal of a full semaphore held by a and b.
-func checkFull(t *testing.T, g leasehold.Grant) {
+func checkFull(t *testing.T, g driver.Grant) {
 	t.Helper()
 	if g.Remaining <= 0 || g.Remaining > time.Minute+10*time.Millisecond {
 		t.Fatalf("full semaphore: expected Remaining in (0, 1m], got %v", g.Remaining)
@@ -365,7 +366,7 @@ func checkFull(t *testing.T, g leasehold.Grant) {
 }
 
 // checkTwoHolders checks Permits with holders a (fence f) and b, limit 2.
-func checkTwoHolders(t *testing.T, s leasehold.Semaphorer, key string, f uint64) {
+func checkTwoHolders(t *testing.T, s driver.Semaphorer, key string, f uint64) {
 	t.Helper()
 	info, err := s.Permits(ctxFor(t, 5*time.Second), key)
 	if err != nil {
@@ -413,14 +414,14 @@ func (r *semRunner) fifo(t *testing.T) {
 	a, b := r.h.New(t), r.h.New(t)
 	key := r.key(t, "k")
 	qttl := time.Minute
-	wait := func(s leasehold.Semaphorer, tok string, limit int) leasehold.PermitRequest {
+	wait := func(s driver.Semaphorer, tok string, limit int) driver.PermitRequest {
 		req := permitReq(key, tok, time.Minute, limit)
 		req.QueueTTL = qttl
 		return req
 	}
 	mustPermit(t, a, permitReq(key, "h", time.Minute, 1))
 	for i := range 5 {
-		s := []leasehold.Semaphorer{a, b}[i%2]
+		s := []driver.Semaphorer{a, b}[i%2]
 		g := mustNotPermit(t, s, wait(s, fmt.Sprintf("w%d", i), 1))
 		if g.Ahead != i {
 			t.Fatalf("waiter w%d: expected %d ahead, got %d", i, i, g.Ahead)
@@ -523,9 +524,9 @@ func (r *semRunner) limitLowered(t *testing.T) {
 
 func (r *semRunner) notification(t *testing.T) {
 	s := r.h.New(t)
-	n, ok := s.(leasehold.PermitNotifier)
+	n, ok := s.(driver.PermitNotifier)
 	if !ok {
-		t.Skip("store does not implement leasehold.PermitNotifier")
+		t.Skip("store does not implement driver.PermitNotifier")
 	}
 	ctx := ctxFor(t, 20*time.Second)
 	key, other := r.key(t, "k"), r.key(t, "other")
@@ -536,6 +537,7 @@ func (r *semRunner) notification(t *testing.T) {
 		t.Fatalf("WaitPermit: %v", err)
 	}
 	defer stop()
+	drainAtOnce(ch)
 	mustReleasePermit(t, s, other, "a")
 	select {
 	case <-ch:

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // permitWaiter is one subscribed permit waiter and its wake-up count.
 type permitWaiter struct {
 	*counted
-	s   leasehold.Semaphorer
-	req leasehold.PermitRequest
+	s   driver.Semaphorer
+	req driver.PermitRequest
 }
 
 // subscribePermit subscribes token's wake-ups on its own instance, then
@@ -23,9 +24,9 @@ type permitWaiter struct {
 func (r *semRunner) subscribePermit(t *testing.T, key, token string, limit, ahead int) *permitWaiter {
 	t.Helper()
 	s := r.h.New(t)
-	n, ok := s.(leasehold.PermitNotifier)
+	n, ok := s.(driver.PermitNotifier)
 	if !ok {
-		t.Skip("store does not implement leasehold.PermitNotifier")
+		t.Skip("store does not implement driver.PermitNotifier")
 	}
 	ch, stop, err := n.WaitPermit(ctxFor(t, 5*time.Second), key, token)
 	if err != nil {
@@ -86,7 +87,7 @@ func (r *semRunner) wakesOnlyFreeHeads(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		w[i] = r.subscribePermit(t, key, fmt.Sprintf("w%d", i), limit, i-1)
 	}
-	release := func(s leasehold.Semaphorer, tok string) func() {
+	release := func(s driver.Semaphorer, tok string) func() {
 		return func() { mustReleasePermit(t, s, key, tok) }
 	}
 	pw := func(ws ...*permitWaiter) []*permitWaiter { return ws }
@@ -118,13 +119,13 @@ func (r *semRunner) wakesOnlyFreeHeads(t *testing.T) {
 
 // countingSem counts the AcquirePermit calls one replica's Locker makes.
 type countingSem struct {
-	leasehold.Store
-	sem      leasehold.Semaphorer
-	n        leasehold.PermitNotifier
+	driver.Store
+	sem      driver.Semaphorer
+	n        driver.PermitNotifier
 	acquires atomic.Int64
 }
 
-func (c *countingSem) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
+func (c *countingSem) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	c.acquires.Add(1)
 	return c.sem.AcquirePermit(ctx, req)
 }
@@ -137,11 +138,11 @@ func (c *countingSem) ReleasePermit(ctx context.Context, key, token string) erro
 	return c.sem.ReleasePermit(ctx, key, token)
 }
 
-func (c *countingSem) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
+func (c *countingSem) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	return c.sem.Permits(ctx, key)
 }
 
-func (c *countingSem) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (c *countingSem) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	return c.n.WaitPermit(ctx, key, token)
 }
 
@@ -162,16 +163,16 @@ func (r *semRunner) lockersWakeOnlyTheHead(t *testing.T) {
 
 // permitLockers starts n Lockers, each on its own instance, blocked in
 // Semaphore.Acquire (limit 1) and queued in that order.
-func (r *semRunner) permitLockers(t *testing.T, ctx context.Context, probe leasehold.Semaphorer, key string, n int) ([]*countingSem, []chan *leasehold.Lease) {
+func (r *semRunner) permitLockers(t *testing.T, ctx context.Context, probe driver.Semaphorer, key string, n int) ([]*countingSem, []chan *leasehold.Lease) {
 	t.Helper()
 	counts := make([]*countingSem, n)
 	results := make([]chan *leasehold.Lease, n)
 	for i := range n {
 		s := r.h.New(t)
-		st, ok := s.(leasehold.Store)
-		nt, ok2 := s.(leasehold.PermitNotifier)
+		st, ok := s.(driver.Store)
+		nt, ok2 := s.(driver.PermitNotifier)
 		if !ok || !ok2 {
-			t.Skip("store does not implement leasehold.Store and leasehold.PermitNotifier")
+			t.Skip("store does not implement driver.Store and driver.PermitNotifier")
 		}
 		counts[i] = &countingSem{Store: st, sem: s, n: nt}
 		// A long waiter TTL and wait cap: no refresh or poll falls in the test's windows.

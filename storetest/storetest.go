@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every leasehold.Store must pass
+// Package storetest is the conformance suite every driver.Store must pass
 // against its real server: mutual exclusion under 100 concurrent acquirers,
 // fences, token checks, expiry, inspect and list, release notifications, and
 // store failures that are never mistaken for contention.
@@ -6,7 +6,7 @@
 // A store package runs it from a test:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Harness{New: func(t *testing.T) leasehold.Store { ... }})
+//		storetest.Run(t, storetest.Harness{New: func(t *testing.T) driver.Store { ... }})
 //	}
 package storetest
 
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Harness tells Run how to get a store and, optionally, how to break it.
@@ -30,18 +31,18 @@ type Harness struct {
 	// should register cleanup (closing the store) with t.Cleanup. Without
 	// Replica, stores returned for one t must share their data: they serve
 	// as separate replicas of one server.
-	New func(t *testing.T) leasehold.Store
+	New func(t *testing.T) driver.Store
 
 	// Break makes s fail (stop the server, cut the connection); Heal undoes
 	// it. Both optional: without Break the "store errors" subtest is skipped.
 	// Heal may lose the store's data (a restart without persistence).
-	Break func(t *testing.T, s leasehold.Store)
-	Heal  func(t *testing.T, s leasehold.Store)
+	Break func(t *testing.T, s driver.Store)
+	Heal  func(t *testing.T, s driver.Store)
 
 	// FencesAhead, when set, moves s's fence counters for keys far ahead
 	// (10^12 µs) of the store's clock, as after the clock stepped back; the
 	// Torture subtest then runs a second time after calling it. Optional.
-	FencesAhead func(t *testing.T, s leasehold.Store, keys []string)
+	FencesAhead func(t *testing.T, s driver.Store, keys []string)
 
 	// Leftovers lists the server-side state left behind by the stores of
 	// the harness (lock keys, queue entries, leases, rows), except the
@@ -60,19 +61,19 @@ type Harness struct {
 	// queue subtests run every replica (holder, waiters) on its own. Nil
 	// means New(t), which suits stores whose New connects to one shared
 	// server; an in-process store returns s.
-	Replica func(t *testing.T, s leasehold.Store) leasehold.Store
+	Replica func(t *testing.T, s driver.Store) driver.Store
 
 	// Freeze makes the server behind s stop answering without closing
 	// connections (SIGSTOP, a black-holing proxy): every call hangs until its
 	// context ends. thaw undoes it. Optional: without it the subtests that
 	// need a hung server are skipped.
-	Freeze func(t *testing.T, s leasehold.Store) (thaw func())
+	Freeze func(t *testing.T, s driver.Store) (thaw func())
 
 	// HangNotify makes only the notification path of s hang (a new
 	// subscription is never confirmed) while its other calls work; restore
 	// undoes it. Optional: without it the notification-deadline subtest uses
 	// Freeze.
-	HangNotify func(t *testing.T, s leasehold.Store) (restore func())
+	HangNotify func(t *testing.T, s driver.Store) (restore func())
 }
 
 // Run runs the conformance suite as subtests of t. The subtests run one after
@@ -108,8 +109,8 @@ type runner struct {
 
 // fullStore is a store with the optional capabilities the suite checks.
 type fullStore interface {
-	leasehold.Store
-	leasehold.Inspector
+	driver.Store
+	driver.Inspector
 }
 
 // store returns a new store from the harness; the suite needs Inspector.
@@ -118,7 +119,7 @@ func (r *runner) store(t *testing.T) fullStore {
 	s := r.h.New(t)
 	fs, ok := s.(fullStore)
 	if !ok {
-		t.Fatalf("storetest: %T does not implement leasehold.Inspector", s)
+		t.Fatalf("storetest: %T does not implement driver.Inspector", s)
 	}
 	return fs
 }
@@ -134,9 +135,9 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func mustAcquire(t *testing.T, s leasehold.Store, key, token string, ttl time.Duration) uint64 {
+func mustAcquire(t *testing.T, s driver.Store, key, token string, ttl time.Duration) uint64 {
 	t.Helper()
-	g, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: token, TTL: ttl})
+	g, err := s.Acquire(ctxFor(t, 5*time.Second), driver.AcquireRequest{Key: key, Token: token, TTL: ttl})
 	if err != nil {
 		t.Fatalf("Acquire(%q, %q): expected success, got %v", key, token, err)
 	}
@@ -146,7 +147,7 @@ func mustAcquire(t *testing.T, s leasehold.Store, key, token string, ttl time.Du
 	return g.Fence
 }
 
-func mustRelease(t *testing.T, s leasehold.Store, key, token string) {
+func mustRelease(t *testing.T, s driver.Store, key, token string) {
 	t.Helper()
 	if err := s.Release(ctxFor(t, 5*time.Second), key, token); err != nil {
 		t.Fatalf("Release(%q, %q): expected success, got %v", key, token, err)
@@ -172,7 +173,7 @@ func (r *runner) exactlyOneWinner(t *testing.T) {
 				defer wg.Done()
 				<-start
 				tok := fmt.Sprintf("r%d-g%d", round, i)
-				g, err := s.Acquire(ctxFor(t, 10*time.Second), leasehold.AcquireRequest{Key: key, Token: tok, TTL: time.Minute})
+				g, err := s.Acquire(ctxFor(t, 10*time.Second), driver.AcquireRequest{Key: key, Token: tok, TTL: time.Minute})
 				switch {
 				case err == nil:
 					winners <- tok
@@ -227,7 +228,7 @@ func (r *runner) fencesIncrease(t *testing.T) {
 	check("before expiry", mustAcquire(t, s, key, "short", 50*time.Millisecond))
 	deadline := time.Now().Add(5*time.Second + r.h.Slack)
 	for {
-		g, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "after-expiry", TTL: time.Minute})
+		g, err := s.Acquire(ctxFor(t, 5*time.Second), driver.AcquireRequest{Key: key, Token: "after-expiry", TTL: time.Minute})
 		if err == nil {
 			check("after expiry", g.Fence)
 			break
@@ -267,7 +268,7 @@ func (r *runner) sameTokenRetry(t *testing.T) {
 	if info.Token != "tok" || info.Fence != f1 {
 		t.Fatalf("Inspect: expected token tok fence %d, got token %q fence %d", f1, info.Token, info.Fence)
 	}
-	if _, err := s.Acquire(ctxFor(t, 5*time.Second), leasehold.AcquireRequest{Key: key, Token: "other", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctxFor(t, 5*time.Second), driver.AcquireRequest{Key: key, Token: "other", TTL: time.Minute}); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("another token: expected ErrNotAcquired, got %v", err)
 	}
 }
@@ -278,7 +279,7 @@ func (r *runner) tokenChecked(t *testing.T) {
 	key := r.key(t, "k")
 	f := mustAcquire(t, s, key, "owner", 2*time.Second)
 
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("Acquire by another token: expected ErrNotAcquired, got %v", err)
 	}
@@ -323,20 +324,20 @@ func (r *runner) tokenChecked(t *testing.T) {
 	}
 }
 
-// renewBatch checks leasehold.BatchRenewer, for stores that have it: one
+// renewBatch checks driver.BatchRenewer, for stores that have it: one
 // result per request, in order, each token-checked as Renew is.
 func (r *runner) renewBatch(t *testing.T) {
 	s := r.store(t)
-	br, ok := s.(leasehold.BatchRenewer)
+	br, ok := s.(driver.BatchRenewer)
 	if !ok {
-		t.Skip("store does not implement leasehold.BatchRenewer")
+		t.Skip("store does not implement driver.BatchRenewer")
 	}
 	ctx := ctxFor(t, 10*time.Second)
 	owned1, owned2, other, free := r.key(t, "a"), r.key(t, "b"), r.key(t, "c"), r.key(t, "d")
 	f1 := mustAcquire(t, s, owned1, "me", 2*time.Second)
 	mustAcquire(t, s, owned2, "me", 2*time.Second)
 	mustAcquire(t, s, other, "someone", 2*time.Second)
-	errs := br.RenewBatch(ctx, []leasehold.RenewRequest{
+	errs := br.RenewBatch(ctx, []driver.RenewRequest{
 		{Key: owned1, Token: "me", TTL: time.Minute},
 		{Key: other, Token: "me", TTL: time.Minute},
 		{Key: free, Token: "me", TTL: time.Minute},
@@ -377,7 +378,7 @@ func (r *runner) expiry(t *testing.T) {
 	const ttl = 150 * time.Millisecond
 	start := time.Now()
 	mustAcquire(t, s, key, "a", ttl)
-	g, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
+	g, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("while held: expected ErrNotAcquired, got %v", err)
 	}
@@ -385,7 +386,7 @@ func (r *runner) expiry(t *testing.T) {
 		t.Fatalf("while held: expected Remaining <= %v, got %v", ttl, g.Remaining)
 	}
 	for {
-		_, err := s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
+		_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "b", TTL: time.Minute})
 		if err == nil {
 			break
 		}
@@ -446,7 +447,7 @@ func (r *runner) inspectList(t *testing.T) {
 		t.Fatalf("Inspect: expected Remaining in (0, 1m], got %v", info.Remaining)
 	}
 
-	keysOf := func(ls []leasehold.LockInfo) []string {
+	keysOf := func(ls []driver.LockInfo) []string {
 		var ks []string
 		for _, l := range ls {
 			ks = append(ks, strings.TrimPrefix(l.Key, base))
@@ -493,9 +494,9 @@ func (r *runner) inspectList(t *testing.T) {
 
 func (r *runner) forceRelease(t *testing.T) {
 	s := r.store(t)
-	fr, ok := s.(leasehold.ForceReleaser)
+	fr, ok := s.(driver.ForceReleaser)
 	if !ok {
-		t.Skip("store does not implement leasehold.ForceReleaser")
+		t.Skip("store does not implement driver.ForceReleaser")
 	}
 	ctx := ctxFor(t, 10*time.Second)
 	key := r.key(t, "k")
@@ -520,9 +521,9 @@ func (r *runner) forceRelease(t *testing.T) {
 
 func (r *runner) notification(t *testing.T) {
 	s := r.store(t)
-	n, ok := s.(leasehold.Notifier)
+	n, ok := s.(driver.Notifier)
 	if !ok {
-		t.Skip("store does not implement leasehold.Notifier")
+		t.Skip("store does not implement driver.Notifier")
 	}
 	ctx := ctxFor(t, 20*time.Second)
 	key, other := r.key(t, "k"), r.key(t, "other")
@@ -539,6 +540,8 @@ func (r *runner) notification(t *testing.T) {
 		t.Fatalf("second WaitRelease: %v", err)
 	}
 	defer stop2()
+	drainAtOnce(ch)
+	drainAtOnce(ch2)
 
 	mustRelease(t, s, other, "a") // another key's release wakes nobody here
 	select {
@@ -550,7 +553,7 @@ func (r *runner) notification(t *testing.T) {
 		t.Fatalf("Release with a wrong token: expected ErrNotOwned, got %v", err)
 	}
 	mustRelease(t, s, key, "a")
-	for i, c := range []<-chan struct{}{ch, ch2} {
+	for i, c := range []<-chan driver.Wake{ch, ch2} {
 		select {
 		case <-c:
 		case <-time.After(5*time.Second + r.h.Slack):
@@ -578,7 +581,7 @@ func (r *runner) notification(t *testing.T) {
 // longer than the test's bound, so only the notification can wake it in time.
 func (r *runner) lockerHandOff(t *testing.T) {
 	s := r.store(t)
-	_, notifies := s.(leasehold.Notifier)
+	_, notifies := s.(driver.Notifier)
 	opts := leasehold.Options{Name: "storetest", TTL: 20 * time.Second}
 	bound := 10 * time.Second // before the TTL: the waiter did not wait for expiry
 	if notifies {
@@ -672,11 +675,11 @@ func (r *runner) storeErrors(t *testing.T) {
 	defer lk.Close()
 	ops := map[string]func() error{
 		"Acquire (held key)": func() error {
-			_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
+			_, err := s.Acquire(ctx(), driver.AcquireRequest{Key: key, Token: "intruder", TTL: time.Minute})
 			return err
 		},
 		"Acquire (free key)": func() error {
-			_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: r.key(t, "free"), Token: "x", TTL: time.Minute})
+			_, err := s.Acquire(ctx(), driver.AcquireRequest{Key: r.key(t, "free"), Token: "x", TTL: time.Minute})
 			return err
 		},
 		"Renew":               func() error { return s.Renew(ctx(), key, "owner", time.Minute) },
@@ -693,9 +696,9 @@ func (r *runner) storeErrors(t *testing.T) {
 			return err
 		},
 	}
-	if br, ok := s.(leasehold.BatchRenewer); ok {
+	if br, ok := s.(driver.BatchRenewer); ok {
 		ops["RenewBatch"] = func() error {
-			errs := br.RenewBatch(ctx(), []leasehold.RenewRequest{
+			errs := br.RenewBatch(ctx(), []driver.RenewRequest{
 				{Key: key, Token: "owner", TTL: time.Minute}, {Key: key, Token: "intruder", TTL: time.Minute},
 			})
 			if len(errs) != 2 {
@@ -724,7 +727,7 @@ func (r *runner) storeErrors(t *testing.T) {
 	// The store works again (after reconnecting).
 	deadline := time.Now().Add(10*time.Second + r.h.Slack)
 	for {
-		_, err := s.Acquire(ctx(), leasehold.AcquireRequest{Key: r.key(t, "healed"), Token: "x", TTL: time.Minute})
+		_, err := s.Acquire(ctx(), driver.AcquireRequest{Key: r.key(t, "healed"), Token: "x", TTL: time.Minute})
 		if err == nil {
 			break
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // The torture subtest's size. Several replicas race for a few keys with
@@ -38,7 +39,7 @@ var errLostReply = errors.New("storetest: reply lost (injected)")
 // before the request and after the reply, and sometimes loses an Acquire
 // reply after the store applied it, as a slow or lossy network would.
 type stallStore struct {
-	s   leasehold.Store
+	s   driver.Store
 	rng *rand.Rand // one per worker goroutine: not shared
 }
 
@@ -51,12 +52,12 @@ func (w *stallStore) stall() {
 	}
 }
 
-func (w *stallStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
+func (w *stallStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	w.stall()
 	g, err := w.s.Acquire(ctx, req)
 	w.stall()
 	if w.rng.Float64() < 0.02 {
-		return leasehold.Grant{}, errLostReply
+		return driver.Grant{}, errLostReply
 	}
 	return g, err
 }
@@ -111,7 +112,7 @@ func (r *runner) torture(t *testing.T) {
 	t.Run("FencesAhead", func(t *testing.T) { r.tortureRun(t, r.h.FencesAhead) })
 }
 
-func (r *runner) tortureRun(t *testing.T, prepare func(*testing.T, leasehold.Store, []string)) {
+func (r *runner) tortureRun(t *testing.T, prepare func(*testing.T, driver.Store, []string)) {
 	stores := r.replicas(t, tortureReplicas)
 	keys := make([]string, tortureKeys)
 	for i := range keys {
@@ -200,7 +201,7 @@ func (w *tortureWorker) loop(ctx context.Context, stopAt time.Time) ([]tortureGr
 func (w *tortureWorker) acquire(ctx context.Context, key, tok string) (uint64, error) {
 	for {
 		w.stats.attempts.Add(1)
-		g, err := w.s.Acquire(ctx, leasehold.AcquireRequest{Key: key, Token: tok, TTL: tortureTTL})
+		g, err := w.s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: tortureTTL})
 		switch {
 		case errors.Is(err, errLostReply):
 			w.stats.lost.Add(1)
@@ -263,12 +264,12 @@ func checkHistory(t *testing.T, history []tortureGrant) {
 // and returns it from every call with that test: for an embedded store (the
 // memory store), whose separate instances share nothing, the replicas of a
 // test share one instance, as goroutines of one process would.
-func OnePerTest(newStore func(t *testing.T) leasehold.Store) func(t *testing.T) leasehold.Store {
+func OnePerTest(newStore func(t *testing.T) driver.Store) func(t *testing.T) driver.Store {
 	var (
 		mu sync.Mutex
-		m  = map[*testing.T]leasehold.Store{}
+		m  = map[*testing.T]driver.Store{}
 	)
-	return func(t *testing.T) leasehold.Store {
+	return func(t *testing.T) driver.Store {
 		mu.Lock()
 		defer mu.Unlock()
 		if s, ok := m[t]; ok {

@@ -5,33 +5,41 @@
 // is ready.
 package waiters
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/leasehold/leasehold/driver"
+)
 
 // Set holds the waiters of every key.
 type Set struct {
 	mu sync.Mutex
-	m  map[string]map[chan struct{}]string // key -> channel -> token ("" for Add)
+	m  map[string]map[chan driver.Wake]string // key -> channel -> token ("" for Add)
 }
 
 // Add registers an observer of key (a waiter with no token): it is woken by
 // Wake(key), by WakeToken(key, any token) and by WakeAll. See AddToken.
-func (s *Set) Add(key string) (ch <-chan struct{}, stop func()) {
-	return s.AddToken(key, "")
+func (s *Set) Add(key string) (ch <-chan driver.Wake, stop func()) {
+	return s.AddToken(key, "", false)
 }
 
 // AddToken registers token's waiter for key. The channel receives a value
 // (it is never closed) on every Wake of key, every WakeToken of key and
-// token, and every WakeAll while registered; stop unregisters it and is safe
-// to call more than once.
-func (s *Set) AddToken(key, token string) (ch <-chan struct{}, stop func()) {
-	c := make(chan struct{}, 1)
+// token, and every WakeAll while registered, and at once when now is true
+// (a store that cannot promise it missed nothing since token's last waiting
+// Acquire); stop unregisters it and is safe to call more than once.
+func (s *Set) AddToken(key, token string, now bool) (ch <-chan driver.Wake, stop func()) {
+	c := make(chan driver.Wake, 1)
+	if now {
+		c <- driver.Wake{}
+	}
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = make(map[string]map[chan struct{}]string)
+		s.m = make(map[string]map[chan driver.Wake]string)
 	}
 	byKey := s.m[key]
 	if byKey == nil {
-		byKey = make(map[chan struct{}]string)
+		byKey = make(map[chan driver.Wake]string)
 		s.m[key] = byKey
 	}
 	byKey[c] = token
@@ -63,13 +71,19 @@ func (s *Set) Wake(key string) {
 // observers (registered with no token), without blocking; other tokens'
 // waiters stay asleep. It reports whether a waiter of token was registered.
 func (s *Set) WakeToken(key, token string) bool {
+	return s.Hand(key, token, driver.Wake{})
+}
+
+// Hand is WakeToken with w for token's waiters: a hand-off replaces a
+// wake-up they have not consumed yet. Observers get a zero Wake.
+func (s *Set) Hand(key, token string, w driver.Wake) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	found := false
 	for c, tok := range s.m[key] {
 		switch tok {
 		case token:
-			poke(c)
+			send(c, w)
 			found = true
 		case "": // an observer: woken by every release of key
 			poke(c)
@@ -108,9 +122,25 @@ func (s *Set) Len() int {
 	return n
 }
 
-func poke(c chan struct{}) {
+func poke(c chan driver.Wake) { send(c, driver.Wake{}) }
+
+// send puts w on c without blocking; a hand-off (non-zero w) replaces a
+// plain wake-up already there. s.mu is held, so no other send races it.
+func send(c chan driver.Wake, w driver.Wake) {
 	select {
-	case c <- struct{}{}:
+	case c <- w:
+		return
+	default:
+	}
+	if w == (driver.Wake{}) {
+		return
+	}
+	select {
+	case <-c:
+	default:
+	}
+	select {
+	case c <- w:
 	default:
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-func received(ch <-chan struct{}) bool {
+func received(ch <-chan driver.Wake) bool {
 	select {
 	case <-ch:
 		return true
@@ -71,11 +73,11 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestWakeTokenReachesOnlyThatToken(t *testing.T) {
 	var s Set
-	w1, stop1 := s.AddToken("k", "t1")
+	w1, stop1 := s.AddToken("k", "t1", false)
 	defer stop1()
-	w2, stop2 := s.AddToken("k", "t2")
+	w2, stop2 := s.AddToken("k", "t2", false)
 	defer stop2()
-	other, stopO := s.AddToken("o", "t1")
+	other, stopO := s.AddToken("o", "t1", false)
 	defer stopO()
 	anon, stopA := s.Add("k")
 	defer stopA()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/memstore"
 )
@@ -347,7 +348,7 @@ func testDegraded(t *testing.T, s Subject) {
 // QuietLogger discards everything.
 func QuietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newLocker(t *testing.T, store leasehold.Store, name string) *leasehold.Locker {
+func newLocker(t *testing.T, store driver.Store, name string) *leasehold.Locker {
 	t.Helper()
 	l, err := leasehold.New(store, leasehold.Options{Name: name, TTL: 200 * time.Millisecond, Logger: QuietLogger()})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 type benchOpts struct {
@@ -237,7 +238,7 @@ func printBench(w io.Writer, b benchJSON) {
 
 // benchCycles runs c goroutines doing TryAcquire+Release on their own keys
 // through one Locker for d.
-func benchCycles(ctx context.Context, st leasehold.Store, opts leasehold.Options, prefix string, c int, d time.Duration) (cycleJSON, error) {
+func benchCycles(ctx context.Context, st driver.Store, opts leasehold.Options, prefix string, c int, d time.Duration) (cycleJSON, error) {
 	l, err := leasehold.New(st, opts)
 	if err != nil {
 		return cycleJSON{}, err
@@ -306,7 +307,7 @@ func benchCycles(ctx context.Context, st leasehold.Store, opts leasehold.Options
 
 // benchHandoff runs n goroutines, each with its own Locker, contending for
 // key for d, and measures release-to-next-acquire latency.
-func benchHandoff(ctx context.Context, st leasehold.Store, opts leasehold.Options, key string, n int, d time.Duration) (handoffJSON, error) {
+func benchHandoff(ctx context.Context, st driver.Store, opts leasehold.Options, key string, n int, d time.Duration) (handoffJSON, error) {
 	lockers := make([]*leasehold.Locker, n)
 	for i := range lockers {
 		l, err := leasehold.New(st, opts)

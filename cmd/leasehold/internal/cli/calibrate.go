@@ -63,7 +63,7 @@ func (a *App) calibrateCmd() *cobra.Command {
                     before the local expiry guard (TTL − drift margin, TTL/20
                     + 5ms) so the holder abandons the lease (and stops its
                     work) before the lock expires for everyone else. This is
-                    the formula the library warns with (leasehold.Budget)
+                    the formula the library warns with (calibrate.Budget)
   worst takeover  ≈ TTL + detection jitter (a crashed holder's lock is taken
                     over when it expires, plus how late a waiter notices)
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Exit statuses.
@@ -405,12 +406,12 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 // Locker applies its store-failure policy to it like to any outage.
 type downStore struct{ err error }
 
-func (d downStore) Acquire(context.Context, leasehold.AcquireRequest) (leasehold.Grant, error) {
-	return leasehold.Grant{}, d.err
+func (d downStore) Acquire(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+	return driver.Grant{}, d.err
 }
 func (d downStore) Renew(context.Context, string, string, time.Duration) error { return d.err }
 func (d downStore) Release(context.Context, string, string) error              { return d.err }
-func (d downStore) Inspect(context.Context, string) (leasehold.LockInfo, error) {
-	return leasehold.LockInfo{}, d.err
+func (d downStore) Inspect(context.Context, string) (driver.LockInfo, error) {
+	return driver.LockInfo{}, d.err
 }
-func (d downStore) List(context.Context, string) ([]leasehold.LockInfo, error) { return nil, d.err }
+func (d downStore) List(context.Context, string) ([]driver.LockInfo, error) { return nil, d.err }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // lockJSON is the --json form of a lock: stable snake_case field names.
@@ -28,7 +29,7 @@ type lockJSON struct {
 	Facts       map[string]string `json:"facts"`
 }
 
-func toJSON(li leasehold.LockInfo) lockJSON {
+func toJSON(li driver.LockInfo) lockJSON {
 	facts := li.Facts
 	if facts == nil {
 		facts = map[string]string{}
@@ -275,7 +276,7 @@ store that cannot force-release). The memory store is refused.`,
 				fmt.Fprintf(a.Stdout, "released %s\n", quoteUnprintable(key))
 				return nil
 			}
-			fr, ok := st.Store.(leasehold.ForceReleaser)
+			fr, ok := st.Store.(driver.ForceReleaser)
 			if !ok {
 				return usage("store %s cannot force-release; use --token", st.Desc)
 			}
@@ -301,8 +302,8 @@ store that cannot force-release). The memory store is refused.`,
 }
 
 // inspector returns s's Inspector, or an error saying the store cannot list.
-func inspector(s leasehold.Store) (leasehold.Inspector, error) {
-	insp, ok := s.(leasehold.Inspector)
+func inspector(s driver.Store) (driver.Inspector, error) {
+	insp, ok := s.(driver.Inspector)
 	if !ok {
 		return nil, Exit(ExitUsage, "this store cannot inspect or list its locks")
 	}

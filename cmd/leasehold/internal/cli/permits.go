@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 func (a *App) permitsCmd() *cobra.Command {
@@ -34,7 +34,7 @@ for other store configuration errors, 2 on bad usage.`,
 				return err
 			}
 			defer st.Close()
-			sem, ok := st.Store.(leasehold.Semaphorer)
+			sem, ok := st.Store.(driver.Semaphorer)
 			if !ok {
 				return Exit(ExitUsage, "this store has no semaphores")
 			}
@@ -54,10 +54,10 @@ for other store configuration errors, 2 on bad usage.`,
 }
 
 // printPermits prints a semaphore: JSON with --json, else a table.
-func (a *App) printPermits(info leasehold.PermitInfo) error {
+func (a *App) printPermits(info driver.PermitInfo) error {
 	if a.json {
 		if info.Holders == nil {
-			info.Holders = []leasehold.LockInfo{}
+			info.Holders = []driver.LockInfo{}
 		}
 		return writeJSON(a.Stdout, info)
 	}
@@ -77,8 +77,8 @@ func (a *App) printPermits(info leasehold.PermitInfo) error {
 // inspectPermits shows key's semaphore for inspect when no lock is held on
 // key: handled is true when the store has a semaphore on key with holders
 // or waiters (printed, exit 0 with holders, 1 without).
-func (a *App) inspectPermits(ctx context.Context, st leasehold.Store, key string) (handled bool, err error) {
-	sem, ok := st.(leasehold.Semaphorer)
+func (a *App) inspectPermits(ctx context.Context, st driver.Store, key string) (handled bool, err error) {
+	sem, ok := st.(driver.Semaphorer)
 	if !ok {
 		return false, nil
 	}

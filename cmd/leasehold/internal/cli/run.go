@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 )
 
 type runOpts struct {
@@ -311,7 +312,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 
 // hold is run without a command: it holds the lease until a signal, then
 // releases it.
-func (a *App) hold(ctx context.Context, lease *leasehold.Lease, store leasehold.Store, o *runOpts, sigs <-chan os.Signal, res *runResult) error {
+func (a *App) hold(ctx context.Context, lease *leasehold.Lease, store driver.Store, o *runOpts, sigs <-chan os.Signal, res *runResult) error {
 	if !a.json {
 		fmt.Fprintf(a.Stdout, "holding %s: fence %d, token %s, holder %s; until SIGINT or SIGTERM\n",
 			quoteUnprintable(lease.Key()), lease.Fence(), lease.Token(), quoteUnprintable(res.Holder))
@@ -330,7 +331,7 @@ func (a *App) hold(ctx context.Context, lease *leasehold.Lease, store leasehold.
 }
 
 // supervise runs the child under lease and returns run's exit.
-func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, o *runOpts, store leasehold.Store, logf func(string, ...any), res *runResult) error {
+func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, o *runOpts, store driver.Store, logf func(string, ...any), res *runResult) error {
 	grace := o.grace
 	story := func(cause error) string {
 		return endStory(context.Background(), store, lease.Key(), cause, o.maxFailures)

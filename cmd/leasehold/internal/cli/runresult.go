@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/redisstore"
 )
 
@@ -64,7 +65,7 @@ func (r *runResult) emit(a *App, err error) error {
 // endStory tells why a lease ended, in words an operator can act on. For a
 // lost lease it asks the store who holds the key now: another owner, or
 // nobody (someone released or force-released it, e.g. an operator).
-func endStory(ctx context.Context, store leasehold.Store, key string, cause error, maxFailures int) string {
+func endStory(ctx context.Context, store driver.Store, key string, cause error, maxFailures int) string {
 	switch {
 	case errors.Is(cause, leasehold.ErrLeaseAbandoned):
 		return fmt.Sprintf("abandoned after %d failed renewals: the store could not be reached", maxFailures)
@@ -83,8 +84,8 @@ func endStory(ctx context.Context, store leasehold.Store, key string, cause erro
 }
 
 // lostStory looks up who holds key after the store said it is not ours.
-func lostStory(ctx context.Context, store leasehold.Store, key string) string {
-	insp, ok := store.(leasehold.Inspector)
+func lostStory(ctx context.Context, store driver.Store, key string) string {
+	insp, ok := store.(driver.Inspector)
 	if !ok {
 		return "lost: the store says the lock is no longer ours"
 	}
@@ -103,8 +104,8 @@ func lostStory(ctx context.Context, store leasehold.Store, key string) string {
 // waitingLine reports, every interval until stop is closed, who holds key
 // and how many wait ahead: "waiting for KEY: held by HOLDER, N ahead of you,
 // expires in D".
-func waitingLine(ctx context.Context, w io.Writer, store leasehold.Store, key string, every time.Duration, stop <-chan struct{}) {
-	insp, ok := store.(leasehold.Inspector)
+func waitingLine(ctx context.Context, w io.Writer, store driver.Store, key string, every time.Duration, stop <-chan struct{}) {
+	insp, ok := store.(driver.Inspector)
 	if !ok {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/redisstore"
 )
 
@@ -50,7 +51,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // the CLI opens them and counted on the server.
 func OpenLeasehold(ctx context.Context, raw string, ttl time.Duration) (*Opened, error) {
 	var (
-		st       leasehold.Store
+		st       driver.Store
 		closers  []func() error
 		requests func() int64
 	)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -150,6 +150,6 @@ func TestPostgresClock(t *testing.T) {
 	}
 }
 
-func acquireReq(key string) leasehold.AcquireRequest {
-	return leasehold.AcquireRequest{Key: key, Token: "doctor-test-token", TTL: time.Minute, Holder: "doctor-test"}
+func acquireReq(key string) driver.AcquireRequest {
+	return driver.AcquireRequest{Key: key, Token: "doctor-test-token", TTL: time.Minute, Holder: "doctor-test"}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -20,9 +21,9 @@ var errRestartSkipped = errors.New("drill: restart skipped")
 
 // inspectStore is a store that can also describe its locks and permits.
 type inspectStore interface {
-	leasehold.Store
-	leasehold.Inspector
-	leasehold.Semaphorer
+	driver.Store
+	driver.Inspector
+	driver.Semaphorer
 }
 
 // backend is the lock store a drill runs against and the faults it can
@@ -30,7 +31,7 @@ type inspectStore interface {
 type backend interface {
 	// open returns the connection of replica id's process to the store and
 	// a function that closes it.
-	open(id int) (leasehold.Store, func(), error)
+	open(id int) (driver.Store, func(), error)
 	// observer is a view of the store that no fault reaches: the checker's
 	// source of truth for who holds a key.
 	observer() inspectStore
@@ -180,15 +181,15 @@ func newMemBackend(float func() float64, ttl time.Duration) *memBackend {
 	return &memBackend{mem: memstore.New(), float: float, ttl: ttl}
 }
 
-func (m *memBackend) open(int) (leasehold.Store, func(), error) { return m.mem, func() {}, nil }
-func (m *memBackend) observer() inspectStore                    { return m.mem }
-func (m *memBackend) observeTimeout() time.Duration             { return 20 * time.Millisecond }
-func (m *memBackend) maybeApplied(err error) bool               { return errors.Is(err, memstore.ErrReplyLost) }
-func (m *memBackend) lateness() time.Duration                   { return 0 }
-func (m *memBackend) expiryBound() time.Duration                { return m.ttl }
-func (m *memBackend) setDown(down bool)                         { m.mem.SetDown(down) }
-func (m *memBackend) setLatency(d time.Duration)                { m.mem.SetLatency(d) }
-func (m *memBackend) close()                                    {}
+func (m *memBackend) open(int) (driver.Store, func(), error) { return m.mem, func() {}, nil }
+func (m *memBackend) observer() inspectStore                 { return m.mem }
+func (m *memBackend) observeTimeout() time.Duration          { return 20 * time.Millisecond }
+func (m *memBackend) maybeApplied(err error) bool            { return errors.Is(err, memstore.ErrReplyLost) }
+func (m *memBackend) lateness() time.Duration                { return 0 }
+func (m *memBackend) expiryBound() time.Duration             { return m.ttl }
+func (m *memBackend) setDown(down bool)                      { m.mem.SetDown(down) }
+func (m *memBackend) setLatency(d time.Duration)             { m.mem.SetLatency(d) }
+func (m *memBackend) close()                                 {}
 
 func (m *memBackend) dropReplies(rate float64) {
 	if rate == 0 {

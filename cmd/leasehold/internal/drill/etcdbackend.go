@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 )
 
@@ -172,7 +172,7 @@ func (b *etcdBackend) replicaConfig() clientv3.Config {
 
 // open connects replica id's process: through the fault proxies, or on the
 // partition network to member id % 3 alone.
-func (b *etcdBackend) open(id int) (leasehold.Store, func(), error) {
+func (b *etcdBackend) open(id int) (driver.Store, func(), error) {
 	cfg := b.replicaConfig()
 	if b.part != nil {
 		cfg.Endpoints = []string{b.base.Endpoints[id%etcdMembers]}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // The election and semaphore workloads (Config.Workload). Every replica
@@ -183,7 +184,7 @@ func (d *drill) takenOver(ev pauseEvent) bool {
 
 // groupLocks returns what the store holds for the workload: the locks
 // under keyPrefix, or the semaphore's live permits.
-func (d *drill) groupLocks(ctx context.Context) ([]leasehold.LockInfo, error) {
+func (d *drill) groupLocks(ctx context.Context) ([]driver.LockInfo, error) {
 	if d.cfg.Workload != WorkloadSemaphore {
 		return d.be.observer().List(ctx, keyPrefix)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
@@ -192,9 +193,9 @@ func TestGroupLocksSeesPermits(t *testing.T) {
 		d.be = newMemBackend(d.float, cfg.TTL)
 		st := d.be.observer()
 		if w == WorkloadSemaphore {
-			_, err = st.AcquirePermit(t.Context(), leasehold.PermitRequest{Key: groupKey, Token: "tok", TTL: time.Second, Limit: 2})
+			_, err = st.AcquirePermit(t.Context(), driver.PermitRequest{Key: groupKey, Token: "tok", TTL: time.Second, Limit: 2})
 		} else {
-			_, err = st.Acquire(t.Context(), leasehold.AcquireRequest{Key: groupKey, Token: "tok", TTL: time.Second})
+			_, err = st.Acquire(t.Context(), driver.AcquireRequest{Key: groupKey, Token: "tok", TTL: time.Second})
 		}
 		if err != nil {
 			t.Fatal(err)

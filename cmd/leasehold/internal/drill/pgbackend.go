@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/pgproc"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -185,7 +185,7 @@ func pgHosts(cc *pgx.ConnConfig) string {
 	return strings.Join(hosts, ",")
 }
 
-func (b *pgBackend) open(int) (leasehold.Store, func(), error) {
+func (b *pgBackend) open(int) (driver.Store, func(), error) {
 	pool, err := pgxpool.NewWithConfig(b.ctx, b.replica.Copy())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrSetup, err)

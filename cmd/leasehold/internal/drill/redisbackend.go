@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -187,7 +187,7 @@ func (c Config) clientTimeout() time.Duration {
 
 // open connects replica id's process: through the fault proxy, or on the
 // partition network from the replica's own node.
-func (b *redisBackend) open(id int) (leasehold.Store, func(), error) {
+func (b *redisBackend) open(id int) (driver.Store, func(), error) {
 	var c redis.UniversalClient
 	switch {
 	case b.failoverOpts != nil:

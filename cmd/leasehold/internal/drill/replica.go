@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // replica is one worker process. It runs as a series of incarnations: a
@@ -361,7 +362,7 @@ func (r *replica) checkBelief(ls *leasehold.Lease, sec *Section) {
 	}
 	m := r.h.call(wire{K: "inspect", Key: ls.Key()})
 	var (
-		info leasehold.LockInfo
+		info driver.LockInfo
 		err  error
 	)
 	switch {
@@ -370,7 +371,7 @@ func (r *replica) checkBelief(ls *leasehold.Lease, sec *Section) {
 	case !m.Flag:
 		err = leasehold.ErrNotHeld
 	default:
-		info = leasehold.LockInfo{Key: ls.Key(), Token: m.Token, Fence: m.Fence}
+		info = driver.LockInfo{Key: ls.Key(), Token: m.Token, Fence: m.Fence}
 	}
 	b := judgeBelief(ls, sec, info, err, r.h.since())
 	r.h.call(wire{K: "belief", Belief: &b})

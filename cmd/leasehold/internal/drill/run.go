@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/etcdproc"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -366,7 +367,7 @@ type beliefCheck struct {
 // lease as its holder sees it now (at): a violation when the holder still
 // trusts it (Err nil, before ValidUntil) while the store names another
 // holder or none.
-func judgeBelief(ls *leasehold.Lease, sec *Section, info leasehold.LockInfo, err error, at time.Duration) beliefCheck {
+func judgeBelief(ls *leasehold.Lease, sec *Section, info driver.LockInfo, err error, at time.Duration) beliefCheck {
 	now := time.Now()
 	b := beliefCheck{At: at, Key: ls.Key(), Replica: sec.Replica, Fence: ls.Fence(), SecStart: sec.Start}
 	if err != nil && !errors.Is(err, leasehold.ErrNotHeld) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // errProcessDead is what a crashed replica's store calls return: nothing
@@ -43,18 +44,18 @@ var _ fullStore = (*procStore)(nil)
 // repository has them all; newProcStore refuses one that lacks any rather
 // than hide or fake it.
 type fullStore interface {
-	leasehold.Store
-	leasehold.Inspector
-	leasehold.Notifier
-	leasehold.BatchRenewer
-	leasehold.ForceReleaser
-	leasehold.Semaphorer
-	leasehold.PermitNotifier
+	driver.Store
+	driver.Inspector
+	driver.Notifier
+	driver.BatchRenewer
+	driver.ForceReleaser
+	driver.Semaphorer
+	driver.PermitNotifier
 }
 
 // newProcStore wraps st for one replica process; it fails when st lacks an
 // optional capability.
-func newProcStore(st leasehold.Store, h host, applied func(error) bool, late time.Duration) (*procStore, error) {
+func newProcStore(st driver.Store, h host, applied func(error) bool, late time.Duration) (*procStore, error) {
 	full, ok := st.(fullStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: the drill needs a store with every optional capability (Inspector, Notifier, "+
@@ -127,7 +128,7 @@ func tracked[T any](ctx context.Context, p *procStore, key, token string, extend
 		call := p.begin(token)
 		v, err := f()
 		p.end(key, token, call, err, extends)
-		if g, ok := any(v).(leasehold.Grant); ok && err == nil {
+		if g, ok := any(v).(driver.Grant); ok && err == nil {
 			p.h.call(wire{K: "acq", Key: key, Token: token, Fence: g.Fence, Call: call, At: p.h.since()})
 		}
 		return v, err
@@ -145,8 +146,8 @@ func (p *procStore) begin(token string) time.Duration {
 // succeeded, maybe applied (up to p.late after its return) when it failed
 // without an answer. A release that reached the store, or may have, is
 // flagged with its key: a store that hands the key to the head of its
-// queue on release (leasehold.Granter) starts the head's lock then, with
-// no call of the head's token.
+// queue on release starts the head's lock then, with no call of the head's
+// token.
 func (p *procStore) end(key, token string, call time.Duration, err error, extends bool) {
 	m := wire{K: "ret", Token: token, Call: call}
 	switch {
@@ -169,8 +170,8 @@ func (p *procStore) trackedErr(ctx context.Context, key, token string, extends b
 	return err
 }
 
-func (p *procStore) Acquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Grant, error) {
-	return tracked(ctx, p, req.Key, req.Token, true, func() (leasehold.Grant, error) {
+func (p *procStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
 		return p.inner.Acquire(ctx, req)
 	})
 }
@@ -185,8 +186,8 @@ func (p *procStore) Release(ctx context.Context, key, token string) error {
 
 // AcquirePermit, RenewPermit and ReleasePermit are recorded as Acquire,
 // Renew and Release are (the semaphore workload).
-func (p *procStore) AcquirePermit(ctx context.Context, req leasehold.PermitRequest) (leasehold.Grant, error) {
-	return tracked(ctx, p, req.Key, req.Token, true, func() (leasehold.Grant, error) {
+func (p *procStore) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
+	return tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
 		return p.inner.AcquirePermit(ctx, req)
 	})
 }
@@ -200,7 +201,7 @@ func (p *procStore) ReleasePermit(ctx context.Context, key, token string) error 
 }
 
 // RenewBatch renews in one round trip, recording each renewal as Renew does.
-func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (p *procStore) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	if err := p.gate(ctx); err != nil {
 		errs := make([]error, len(reqs))
 		for i := range errs {
@@ -221,34 +222,75 @@ func (p *procStore) RenewBatch(ctx context.Context, reqs []leasehold.RenewReques
 
 // The calls that do not change a lock only pass the gate.
 
-func (p *procStore) Permits(ctx context.Context, key string) (leasehold.PermitInfo, error) {
-	return gated(ctx, p, func() (leasehold.PermitInfo, error) { return p.inner.Permits(ctx, key) })
+func (p *procStore) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
+	return gated(ctx, p, func() (driver.PermitInfo, error) { return p.inner.Permits(ctx, key) })
 }
 
-func (p *procStore) WaitPermit(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (p *procStore) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, nil, err
 	}
 	return p.inner.WaitPermit(ctx, key, token)
 }
 
-func (p *procStore) Inspect(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.Inspect(ctx, key) })
+func (p *procStore) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
+	return gated(ctx, p, func() (driver.LockInfo, error) { return p.inner.Inspect(ctx, key) })
 }
 
-func (p *procStore) List(ctx context.Context, prefix string) ([]leasehold.LockInfo, error) {
-	return gated(ctx, p, func() ([]leasehold.LockInfo, error) { return p.inner.List(ctx, prefix) })
+func (p *procStore) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	return gated(ctx, p, func() ([]driver.LockInfo, error) { return p.inner.List(ctx, prefix) })
 }
 
-func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+func (p *procStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := p.gate(ctx); err != nil {
 		return nil, nil, err
 	}
-	return p.inner.WaitRelease(ctx, key, token)
+	ch, stop, err := p.inner.WaitRelease(ctx, key, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, stopOut := plainWakes(ch, stop)
+	return out, stopOut, nil
 }
 
-func (p *procStore) ForceRelease(ctx context.Context, key string) (leasehold.LockInfo, error) {
-	return gated(ctx, p, func() (leasehold.LockInfo, error) { return p.inner.ForceRelease(ctx, key) })
+// plainWakes passes ch's wake-ups on without their hand-offs: the history
+// records every acquisition as a call of its token, so the drill's Lockers
+// take no lease from a wake-up and acquire instead. stop also ends the
+// forwarding goroutine and waits for it.
+func plainWakes(ch <-chan driver.Wake, stop func()) (<-chan driver.Wake, func()) {
+	out := make(chan driver.Wake, 1)
+	select {
+	case <-ch: // the wake-up at once, still there when WaitRelease returns
+		out <- driver.Wake{}
+	default:
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ch:
+				select {
+				case out <- driver.Wake{}:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	})
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			stop()
+		})
+	}
+}
+
+func (p *procStore) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
+	return gated(ctx, p, func() (driver.LockInfo, error) { return p.inner.ForceRelease(ctx, key) })
 }
 
 func (p *procStore) paused() (frozen, gone <-chan struct{}) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -17,7 +18,7 @@ type batchCounter struct {
 	batches atomic.Int64
 }
 
-func (b *batchCounter) RenewBatch(ctx context.Context, reqs []leasehold.RenewRequest) []error {
+func (b *batchCounter) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	b.batches.Add(1)
 	return b.Store.RenewBatch(ctx, reqs)
 }
@@ -32,12 +33,12 @@ func TestProcStoreForwardsBatchRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st leasehold.Store = ps
+	var st driver.Store = ps
 	for name, ok := range map[string]bool{
-		"Inspector":     is[leasehold.Inspector](st),
-		"Notifier":      is[leasehold.Notifier](st),
-		"BatchRenewer":  is[leasehold.BatchRenewer](st),
-		"ForceReleaser": is[leasehold.ForceReleaser](st),
+		"Inspector":     is[driver.Inspector](st),
+		"Notifier":      is[driver.Notifier](st),
+		"BatchRenewer":  is[driver.BatchRenewer](st),
+		"ForceReleaser": is[driver.ForceReleaser](st),
 	} {
 		if !ok {
 			t.Errorf("expected the wrapper to be a %s", name)
@@ -60,7 +61,7 @@ func TestProcStoreForwardsBatchRenewal(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := st.(leasehold.ForceReleaser).ForceRelease(t.Context(), "a"); err != nil {
+	if _, err := st.(driver.ForceReleaser).ForceRelease(t.Context(), "a"); err != nil {
 		t.Fatalf("ForceRelease through the wrapper: %v", err)
 	}
 }
@@ -80,7 +81,7 @@ func testSession(t *testing.T) *session {
 // A store without every optional capability is refused, not silently
 // narrowed.
 func TestProcStoreRefusesPartialStore(t *testing.T) {
-	type plain struct{ leasehold.Store }
+	type plain struct{ driver.Store }
 	_, err := newProcStore(plain{memstore.New()}, testSession(t), func(error) bool { return false }, 0)
 	if !errors.Is(err, ErrSetup) {
 		t.Fatalf("expected ErrSetup for a store without optional capabilities, got %v", err)
@@ -88,7 +89,7 @@ func TestProcStoreRefusesPartialStore(t *testing.T) {
 }
 
 // A release through the wrapper is recorded as a possible grant of its key:
-// a store that grants on release (leasehold.Granter) starts the queue head's
+// a store that grants on release starts the queue head's
 // lock then, with no call of the head's token, so the stuck-lock sampler
 // must count from it (CI saw "lock still held 425ms after its last applied
 // acquire/renew" on such a grant). A release that never reached the store
@@ -101,7 +102,7 @@ func TestReleaseIsAPossibleGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if _, err := ps.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "a", TTL: time.Second}); err != nil {
+	if _, err := ps.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "a", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.lastGrant("k"); got != 0 {

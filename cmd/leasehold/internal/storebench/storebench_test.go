@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testredis"
@@ -49,9 +50,9 @@ var backends = []string{"memory", "redis", "etcd"}
 // in tb.Cleanup. Redis and etcd stores each get their own client, as n
 // processes would; the memory store exists only in this process, so its n
 // stores are one store.
-func (s *servers) stores(tb testing.TB, backend string, n int) []leasehold.Store {
+func (s *servers) stores(tb testing.TB, backend string, n int) []driver.Store {
 	tb.Helper()
-	out := make([]leasehold.Store, n)
+	out := make([]driver.Store, n)
 	switch backend {
 	case "memory":
 		ms := memstore.New()
@@ -85,7 +86,7 @@ func (s *servers) stores(tb testing.TB, backend string, n int) []leasehold.Store
 // lockers returns one Locker per store, closed in tb.Cleanup. WaitCap is
 // long so that a waiter that misses a release notification shows up in the
 // hand-off's p99 instead of being hidden by polling.
-func lockers(tb testing.TB, stores []leasehold.Store) []*leasehold.Locker {
+func lockers(tb testing.TB, stores []driver.Store) []*leasehold.Locker {
 	tb.Helper()
 	out := make([]*leasehold.Locker, len(stores))
 	for i, st := range stores {

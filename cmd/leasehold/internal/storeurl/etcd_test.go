@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/driver"
 )
 
 func TestOpenEtcd(t *testing.T) {
@@ -27,11 +27,11 @@ func TestOpenEtcd(t *testing.T) {
 	if o.Kind != storeurl.Etcd || !o.Shared {
 		t.Errorf("expected a shared etcd store, got %s %v", o.Kind, o.Shared)
 	}
-	g, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
+	g, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
 	if err != nil || g.Fence == 0 {
 		t.Fatalf("acquire: fence %d, %v", g.Fence, err)
 	}
-	li, err := o.Store.(leasehold.Inspector).Inspect(ctx, "job")
+	li, err := o.Store.(driver.Inspector).Inspect(ctx, "job")
 	if err != nil || li.Token != "tok" {
 		t.Errorf("inspect: expected token tok, got %+v, %v", li, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
@@ -30,7 +31,7 @@ func TestRedisFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
+	_, err = o.Store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if !errors.Is(err, leasehold.ErrMisconfigured) {
 		t.Fatalf("before setup: expected ErrMisconfigured, got %v", err)
 	}
@@ -40,7 +41,7 @@ func TestRedisFunctions(t *testing.T) {
 	if _, err := storeurl.LoadRedisFunctions(ctx, srv.URL(), func(string) string { return "" }); err != nil {
 		t.Fatalf("LoadRedisFunctions: %v", err)
 	}
-	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
+	if _, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatalf("after setup: %v", err)
 	}
 	if _, err := storeurl.LoadRedisFunctions(ctx, "etcd://127.0.0.1:1", nil); !errors.Is(err, storeurl.ErrBadURL) {

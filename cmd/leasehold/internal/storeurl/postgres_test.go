@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
 )
@@ -31,14 +32,14 @@ func TestOpenPostgres(t *testing.T) {
 		if o.Kind != storeurl.Postgres || !o.Shared {
 			t.Errorf("expected a shared postgres store, got kind %s shared %v", o.Kind, o.Shared)
 		}
-		g, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
+		g, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
 		if err != nil || g.Fence == 0 {
 			t.Fatalf("acquire: fence %d, %v", g.Fence, err)
 		}
-		if _, ok := o.Store.(leasehold.ForceReleaser); !ok {
+		if _, ok := o.Store.(driver.ForceReleaser); !ok {
 			t.Errorf("postgres store is not a ForceReleaser")
 		}
-		if _, ok := o.Store.(leasehold.Notifier); !ok {
+		if _, ok := o.Store.(driver.Notifier); !ok {
 			t.Errorf("postgres store is not a Notifier")
 		}
 		// The table parameter named the table; it was not sent to the server
@@ -57,7 +58,7 @@ func TestOpenPostgres(t *testing.T) {
 		t.Fatalf("Open with migrate=false: %v", err)
 	}
 	defer o.Close()
-	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "job", Token: "tok", TTL: time.Second}); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Errorf("acquire without a table: expected a store error, got %v", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestPostgresPasswordRedacted(t *testing.T) {
 	if strings.Contains(o.Desc, secret) || !strings.Contains(o.Desc, "app:xxxxx@") {
 		t.Errorf("Desc: expected the password redacted, got %q", o.Desc)
 	}
-	if _, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
+	if _, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }

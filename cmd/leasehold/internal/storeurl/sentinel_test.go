@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 )
 
@@ -25,7 +25,7 @@ func TestOpenRedisSentinel(t *testing.T) {
 	if o.Kind != storeurl.Redis || !o.Shared {
 		t.Errorf("expected a shared redis store, got kind %s shared %v", o.Kind, o.Shared)
 	}
-	before, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "before", Token: "tok", TTL: time.Minute})
+	before, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "before", Token: "tok", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +51,11 @@ func TestOpenRedisSentinel(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	deadline = time.Now().Add(20 * time.Second)
-	var after leasehold.Grant
+	var after driver.Grant
 	for {
 		// The client learns of the new master from the sentinels; until
 		// then the old master, now a replica, refuses writes.
-		if after, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "after", Token: "tok", TTL: time.Minute}); err == nil {
+		if after, err = o.Store.Acquire(ctx, driver.AcquireRequest{Key: "after", Token: "tok", TTL: time.Minute}); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-// Package storeurl opens a leasehold.Store from a URL, as the leasehold
+// Package storeurl opens a driver.Store from a URL, as the leasehold
 // command line takes it in --store or LEASEHOLD_STORE:
 //
 //	memory                                   the embedded, in-process store
@@ -42,6 +42,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/memstore"
 )
 
@@ -91,7 +92,7 @@ const Supported = "memory, redis://host:port, rediss://host:port (TLS), redis://
 // Opened is an open store. Close it when done.
 type Opened struct {
 	// Store is the lock store.
-	Store leasehold.Store
+	Store driver.Store
 	// Kind of the store.
 	Kind Kind
 	// Shared reports whether the store excludes holders in different

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/driver"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/faultproxy"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/internal/testredis"
@@ -104,7 +104,7 @@ func TestOpenMemory(t *testing.T) {
 	if o.Kind != storeurl.Memory || o.Shared {
 		t.Errorf("expected an unshared memory store, got kind %s shared %v", o.Kind, o.Shared)
 	}
-	if _, err := o.Store.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
+	if _, err := o.Store.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -120,7 +120,7 @@ func TestOpenRedis(t *testing.T) {
 	if o.Kind != storeurl.Redis || !o.Shared {
 		t.Errorf("expected a shared redis store, got kind %s shared %v", o.Kind, o.Shared)
 	}
-	g, err := o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
+	g, err := o.Store.Acquire(ctx, driver.AcquireRequest{Key: "job", Token: "tok", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestOpenRedis(t *testing.T) {
 	if len(keys) == 0 {
 		t.Errorf("expected keys under prefix cli-test:, got none")
 	}
-	if _, ok := o.Store.(leasehold.ForceReleaser); !ok {
+	if _, ok := o.Store.(driver.ForceReleaser); !ok {
 		t.Errorf("redis store is not a ForceReleaser")
 	}
 }
@@ -162,7 +162,7 @@ func TestRedisErrorsAreRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
+	_, err = o.Store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second})
 	if err == nil {
 		t.Fatal("expected an authentication error")
 	}
@@ -189,7 +189,7 @@ func TestRedisHonoursContextDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if _, err := o.Store.Acquire(t.Context(), leasehold.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
+	if _, err := o.Store.Acquire(t.Context(), driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := px.Blackhole(true); err != nil {

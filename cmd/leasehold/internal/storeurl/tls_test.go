@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/storeurl"
 	"github.com/leasehold/leasehold/cmd/leasehold/internal/testetcd"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/internal/testtls"
@@ -37,7 +38,7 @@ func acquireOnce(t *testing.T, raw string) (*storeurl.Opened, error) {
 	}
 	t.Cleanup(func() { _ = o.Close() })
 	tok := fmt.Sprint(time.Now().UnixNano())
-	_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: "tls-" + tok, Token: tok, TTL: 5 * time.Second})
+	_, err = o.Store.Acquire(ctx, driver.AcquireRequest{Key: "tls-" + tok, Token: tok, TTL: 5 * time.Second})
 	return o, err
 }
 
@@ -68,7 +69,7 @@ func TestRedisClusterTLS(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		o, err := storeurl.Open(ctx, url("127.0.0.1", f.CA))
 		if err == nil {
-			_, err = o.Store.Acquire(ctx, leasehold.AcquireRequest{Key: fmt.Sprint("cluster-", i), Token: "t", TTL: 5 * time.Second})
+			_, err = o.Store.Acquire(ctx, driver.AcquireRequest{Key: fmt.Sprint("cluster-", i), Token: "t", TTL: 5 * time.Second})
 			_ = o.Close()
 		}
 		cancel()
