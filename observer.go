@@ -57,6 +57,13 @@ const (
 	// the Locker's one check of a ConfigChecker store: Op (the check's
 	// name, e.g. "redis_eviction"), Err (what was seen). Key is empty.
 	EventConfigWarning
+	// EventRenewalBehind says that automatic renewals are sent later than
+	// half the slack they have before the local expiry guard: the store, or
+	// this process, serves fewer renewals than the held leases need, and
+	// leases expire if it lasts. Duration (how late the oldest waiting
+	// renewal was sent), Attempt (renewals still waiting), Op "renew"; Key
+	// is empty. At most one per RenewInterval.
+	EventRenewalBehind
 )
 
 var eventNames = [...]string{
@@ -78,6 +85,7 @@ var eventNames = [...]string{
 	EventPermitWaiting:   "permit_waiting",
 	EventPermitWaitEnded: "permit_wait_ended",
 	EventConfigWarning:   "config_warning",
+	EventRenewalBehind:   "renewal_behind",
 }
 
 // String returns a stable snake_case name.

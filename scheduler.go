@@ -38,10 +38,11 @@ import (
 // it (the scheduler, a renewal goroutine, Release, Close) reports it once.
 // A renewal runs in a goroutine the scheduler owns (wg), never on the
 // scheduler's own goroutine, so a slow store cannot delay another lease's
-// guard. A renewal that comes back after its lease went over changes nothing;
-// if it succeeded on a lease that ended without releasing (expired,
-// abandoned) it is undone with a token-checked release, so no lock outlives
-// the lease that took it.
+// guard; due renewals queue and at most maxRenewCalls store calls are in
+// flight (see pacing.go). A renewal that comes back after its lease went
+// over changes nothing; if it succeeded on a lease that ended without
+// releasing (expired, abandoned) it is undone with a token-checked release,
+// so no lock outlives the lease that took it.
 //
 // Every report about a lease (observer, log, context cancel) made outside the
 // mutex is counted in Lease.acting; Release and Close wait until it is zero,
@@ -58,6 +59,11 @@ type scheduler struct {
 	armed   time.Time // when the loop looks at the heap next; zero: only when signalled
 	passes  int       // times the loop looked at the heap (tests count wake-ups)
 
+	pending []*Lease     // due renewals not yet sent, oldest first
+	calls   int          // renewal goroutines running (at most maxRenewCalls)
+	pace    pace         // how late renewals are sent
+	batch   BatchRenewer // the store's, or nil
+
 	ctx    context.Context // parent of every renewal; cancelled by Close
 	cancel context.CancelFunc
 	wake   chan struct{} // capacity 1: the heap's head changed
@@ -68,6 +74,7 @@ type scheduler struct {
 func newScheduler(l *Locker) *scheduler {
 	s := &scheduler{l: l, leases: make(map[*Lease]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.cond.L = &s.mu
+	s.batch, _ = l.store.(BatchRenewer)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -213,7 +220,7 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 			s.fix(ls) // its next deadline, or out of the heap while renewing
 		}
 	}
-	batches := s.startRenewals(now, renew)
+	workers := s.queueRenewals(now, renew)
 	if len(s.q) > 0 {
 		next = s.q[0].at
 	}
@@ -227,9 +234,9 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 		st.ls.report(st.what)
 		s.done(st.ls)
 	}
-	for _, b := range batches {
+	for range workers {
 		s.wg.Add(1)
-		go s.renew(b)
+		go s.renewer()
 	}
 	return next, idle
 }
@@ -259,45 +266,8 @@ type renewal struct {
 	sent   time.Time
 }
 
-// startRenewals marks the due leases as renewing and groups them into store
-// calls. With a BatchRenewer, every other lease due within a quarter of
-// RenewInterval joins: renewing it a little early is harmless and saves
-// round trips. s.mu held.
-func (s *scheduler) startRenewals(now time.Time, due []*Lease) []renewal {
-	if len(due) == 0 {
-		return nil
-	}
-	_, batching := s.l.store.(BatchRenewer)
-	if !batching {
-		out := make([]renewal, len(due))
-		for i, ls := range due {
-			ls.renewing = true
-			out[i] = renewal{leases: []*Lease{ls}, sent: now}
-		}
-		return out
-	}
-	soon := now.Add(s.l.opts.RenewInterval / 4)
-	for ls := range s.leases {
-		// A lease retrying after a failure keeps its own spread schedule.
-		if !ls.renewing && ls.failures == 0 && !ls.renewAt.IsZero() && !ls.renewAt.After(soon) && !ls.over {
-			due = append(due, ls)
-		}
-	}
-	var out []renewal
-	for i := 0; i < len(due); i += maxBatch {
-		b := due[i:min(i+maxBatch, len(due))]
-		for _, ls := range b {
-			ls.renewing = true
-			s.fix(ls)
-		}
-		out = append(out, renewal{leases: b, sent: now})
-	}
-	return out
-}
-
 // renew makes one renewal store call and applies its outcome.
 func (s *scheduler) renew(r renewal) {
-	defer s.wg.Done()
 	ctx, cancel := context.WithDeadline(s.ctx, r.sent.Add(s.l.opts.RenewTimeout))
 	defer cancel()
 	errs := s.call(ctx, r.leases)
@@ -312,14 +282,14 @@ func (s *scheduler) call(ctx context.Context, leases []*Lease) []error {
 		ls := leases[0]
 		return []error{ls.ops.renew(ctx, ls.key, ls.token, ls.ttl)}
 	}
-	if !batchable(leases) {
+	if s.batch == nil || !batchable(leases) {
 		return renewEach(ctx, leases)
 	}
 	reqs := make([]RenewRequest, len(leases))
 	for i, ls := range leases {
 		reqs[i] = RenewRequest{Key: ls.key, Token: ls.token, TTL: ls.ttl}
 	}
-	errs := s.l.store.(BatchRenewer).RenewBatch(ctx, reqs)
+	errs := s.batch.RenewBatch(ctx, reqs)
 	if len(errs) != len(reqs) { // a broken store; never index past it
 		errs = make([]error, len(reqs))
 		for i := range errs {

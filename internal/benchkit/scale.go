@@ -1,0 +1,214 @@
+package benchkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// ScaleConfig is one scale run: one Locker holding Leases leases for Hold.
+type ScaleConfig struct {
+	Leases int           // held leases, each on its own key
+	Hold   time.Duration // how long they are held after the last was acquired
+	// ServerPID is the store server's process, whose CPU is read from
+	// /proc/PID/stat; 0: not measured.
+	ServerPID int
+	// Requests returns the store requests sent so far (a pipeline counts
+	// each command); nil: not measured.
+	Requests func() int64
+}
+
+// ScaleResult is what a scale run measured. CPU is in cores (1 = one core
+// busy for the whole hold), rates per second of the hold.
+type ScaleResult struct {
+	HeapPerLease               float64 // bytes of Go heap per held lease
+	Requests, Renewals         float64 // per second
+	ClientCPU, ServerCPU       float64
+	Expired, Lost, Abandoned   int // leases that ended, by cause
+	Other, RenewFailed, Errors int // other ends; failed renewals; store errors
+	Behind                     int // "renewal_behind" events
+	// FirstBehind and FirstEnd are when the first "renewal_behind" event
+	// and the first lease's end ("held") came, since the first acquire
+	// (-1: none).
+	FirstBehind, FirstEnd time.Duration
+	Load                  string
+}
+
+// Scale acquires cfg.Leases keys with TryAcquire from a Locker that
+// newLocker builds around the observer it is given, holds them for cfg.Hold
+// and reports what it cost and what was lost. It closes the Locker.
+func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*leasehold.Locker, error)) ScaleResult {
+	b.Helper()
+	var ev eventCounts
+	l, err := newLocker(&ev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := ScaleResult{Load: loadAvg()}
+	heap0, t0 := heapNow(), time.Now()
+	leases := acquireAll(b, l, cfg.Leases)
+	r.HeapPerLease = float64(heapNow()-heap0) / float64(cfg.Leases)
+	self, req0, ren0 := cpuOf(b, os.Getpid()), requests(cfg), ev.get("renewed")
+	srv := cpuOf(b, cfg.ServerPID)
+	start := time.Now()
+	time.Sleep(cfg.Hold)
+	secs := time.Since(start).Seconds()
+	r.ClientCPU = (cpuOf(b, os.Getpid()) - self) / secs
+	r.ServerCPU = (cpuOf(b, cfg.ServerPID) - srv) / secs
+	r.Requests = float64(requests(cfg)-req0) / secs
+	r.Renewals = float64(ev.get("renewed")-ren0) / secs
+	for _, ls := range leases {
+		switch err := ls.Err(); {
+		case err == nil:
+		case errors.Is(err, leasehold.ErrLeaseExpired):
+			r.Expired++
+		case errors.Is(err, leasehold.ErrLeaseLost):
+			r.Lost++
+		case errors.Is(err, leasehold.ErrLeaseAbandoned):
+			r.Abandoned++
+		default:
+			r.Other++
+		}
+	}
+	r.RenewFailed, r.Errors, r.Behind = ev.get("renew_failed"), ev.get("store_error"), ev.get("renewal_behind")
+	r.FirstBehind, r.FirstEnd = ev.firstAt("renewal_behind", t0), ev.firstAt("held", t0)
+	r.Load += " -> " + loadAvg()
+	if err := l.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// Report reports r as benchmark metrics and logs it in one line.
+func (r ScaleResult) Report(b *testing.B) {
+	b.Helper()
+	b.ReportMetric(r.HeapPerLease, "heap-B/lease")
+	b.ReportMetric(r.Requests, "requests/s")
+	b.ReportMetric(r.Renewals, "renewals/s")
+	b.ReportMetric(r.ClientCPU, "client-cores")
+	b.ReportMetric(r.ServerCPU, "server-cores")
+	b.ReportMetric(float64(r.Expired+r.Lost+r.Abandoned+r.Other), "ended")
+	b.ReportMetric(float64(r.Behind), "behind")
+	b.Logf("heap %.0f B/lease, %.0f requests/s, %.0f renewals/s, client %.1f%% / server %.1f%% of a core; "+
+		"expired %d, lost %d, abandoned %d, other %d; renew failures %d, store errors %d, behind %d (first at %v, first end at %v); load %s",
+		r.HeapPerLease, r.Requests, r.Renewals, 100*r.ClientCPU, 100*r.ServerCPU,
+		r.Expired, r.Lost, r.Abandoned, r.Other, r.RenewFailed, r.Errors, r.Behind, r.FirstBehind, r.FirstEnd, r.Load)
+}
+
+// acquireAll takes n keys with 32 goroutines.
+func acquireAll(b *testing.B, l *leasehold.Locker, n int) []*leasehold.Lease {
+	out := make([]*leasehold.Lease, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				ls, err := l.TryAcquire(context.Background(), "scale:"+strconv.Itoa(i))
+				if err != nil {
+					errc <- fmt.Errorf("acquire %d: %w", i, err)
+					return
+				}
+				out[i] = ls
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		b.Fatal(err)
+	}
+	return out
+}
+
+func heapNow() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func requests(cfg ScaleConfig) int64 {
+	if cfg.Requests == nil {
+		return 0
+	}
+	return cfg.Requests()
+}
+
+// cpuOf returns the user+system CPU seconds of process pid so far, from
+// /proc/PID/stat (0 for pid 0).
+func cpuOf(b *testing.B, pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces) start at state, the
+	// third field; utime and stime are the 14th and 15th.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("bad /proc/%d/stat: %q", pid, s)
+	}
+	return (ut + st) / 100 // USER_HZ, 100 on Linux
+}
+
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(raw))[:3], " ")
+}
+
+// eventCounts counts events by kind, read by name (not by constant, so
+// that the run builds against versions without a kind).
+// It keeps the time of each kind's first event.
+type eventCounts struct {
+	n     [64]atomic.Int64
+	first [64]atomic.Int64 // Unix ns
+}
+
+func (e *eventCounts) Observe(ev leasehold.Event) {
+	if k := int(ev.Kind); k >= 0 && k < len(e.n) {
+		if e.n[k].Add(1) == 1 {
+			e.first[k].Store(time.Now().UnixNano())
+		}
+	}
+}
+
+func (e *eventCounts) index(kind string) int {
+	for k := range e.n {
+		if leasehold.EventKind(k).String() == kind {
+			return k
+		}
+	}
+	return 0
+}
+
+func (e *eventCounts) get(kind string) int { return int(e.n[e.index(kind)].Load()) }
+
+// firstAt returns when the first event of kind came, relative to t0 (-1: none).
+func (e *eventCounts) firstAt(kind string, t0 time.Time) time.Duration {
+	ns := e.first[e.index(kind)].Load()
+	if ns == 0 {
+		return -1
+	}
+	return time.Unix(0, ns).Sub(t0)
+}
