@@ -6,12 +6,19 @@ import (
 )
 
 // Renewal pacing. Due renewals wait in the scheduler's pending queue, oldest
-// first, and at most maxRenewCalls renewal goroutines send them, each taking
-// up to maxBatch leases per store call and the next batch when its call
-// returned. A renewal's timeout starts when it is sent, not when it fell
-// due: a queued renewal spends the slack before its lease's guard, never its
-// RenewTimeout. Renewals sent late move their lease's next renewal later, so
-// a burst spreads itself over the renew interval.
+// first, and renewal goroutines send them, each taking up to maxBatch leases
+// per store call and the next batch when its call returned. A renewal's
+// timeout starts when it is sent, not when it fell due: a queued renewal
+// spends the slack before its lease's guard, never its RenewTimeout.
+// Renewals sent late move their lease's next renewal later, so a burst
+// spreads itself over the renew interval.
+//
+// How many calls are in flight follows their round time: one more (up to
+// maxRenewCalls) after a call that took less than a quarter of
+// RenewTimeout, half as many (at least one) after one that took more than
+// half of it. Calls that queue for the store's connections or its one
+// thread instead of running side by side take longer the more are sent at
+// once; the limit keeps each one well inside its timeout.
 //
 // When the store (or this process) serves fewer renewals than fall due, the
 // queue grows and renewals are sent later and later. A renewal sent later
@@ -22,13 +29,26 @@ import (
 
 // maxRenewCalls bounds the renewal store calls in flight. Enough to keep a
 // pipelining store busy (8 × 256 renewals in flight), few enough that they
-// fit a connection pool (go-redis: 10 per CPU) instead of queueing for it
-// inside their timeout.
+// fit a connection pool (go-redis: 10 per CPU).
 const maxRenewCalls = 8
+
+// adjust moves the limit of calls in flight after a call that took d.
+func (s *scheduler) adjust(d time.Duration) {
+	t := s.l.opts.RenewTimeout
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case d > t/2:
+		s.pace.limit = max(s.pace.limit/2, 1)
+	case d < t/4:
+		s.pace.limit = min(s.pace.limit+1, maxRenewCalls)
+	}
+}
 
 // pace is what the scheduler knows about how late renewals are sent.
 // Guarded by scheduler.mu.
 type pace struct {
+	limit    int       // renewal calls in flight at most: 1 to maxRenewCalls
 	warned   time.Time // last EventRenewalBehind
 	from     time.Time // start of the current rate window
 	sent     int       // renewals sent since from
@@ -56,7 +76,7 @@ func (s *scheduler) queueRenewals(now time.Time, due []*Lease) int {
 	if s.batch != nil {
 		s.topUp(now.Add(s.l.opts.RenewInterval / 4))
 	}
-	n := min(maxRenewCalls-s.calls, (len(s.pending)+maxBatch-1)/maxBatch)
+	n := max(min(s.pace.limit-s.calls, (len(s.pending)+maxBatch-1)/maxBatch), 0)
 	s.calls += n
 	return n
 }
@@ -90,16 +110,21 @@ func (s *scheduler) renewer() {
 			s.reportBehind(*late)
 		}
 		s.renew(r)
+		s.adjust(time.Since(r.sent))
 	}
 }
 
 // take takes the next batch from the pending queue, skipping leases that
 // ended while they waited. It reports false, and counts this goroutine out,
-// when nothing is left or Close began; and a report when renewals fall
-// behind.
+// when nothing is left, Close began or more calls are in flight than the
+// limit; and a report when renewals fall behind.
 func (s *scheduler) take() (renewal, *behind, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.calls > s.pace.limit {
+		s.calls--
+		return renewal{}, nil, false
+	}
 	var b []*Lease
 	for len(s.pending) > 0 && len(b) < maxBatch {
 		ls := s.pending[0]

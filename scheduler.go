@@ -60,7 +60,7 @@ type scheduler struct {
 	passes  int       // times the loop looked at the heap (tests count wake-ups)
 
 	pending []*Lease     // due renewals not yet sent, oldest first
-	calls   int          // renewal goroutines running (at most maxRenewCalls)
+	calls   int          // renewal goroutines running (about pace.limit)
 	pace    pace         // how late renewals are sent
 	batch   BatchRenewer // the store's, or nil
 
@@ -75,6 +75,7 @@ func newScheduler(l *Locker) *scheduler {
 	s := &scheduler{l: l, leases: make(map[*Lease]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.cond.L = &s.mu
 	s.batch, _ = l.store.(BatchRenewer)
+	s.pace.limit = 1
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
