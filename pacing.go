@@ -86,8 +86,8 @@ func (s *scheduler) queueRenewals(now time.Time, due []*Lease) int {
 // due by soon (a lease retrying after a failure keeps its own schedule).
 // s.mu held.
 func (s *scheduler) topUp(soon time.Time) {
-	for len(s.pending)%maxBatch != 0 && len(s.q) > 0 {
-		ls := s.q[0]
+	for len(s.pending)%maxBatch != 0 && s.q.Len() > 0 {
+		ls := s.q.head()
 		if ls.at.After(soon) || !ls.at.Equal(ls.renewAt) || ls.renewing || ls.failures > 0 || !ls.ops.batchable() {
 			return
 		}

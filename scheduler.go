@@ -74,6 +74,7 @@ type scheduler struct {
 func newScheduler(l *Locker) *scheduler {
 	s := &scheduler{l: l, leases: make(map[*Lease]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.cond.L = &s.mu
+	s.q.epoch = time.Now()
 	s.batch, _ = l.store.(BatchRenewer)
 	s.pace.limit = 1
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -109,12 +110,13 @@ func (s *scheduler) fix(ls *Lease) {
 		return
 	case ls.idx >= 0:
 		ls.at = at
+		s.q.items[ls.idx].at = s.q.key(at)
 		heap.Fix(&s.q, ls.idx)
 	default:
 		ls.at = at
 		heap.Push(&s.q, ls)
 	}
-	if s.q[0] == ls && (s.armed.IsZero() || at.Before(s.armed)) {
+	if s.q.head() == ls && (s.armed.IsZero() || at.Before(s.armed)) {
 		s.signal() // the loop would look too late
 	}
 }
@@ -204,8 +206,8 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 	s.passes++
 	var steps []step
 	var renew []*Lease
-	for len(s.q) > 0 && !s.q[0].at.After(now) {
-		ls := s.q[0]
+	for s.q.Len() > 0 && !s.q.head().at.After(now) {
+		ls := s.q.head()
 		st, renewNow := ls.due(now, &s.l.opts)
 		if st != 0 {
 			if st == stepExpired {
@@ -222,8 +224,8 @@ func (s *scheduler) runDue(now time.Time) (next time.Time, idle bool) {
 		}
 	}
 	workers := s.queueRenewals(now, renew)
-	if len(s.q) > 0 {
-		next = s.q[0].at
+	if s.q.Len() > 0 {
+		next = s.q.head().at
 	}
 	idle = len(s.leases) == 0
 	if idle {
@@ -271,10 +273,7 @@ type renewal struct {
 func (s *scheduler) renew(r renewal) {
 	ctx, cancel := context.WithDeadline(s.ctx, r.sent.Add(s.l.opts.RenewTimeout))
 	defer cancel()
-	errs := s.call(ctx, r.leases)
-	for i, ls := range r.leases {
-		s.renewed(ls, r.sent, errs[i])
-	}
+	s.renewed(r, s.call(ctx, r.leases))
 }
 
 // call sends one Renew or RenewBatch and returns one error per lease.
@@ -300,28 +299,54 @@ func (s *scheduler) call(ctx context.Context, leases []*Lease) []error {
 	return errs
 }
 
-// renewed applies the outcome of an automatic renewal of ls sent at sent.
-func (s *scheduler) renewed(ls *Lease, sent time.Time, err error) {
+// renewed applies the outcomes of an automatic renewal call, one error per
+// lease, under one hold of the mutex, and then reports them outside it.
+func (s *scheduler) renewed(r renewal, errs []error) {
+	const (
+		skip = iota
+		report
+		undo // succeeded on a lease that ended without releasing
+	)
+	outs := make([]renewOutcome, len(r.leases))
+	what := make([]byte, len(r.leases))
+	now := time.Now()
 	s.mu.Lock()
-	ls.renewing = false
-	if s.closed || ls.over {
-		undo := err == nil && ls.over && !ls.released
-		s.mu.Unlock()
-		if undo {
+	for i, ls := range r.leases {
+		ls.renewing = false
+		if s.closed || ls.over {
+			if errs[i] == nil && ls.over && !ls.released {
+				what[i] = undo
+			}
+			continue
+		}
+		outs[i] = ls.outcome(r.sent, now, errs[i], &s.l.opts)
+		if outs[i].cause != nil {
+			s.finish(ls, outs[i].cause)
+		} else {
+			s.fix(ls)
+		}
+		ls.acting++
+		what[i] = report
+	}
+	s.mu.Unlock()
+	for i, ls := range r.leases {
+		switch what[i] {
+		case report:
+			ls.reportRenewal(r.sent, errs[i], outs[i])
+		case undo:
 			ls.undo()
 		}
-		return
 	}
-	out := ls.outcome(sent, time.Now(), err, &s.l.opts)
-	if out.cause != nil {
-		s.finish(ls, out.cause)
-	} else {
-		s.fix(ls)
+	s.mu.Lock()
+	for i, ls := range r.leases {
+		if what[i] != report {
+			continue
+		}
+		if ls.acting--; ls.acting == 0 {
+			s.cond.Broadcast()
+		}
 	}
-	ls.acting++
 	s.mu.Unlock()
-	ls.reportRenewal(sent, err, out)
-	s.done(ls)
 }
 
 // end makes cause the end of ls unless it is already over, and waits until
@@ -364,25 +389,42 @@ func (s *scheduler) shutdown() {
 	s.wg.Wait()
 }
 
-// leaseHeap orders leases by their next deadline.
-type leaseHeap []*Lease
+// leaseHeap orders leases by their next deadline. Each item carries its
+// deadline as nanoseconds since epoch (monotonic), so that ordering reads
+// the heap's own array and not every lease it compares: a heap of 100,000
+// leases is mostly cache misses otherwise.
+type leaseHeap struct {
+	epoch time.Time
+	items []heapItem
+}
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+type heapItem struct {
+	at int64 // key(ls.at)
+	ls *Lease
+}
+
+func (h *leaseHeap) key(at time.Time) int64 { return int64(at.Sub(h.epoch)) }
+
+// head returns the lease with the earliest deadline; the heap is not empty.
+func (h *leaseHeap) head() *Lease { return h.items[0].ls }
+
+func (h *leaseHeap) Len() int           { return len(h.items) }
+func (h *leaseHeap) Less(i, j int) bool { return h.items[i].at < h.items[j].at }
+func (h *leaseHeap) Swap(i, j int) {
+	it := h.items
+	it[i], it[j] = it[j], it[i]
+	it[i].ls.idx, it[j].ls.idx = i, j
 }
 func (h *leaseHeap) Push(x any) {
 	ls := x.(*Lease)
-	ls.idx = len(*h)
-	*h = append(*h, ls)
+	ls.idx = len(h.items)
+	h.items = append(h.items, heapItem{h.key(ls.at), ls})
 }
 func (h *leaseHeap) Pop() any {
-	old := *h
-	ls := old[len(old)-1]
-	old[len(old)-1] = nil
+	old := h.items
+	ls := old[len(old)-1].ls
+	old[len(old)-1] = heapItem{}
 	ls.idx = -1
-	*h = old[:len(old)-1]
+	h.items = old[:len(old)-1]
 	return ls
 }
