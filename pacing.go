@@ -63,16 +63,26 @@ type behind struct {
 	inFlight      int
 }
 
-// queueRenewals queues the due leases (already marked renewing) and, when
-// the store renews in batches, tops the last batch up with leases whose
-// renewal falls due within RenewInterval/4: renewing them a little early is
-// harmless and saves round trips. It returns how many renewal goroutines to
-// start. s.mu held.
+// queueRenewals queues the due leases (already marked renewing), retries
+// after a failure first, and, when the store renews in batches, tops the
+// last batch up with leases whose renewal falls due within RenewInterval/4:
+// renewing them a little early is harmless and saves round trips. It
+// returns how many renewal goroutines to start. s.mu held.
 func (s *scheduler) queueRenewals(now time.Time, due []*Lease) int {
 	if len(due) == 0 {
 		return 0
 	}
-	s.pending = append(s.pending, due...)
+	var retries []*Lease
+	for _, ls := range due {
+		if ls.failures > 0 {
+			retries = append(retries, ls)
+		} else {
+			s.pending = append(s.pending, ls)
+		}
+	}
+	if retries != nil { // first: they have the least time left before their guard
+		s.pending = append(retries, s.pending...)
+	}
 	if s.batch != nil {
 		s.topUp(now.Add(s.l.opts.RenewInterval / 4))
 	}
