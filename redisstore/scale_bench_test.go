@@ -23,15 +23,18 @@ var (
 	scaleLeases = flag.String("scale.leases", "1000,10000", "BenchmarkScale: comma-separated numbers of held leases")
 	scaleTTL    = flag.Duration("scale.ttl", 2*time.Second, "BenchmarkScale: lease TTL")
 	scaleHold   = flag.Duration("scale.hold", 10*time.Second, "BenchmarkScale: how long the leases are held")
+	scaleWait   = flag.Int("scale.waiters", 0, "BenchmarkScale: idle waiters (Acquire on held keys, one more Locker)")
+	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
 )
 
-// BenchmarkScale holds N leases from one Locker on a real redis-server
-// (TTL 2 s: a renewal every 667 ms each) and reports heap per lease, store
-// requests and renewals per second, client and redis-server CPU (cores,
-// from /proc/PID/stat) and the leases that ended before Close. One run per
-// N whatever -benchtime says:
+// BenchmarkScale holds N leases from P Lockers on a real redis-server (TTL
+// 2 s: a renewal every 667 ms each) while K goroutines of one more Locker
+// wait for some of the keys, and reports heap per lease and per waiter,
+// store requests (commands) and renewals per second, client and
+// redis-server CPU (cores, from /proc/PID/stat) and the leases that ended
+// before Close. One run per N whatever -benchtime says:
 //
-//	go test -run '^$' -bench Scale ./redisstore/ -args -scale.leases 100000
+//	go test -run '^$' -bench Scale ./redisstore/ -args -scale.leases 100000 -scale.waiters 1000 -scale.lockers 1
 func BenchmarkScale(b *testing.B) {
 	srv := testredis.Start(b)
 	c := srv.Client(b)
@@ -43,11 +46,12 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil || n < 1 {
 			b.Fatalf("bad -scale.leases %q", *scaleLeases)
 		}
-		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("N=%d/K=%d/P=%d", n, *scaleWait, *scaleLocks), func(b *testing.B) {
 			if err := c.FlushDB(context.Background()).Err(); err != nil {
 				b.Fatal(err)
 			}
-			cfg := benchkit.ScaleConfig{Leases: n, Hold: *scaleHold, ServerPID: pid, Requests: cmds.Load}
+			cfg := benchkit.ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks,
+				Hold: *scaleHold, ServerPID: pid, Requests: cmds.Load}
 			r := benchkit.Scale(b, cfg, func(obs leasehold.Observer) (*leasehold.Locker, error) {
 				st, err := redisstore.New(c, redisstore.Options{})
 				if err != nil {

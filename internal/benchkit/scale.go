@@ -16,10 +16,14 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-// ScaleConfig is one scale run: one Locker holding Leases leases for Hold.
+// ScaleConfig is one scale run: Lockers Lockers holding Leases leases
+// between them for Hold, while Waiters goroutines of one more Locker wait
+// in Acquire for the first Waiters keys.
 type ScaleConfig struct {
-	Leases int           // held leases, each on its own key
-	Hold   time.Duration // how long they are held after the last was acquired
+	Leases  int           // held leases, each on its own key
+	Waiters int           // idle waiters, at most Leases
+	Lockers int           // Lockers sharing the held leases; 0 means 1
+	Hold    time.Duration // how long they are held after the last was acquired
 	// ServerPID is the store server's process, whose CPU is read from
 	// /proc/PID/stat; 0: not measured.
 	ServerPID int
@@ -32,6 +36,7 @@ type ScaleConfig struct {
 // busy for the whole hold), rates per second of the hold.
 type ScaleResult struct {
 	HeapPerLease               float64 // bytes of Go heap per held lease
+	HeapPerWaiter              float64 // bytes of Go heap per waiting Acquire
 	Requests, Renewals         float64 // per second
 	ClientCPU, ServerCPU       float64
 	Expired, Lost, Abandoned   int // leases that ended, by cause
@@ -44,20 +49,31 @@ type ScaleResult struct {
 	Load                  string
 }
 
-// Scale acquires cfg.Leases keys with TryAcquire from a Locker that
-// newLocker builds around the observer it is given, holds them for cfg.Hold
-// and reports what it cost and what was lost. It closes the Locker.
+// Scale acquires cfg.Leases keys with TryAcquire from cfg.Lockers Lockers
+// that newLocker builds around the observer it is given, starts the
+// waiters, holds the keys for cfg.Hold and reports what it cost and what
+// was lost. It closes the Lockers.
 func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*leasehold.Locker, error)) ScaleResult {
 	b.Helper()
 	var ev eventCounts
-	l, err := newLocker(&ev)
-	if err != nil {
-		b.Fatal(err)
+	lockers := make([]*leasehold.Locker, max(cfg.Lockers, 1))
+	for i := range lockers {
+		l, err := newLocker(&ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lockers[i] = l
 	}
 	r := ScaleResult{Load: loadAvg()}
 	heap0, t0 := heapNow(), time.Now()
-	leases := acquireAll(b, l, cfg.Leases)
-	r.HeapPerLease = float64(heapNow()-heap0) / float64(cfg.Leases)
+	leases := acquireAll(b, lockers, cfg.Leases)
+	heap1 := heapNow()
+	r.HeapPerLease = float64(heap1-heap0) / float64(cfg.Leases)
+	stopWaiters := startWaiters(b, cfg.Waiters, newLocker)
+	if cfg.Waiters > 0 {
+		time.Sleep(2 * time.Second) // every waiter queued
+		r.HeapPerWaiter = float64(heapNow()-heap1) / float64(cfg.Waiters)
+	}
 	self, req0, ren0 := cpuOf(b, os.Getpid()), requests(cfg), ev.get("renewed")
 	srv := cpuOf(b, cfg.ServerPID)
 	start := time.Now()
@@ -67,6 +83,21 @@ func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*l
 	r.ServerCPU = (cpuOf(b, cfg.ServerPID) - srv) / secs
 	r.Requests = float64(requests(cfg)-req0) / secs
 	r.Renewals = float64(ev.get("renewed")-ren0) / secs
+	r.count(leases)
+	r.RenewFailed, r.Errors, r.Behind = ev.get("renew_failed"), ev.get("store_error"), ev.get("renewal_behind")
+	r.FirstBehind, r.FirstEnd = ev.firstAt("renewal_behind", t0), ev.firstAt("held", t0)
+	r.Load += " -> " + loadAvg()
+	stopWaiters()
+	for _, l := range lockers {
+		if err := l.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r
+}
+
+// count counts the leases that ended, by cause.
+func (r *ScaleResult) count(leases []*leasehold.Lease) {
 	for _, ls := range leases {
 		switch err := ls.Err(); {
 		case err == nil:
@@ -80,33 +111,60 @@ func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*l
 			r.Other++
 		}
 	}
-	r.RenewFailed, r.Errors, r.Behind = ev.get("renew_failed"), ev.get("store_error"), ev.get("renewal_behind")
-	r.FirstBehind, r.FirstEnd = ev.firstAt("renewal_behind", t0), ev.firstAt("held", t0)
-	r.Load += " -> " + loadAvg()
-	if err := l.Close(); err != nil {
+}
+
+// startWaiters starts n goroutines waiting in Acquire for keys 0..n-1 on a
+// Locker of their own; the returned func stops and joins them and closes
+// it. A waiter that gets its key (it expired) counts as a store error.
+func startWaiters(b *testing.B, n int, newLocker func(leasehold.Observer) (*leasehold.Locker, error)) (stop func()) {
+	if n == 0 {
+		return func() {}
+	}
+	l, err := newLocker(nil)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return r
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if ls, err := l.Acquire(ctx, "scale:"+strconv.Itoa(i)); err == nil {
+				_ = ls.Release(ctx)
+			}
+		}()
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		if err := l.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // Report reports r as benchmark metrics and logs it in one line.
 func (r ScaleResult) Report(b *testing.B) {
 	b.Helper()
 	b.ReportMetric(r.HeapPerLease, "heap-B/lease")
+	if r.HeapPerWaiter != 0 {
+		b.ReportMetric(r.HeapPerWaiter, "heap-B/waiter")
+	}
 	b.ReportMetric(r.Requests, "requests/s")
 	b.ReportMetric(r.Renewals, "renewals/s")
 	b.ReportMetric(r.ClientCPU, "client-cores")
 	b.ReportMetric(r.ServerCPU, "server-cores")
 	b.ReportMetric(float64(r.Expired+r.Lost+r.Abandoned+r.Other), "ended")
 	b.ReportMetric(float64(r.Behind), "behind")
-	b.Logf("heap %.0f B/lease, %.0f requests/s, %.0f renewals/s, client %.1f%% / server %.1f%% of a core; "+
+	b.Logf("heap %.0f B/lease, %.0f B/waiter, %.0f requests/s, %.0f renewals/s, client %.1f%% / server %.1f%% of a core; "+
 		"expired %d, lost %d, abandoned %d, other %d; renew failures %d, store errors %d, behind %d (first at %v, first end at %v); load %s",
-		r.HeapPerLease, r.Requests, r.Renewals, 100*r.ClientCPU, 100*r.ServerCPU,
+		r.HeapPerLease, r.HeapPerWaiter, r.Requests, r.Renewals, 100*r.ClientCPU, 100*r.ServerCPU,
 		r.Expired, r.Lost, r.Abandoned, r.Other, r.RenewFailed, r.Errors, r.Behind, r.FirstBehind, r.FirstEnd, r.Load)
 }
 
-// acquireAll takes n keys with 32 goroutines.
-func acquireAll(b *testing.B, l *leasehold.Locker, n int) []*leasehold.Lease {
+// acquireAll takes n keys with 32 goroutines, key i from lockers[i%len].
+func acquireAll(b *testing.B, lockers []*leasehold.Locker, n int) []*leasehold.Lease {
 	out := make([]*leasehold.Lease, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -116,7 +174,7 @@ func acquireAll(b *testing.B, l *leasehold.Locker, n int) []*leasehold.Lease {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				ls, err := l.TryAcquire(context.Background(), "scale:"+strconv.Itoa(i))
+				ls, err := lockers[i%len(lockers)].TryAcquire(context.Background(), "scale:"+strconv.Itoa(i))
 				if err != nil {
 					errc <- fmt.Errorf("acquire %d: %w", i, err)
 					return
