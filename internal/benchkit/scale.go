@@ -25,7 +25,8 @@ type ScaleConfig struct {
 	Lockers int           // Lockers sharing the held leases; 0 means 1
 	Hold    time.Duration // how long they are held after the last was acquired
 	// ServerPID is the store server's process, whose CPU is read from
-	// /proc/PID/stat; 0: not measured.
+	// /proc/PID/stat, with its children's (PostgreSQL's backends); 0: not
+	// measured.
 	ServerPID int
 	// Requests returns the store requests sent so far (a pipeline counts
 	// each command); nil: not measured.
@@ -75,12 +76,12 @@ func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*l
 		r.HeapPerWaiter = float64(heapNow()-heap1) / float64(cfg.Waiters)
 	}
 	self, req0, ren0 := cpuOf(b, os.Getpid()), requests(cfg), ev.get("renewed")
-	srv := cpuOf(b, cfg.ServerPID)
+	srv := treeCPU(b, cfg.ServerPID)
 	start := time.Now()
 	time.Sleep(cfg.Hold)
 	secs := time.Since(start).Seconds()
 	r.ClientCPU = (cpuOf(b, os.Getpid()) - self) / secs
-	r.ServerCPU = (cpuOf(b, cfg.ServerPID) - srv) / secs
+	r.ServerCPU = (treeCPU(b, cfg.ServerPID) - srv) / secs
 	r.Requests = float64(requests(cfg)-req0) / secs
 	r.Renewals = float64(ev.get("renewed")-ren0) / secs
 	r.count(leases)
@@ -211,20 +212,73 @@ func cpuOf(b *testing.B, pid int) float64 {
 	if pid == 0 {
 		return 0
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command (which may hold spaces) start at state, the
-	// third field; utime and stime are the 14th and 15th.
+	return f.cpu
+}
+
+// treeCPU returns cpuOf(pid) plus the CPU of its children: the live ones'
+// and, through cutime and cstime, the ones it reaped.
+func treeCPU(b *testing.B, pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	f, err := statFields(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := f.cpu + f.children
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if c, err := statFields(child); err == nil && c.ppid == pid {
+			total += c.cpu
+		}
+	}
+	return total
+}
+
+// ParentOf returns the parent process of pid (PostgreSQL: a backend's
+// postmaster).
+func ParentOf(b *testing.B, pid int) int {
+	f, err := statFields(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f.ppid
+}
+
+type procStat struct {
+	ppid          int
+	cpu, children float64 // seconds: utime+stime, cutime+cstime
+}
+
+// statFields reads /proc/PID/stat: after the command (which may hold
+// spaces), field 3 is the state, 4 the parent, 14-17 utime, stime, cutime
+// and cstime in USER_HZ (100 on Linux).
+func statFields(pid int) (procStat, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
 	s := string(raw)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("bad /proc/%d/stat: %q", pid, s)
+	var n [4]float64
+	for i := range n {
+		if n[i], err = strconv.ParseFloat(f[11+i], 64); err != nil {
+			return procStat{}, fmt.Errorf("bad /proc/%d/stat: %q", pid, s)
+		}
 	}
-	return (ut + st) / 100 // USER_HZ, 100 on Linux
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, fmt.Errorf("bad /proc/%d/stat: %q", pid, s)
+	}
+	return procStat{ppid: ppid, cpu: (n[0] + n[1]) / 100, children: (n[2] + n[3]) / 100}, nil
 }
 
 func loadAvg() string {
