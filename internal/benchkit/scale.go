@@ -158,7 +158,7 @@ func (r ScaleResult) Report(b *testing.B) {
 	b.ReportMetric(r.ServerCPU, "server-cores")
 	b.ReportMetric(float64(r.Expired+r.Lost+r.Abandoned+r.Other), "ended")
 	b.ReportMetric(float64(r.Behind), "behind")
-	b.Logf("heap %.0f B/lease, %.0f B/waiter, %.0f requests/s, %.0f renewals/s, client %.1f%% / server %.1f%% of a core; "+
+	b.Logf("heap %.0f B/lease (%.0f B/waiter), %.0f requests/s, %.0f renewals/s, client %.1f%% / server %.1f%% of a core; "+
 		"expired %d, lost %d, abandoned %d, other %d; renew failures %d, store errors %d, behind %d (first at %v, first end at %v); load %s",
 		r.HeapPerLease, r.HeapPerWaiter, r.Requests, r.Renewals, 100*r.ClientCPU, 100*r.ServerCPU,
 		r.Expired, r.Lost, r.Abandoned, r.Other, r.RenewFailed, r.Errors, r.Behind, r.FirstBehind, r.FirstEnd, r.Load)
