@@ -125,7 +125,7 @@ func (s *scheduler) renewer() {
 }
 
 // take takes the next batch from the pending queue, skipping leases that
-// ended while they waited. It reports false, and counts this goroutine out,
+// ended, or passed their guard, while they waited. It reports false, and counts this goroutine out,
 // when nothing is left, Close began or more calls are in flight than the
 // limit; and a report when renewals fall behind.
 func (s *scheduler) take() (renewal, *behind, bool) {
@@ -135,12 +135,17 @@ func (s *scheduler) take() (renewal, *behind, bool) {
 		s.calls--
 		return renewal{}, nil, false
 	}
+	now := time.Now()
+	fence := s.l.opts.OnRenewFailure == RenewalFence
 	var b []*Lease
 	for len(s.pending) > 0 && len(b) < maxBatch {
 		ls := s.pending[0]
 		s.pending[0] = nil
 		s.pending = s.pending[1:]
-		if !ls.over && !s.closed {
+		// Past its guard a fenced lease is over (the loop ends it at its
+		// next pass): a renewal now could only find it lost.
+		late := fence && !ls.validUntil.IsZero() && !now.Before(ls.validUntil)
+		if !ls.over && !s.closed && !late {
 			b = append(b, ls)
 		}
 	}
@@ -151,7 +156,6 @@ func (s *scheduler) take() (renewal, *behind, bool) {
 		s.calls--
 		return renewal{}, nil, false
 	}
-	now := time.Now()
 	return renewal{leases: b, sent: now}, s.paced(now, b), true
 }
 
