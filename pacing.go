@@ -125,9 +125,10 @@ func (s *scheduler) renewer() {
 }
 
 // take takes the next batch from the pending queue, skipping leases that
-// ended, or passed their guard, while they waited. It reports false, and counts this goroutine out,
-// when nothing is left, Close began or more calls are in flight than the
-// limit; and a report when renewals fall behind.
+// ended, or passed their guard, while they waited. It reports false, and
+// counts this goroutine out, when nothing is left, Close began or more
+// calls are in flight than the limit; and a report when renewals fall
+// behind.
 func (s *scheduler) take() (renewal, *behind, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,8 +145,8 @@ func (s *scheduler) take() (renewal, *behind, bool) {
 		s.pending = s.pending[1:]
 		// Past its guard a fenced lease is over (the loop ends it at its
 		// next pass): a renewal now could only find it lost.
-		late := fence && !ls.validUntil.IsZero() && !now.Before(ls.validUntil)
-		if !ls.over && !s.closed && !late {
+		pastGuard := fence && !ls.validUntil.IsZero() && !now.Before(ls.validUntil)
+		if !ls.over && !s.closed && !pastGuard {
 			b = append(b, ls)
 		}
 	}
