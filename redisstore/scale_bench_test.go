@@ -27,9 +27,9 @@ var (
 	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
 )
 
-// BenchmarkScale holds N leases from P Lockers on a real redis-server (TTL
-// 2 s: a renewal every 667 ms each) while K goroutines of one more Locker
-// wait for some of the keys, and reports heap per lease and per waiter,
+// BenchmarkScale holds N leases from P Lockers (one go-redis client) on a
+// real redis-server (TTL 2 s: a renewal every 667 ms each) while K
+// goroutines of one more Locker (its own client) wait for some of the keys, and reports heap per lease and per waiter,
 // store requests (commands) and renewals per second, client and
 // redis-server CPU (cores, from /proc/PID/stat) and the leases that ended
 // before Close. One run per N whatever -benchtime says:
@@ -50,16 +50,22 @@ func BenchmarkScale(b *testing.B) {
 			if err := c.FlushDB(context.Background()).Err(); err != nil {
 				b.Fatal(err)
 			}
-			cfg := benchkit.ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks,
-				Hold: *scaleHold, ServerPID: pid, Requests: cmds.Load}
-			r := benchkit.Scale(b, cfg, func(obs leasehold.Observer) (*leasehold.Locker, error) {
+			newLocker := func(c *redis.Client, obs leasehold.Observer) (*leasehold.Locker, error) {
 				st, err := redisstore.New(c, redisstore.Options{})
 				if err != nil {
 					return nil, err
 				}
 				b.Cleanup(func() { _ = st.Close() })
 				return leasehold.New(st, leasehold.Options{Name: "scale", TTL: *scaleTTL, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
-			})
+			}
+			cfg := benchkit.ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks,
+				Hold: *scaleHold, ServerPID: pid, Requests: cmds.Load,
+				NewWaiterLocker: func() (*leasehold.Locker, error) {
+					wc := srv.Client(b) // the waiters' own client, as another process's
+					wc.AddHook(countHook{&cmds})
+					return newLocker(wc, nil)
+				}}
+			r := benchkit.Scale(b, cfg, func(obs leasehold.Observer) (*leasehold.Locker, error) { return newLocker(c, obs) })
 			r.Report(b)
 		})
 	}

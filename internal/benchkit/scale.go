@@ -31,6 +31,9 @@ type ScaleConfig struct {
 	// Requests returns the store requests sent so far (a pipeline counts
 	// each command); nil: not measured.
 	Requests func() int64
+	// NewWaiterLocker builds the waiters' Locker, as another process's
+	// (its own client); nil: the Lockers' constructor.
+	NewWaiterLocker func() (*leasehold.Locker, error)
 }
 
 // ScaleResult is what a scale run measured. CPU is in cores (1 = one core
@@ -70,7 +73,11 @@ func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*l
 	leases := acquireAll(b, lockers, cfg.Leases)
 	heap1 := heapNow()
 	r.HeapPerLease = float64(heap1-heap0) / float64(cfg.Leases)
-	stopWaiters := startWaiters(b, cfg.Waiters, newLocker)
+	newWaiter := cfg.NewWaiterLocker
+	if newWaiter == nil {
+		newWaiter = func() (*leasehold.Locker, error) { return newLocker(nil) }
+	}
+	stopWaiters := startWaiters(b, cfg.Waiters, newWaiter)
 	if cfg.Waiters > 0 {
 		time.Sleep(2 * time.Second) // every waiter queued
 		r.HeapPerWaiter = float64(heapNow()-heap1) / float64(cfg.Waiters)
@@ -117,11 +124,11 @@ func (r *ScaleResult) count(leases []*leasehold.Lease) {
 // startWaiters starts n goroutines waiting in Acquire for keys 0..n-1 on a
 // Locker of their own; the returned func stops and joins them and closes
 // it. A waiter that gets its key (it expired) counts as a store error.
-func startWaiters(b *testing.B, n int, newLocker func(leasehold.Observer) (*leasehold.Locker, error)) (stop func()) {
+func startWaiters(b *testing.B, n int, newLocker func() (*leasehold.Locker, error)) (stop func()) {
 	if n == 0 {
 		return func() {}
 	}
-	l, err := newLocker(nil)
+	l, err := newLocker()
 	if err != nil {
 		b.Fatal(err)
 	}
