@@ -24,6 +24,7 @@ const (
 	EventPermitWaiting                        // a permit acquire joined the queue; one EventPermitWaitEnded follows
 	EventPermitWaitEnded                      // Result, Duration (waited), Fence or Err
 	EventConfigWarning                        // a store setting that can lose locks: Op (check), Err (seen)
+	EventRenewalBehind                        // renewals sent later than half their slack: Duration (lateness), Attempt (waiting); at most one per RenewInterval
 )
 
 var eventNames = [...]string{
@@ -45,6 +46,7 @@ var eventNames = [...]string{
 	EventPermitWaiting:   "permit_waiting",
 	EventPermitWaitEnded: "permit_wait_ended",
 	EventConfigWarning:   "config_warning",
+	EventRenewalBehind:   "renewal_behind",
 }
 
 // String returns a stable snake_case name.

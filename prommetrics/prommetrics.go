@@ -25,6 +25,7 @@
 //	leasehold_lost_total{locker}                        leases the store said another owner holds
 //	leasehold_expired_total{locker}                     leases cancelled by the local expiry guard
 //	leasehold_max_hold_total{locker}                    leases that reached MaxHold
+//	leasehold_renewals_behind_total{locker}             reports that renewals are sent later than half their slack before the local guard (EventRenewalBehind, at most one per RenewInterval)
 //	leasehold_not_owned_total{locker,op}                release or renew answered "not owned"; op: release|renew|other
 //	leasehold_store_errors_total{locker,op}             store failures; op: acquire|renew|release|inspect|list|other
 //	leasehold_stale_writes_rejected_total{locker,resource}  writes rejected at a fenced boundary (package fence)
@@ -102,6 +103,7 @@ type Observer struct {
 	lost          *prometheus.CounterVec
 	expired       *prometheus.CounterVec
 	maxHold       *prometheus.CounterVec
+	behind        *prometheus.CounterVec
 	notOwned      *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	misconfigured *prometheus.CounterVec
@@ -130,6 +132,7 @@ type lockerSeries struct {
 	lost          prometheus.Counter
 	expired       prometheus.Counter
 	maxHold       prometheus.Counter
+	behind        prometheus.Counter
 	notOwned      [3]prometheus.Counter // by NotOwnedOps
 	storeErrors   [6]prometheus.Counter // by StoreOps
 	misconfigured prometheus.Counter
@@ -190,6 +193,8 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 			"Leases cancelled by the local expiry guard: the TTL ran out since the last successful renewal."),
 		maxHold: counter("max_hold_total",
 			"Leases that reached the locker's maximum hold time."),
+		behind: counter("renewals_behind_total",
+			"Reports that automatic renewals are sent later than half their slack before the local expiry guard: the store or the process serves fewer renewals than the leases need, and leases expire if it lasts."),
 		notOwned: counter("not_owned_total",
 			"Releases and renewals answered \"lock not owned\", by operation.", "op"),
 		storeErrors: counter("store_errors_total",
@@ -209,7 +214,8 @@ func New(reg prometheus.Registerer, opts Options) (*Observer, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.acquireWait, m.held, m.renew, m.contention, m.failOpen, m.renewFailures, m.abandoned,
-		m.lost, m.expired, m.maxHold, m.notOwned, m.storeErrors, m.misconfigured, m.staleWrites, m.leasesHeld,
+		m.lost, m.expired, m.maxHold, m.behind, m.notOwned, m.storeErrors, m.misconfigured, m.staleWrites,
+		m.leasesHeld,
 		m.permitsHeld, m.permitsWait, m.configWarns,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -238,6 +244,7 @@ func (m *Observer) newLockerSeries(name string) *lockerSeries {
 		lost:          m.lost.WithLabelValues(name),
 		expired:       m.expired.WithLabelValues(name),
 		maxHold:       m.maxHold.WithLabelValues(name),
+		behind:        m.behind.WithLabelValues(name),
 		misconfigured: m.misconfigured.WithLabelValues(name),
 		leasesHeld:    m.leasesHeld.WithLabelValues(name),
 		permitsHeld:   m.permitsHeld.WithLabelValues(name),
@@ -285,7 +292,8 @@ func (m *Observer) Observe(e leasehold.Event) {
 		leasehold.EventRenewed, leasehold.EventRenewFailed, leasehold.EventAbandoned,
 		leasehold.EventLost, leasehold.EventExpired, leasehold.EventMaxHold,
 		leasehold.EventNotOwned, leasehold.EventHeld, leasehold.EventStoreError,
-		leasehold.EventPermitWaiting, leasehold.EventPermitWaitEnded, leasehold.EventConfigWarning:
+		leasehold.EventPermitWaiting, leasehold.EventPermitWaitEnded, leasehold.EventConfigWarning,
+		leasehold.EventRenewalBehind:
 	default:
 		// EventReleased is counted through EventHeld{reason="released"};
 		// other kinds are unknown to this version.
@@ -341,6 +349,8 @@ func (s *lockerSeries) count(e leasehold.Event) {
 		s.expired.Inc()
 	case leasehold.EventMaxHold:
 		s.maxHold.Inc()
+	case leasehold.EventRenewalBehind:
+		s.behind.Inc()
 	case leasehold.EventNotOwned:
 		s.notOwned[opIndex(NotOwnedOps, e.Op)].Inc()
 	case leasehold.EventConfigWarning:

@@ -27,6 +27,7 @@ const (
 	lost          = "leasehold_lost_total"
 	expired       = "leasehold_expired_total"
 	maxHold       = "leasehold_max_hold_total"
+	behind        = "leasehold_renewals_behind_total"
 	notOwned      = "leasehold_not_owned_total"
 	storeErrors   = "leasehold_store_errors_total"
 	staleWrites   = "leasehold_stale_writes_rejected_total"
@@ -36,10 +37,10 @@ const (
 )
 
 // seriesPerLocker is the number of series one locker name creates: 3 acquire
-// results + 7 held reasons + renew + 7 plain counters + 3 not-owned ops + 6
+// results + 7 held reasons + renew + 8 plain counters + 3 not-owned ops + 6
 // store ops + the leases-held gauge + misconfigured + the permits-held and
 // permits-waiting gauges + 3 config-warning checks.
-const seriesPerLocker = 3 + 7 + 1 + 7 + 3 + 6 + 1 + 1 + 2 + 3
+const seriesPerLocker = 3 + 7 + 1 + 8 + 3 + 6 + 1 + 1 + 2 + 3
 
 var errRenewDown = errors.New("injected renew failure")
 
@@ -298,6 +299,17 @@ func TestStaleWriteEvents(t *testing.T) {
 	if n, err := testutil.GatherAndCount(e.reg); err != nil || n != 3 {
 		t.Fatalf("expected only the 3 stale-write series, got %d (%v)", n, err)
 	}
+}
+
+// A Locker's report that its renewals fall behind is counted per locker,
+// whatever its Duration and Attempt.
+func TestRenewalsBehind(t *testing.T) {
+	e := newEnv(t)
+	e.obs.Init("bulk")
+	e.obs.Observe(leasehold.Event{Kind: leasehold.EventRenewalBehind, Locker: "bulk", Op: "renew", Duration: 700 * time.Millisecond, Attempt: 4096})
+	e.obs.Observe(leasehold.Event{Kind: leasehold.EventRenewalBehind, Locker: "bulk", Op: "renew"})
+	e.wantCounter(2, behind, "locker", "bulk")
+	e.wantCounter(0, expired, "locker", "bulk")
 }
 
 func TestUnknownEventsIgnored(t *testing.T) {

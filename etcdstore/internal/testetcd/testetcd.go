@@ -269,6 +269,16 @@ func (m *Member) logTail() string {
 	return strings.TrimSpace(string(b))
 }
 
+// PID returns the member's process id, 0 while it is stopped.
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil || m.cmd.Process == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // Running reports whether the member is running.
 func (m *Member) Running() bool {
 	m.mu.Lock()
