@@ -105,9 +105,11 @@ func releaseAll(t *testing.T, srv *testpg.Server, k int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // every waiter is now idle, between refreshes
-
 	postmaster := postmasterPID(t, srv)
+	idle0 := treeCPU(t, postmaster)
+	time.Sleep(2 * time.Second) // every waiter is now idle, refreshing its place
+	t.Logf("K=%d idle waiters: PostgreSQL CPU %.0f %% of a core", k, (treeCPU(t, postmaster)-idle0)/2*100)
+
 	cpu0, load0, st0 := treeCPU(t, postmaster), loadAvg(), pool.Stat()
 	var (
 		mu   sync.Mutex

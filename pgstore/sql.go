@@ -132,8 +132,17 @@ SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM
 	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
 	AND expires_at < clock_timestamp() - interval '1 minute' AND fence < ` + nowUS + ` - 60000000
 	AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
-	// Close: release many locks and queue entries ($1 keys, $2 tokens).
-	s.releaseAllSQL = `SELECT ` + n.release2 + `(x.key, x.token, $3, $4) FROM unnest($1::text[], $2::text[]) AS x(key, token)`
+	// Many releases ($1 keys, $2 tokens, $3 channel, $4 durable) in one
+	// statement, each through the release function, in the arrays' order
+	// (sorted by key, so that two batches take the keys' advisory locks in
+	// one order); it returns their results, in order. The transaction
+	// commits durably: a call that must (its fence is ahead of the clock)
+	// turns synchronous_commit on, but a later one turns it off again, so it
+	// is set after the last call (in the outer select, which reads the
+	// aggregate's result).
+	s.releaseBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.res END
+FROM (SELECT array_agg(` + n.release2 + `(x.key, x.token, $3, $4) ORDER BY x.i) AS res
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(key, token, i)) r`
 	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
 	// that became a queue entry stays.
 	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)

@@ -135,12 +135,13 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, releaseAllSQL, sweepSQL, acquireFastSQL, releaseFastSQL                      string
+	unsubscribeSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL                    string
 
 	id    string  // random, unique to the store: its observers' subscription rows
 	track tracker // the locks and queue entries this store wrote, for Close
 
 	lis       listener
+	rel       releaser
 	sweep     sweeper
 	free      freeKeys // keys whose row this store's last release kept free
 	closeOnce sync.Once
@@ -177,6 +178,7 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	}
 	s.buildSQL()
 	s.lis.init(s)
+	s.rel.init()
 	s.sweep.next = time.Now().Add(sweepEvery)
 	if opts.Migrate == MigrateCreate {
 		if err := s.Migrate(ctx); err != nil {
@@ -488,9 +490,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		kept, err = s.releaseFast(ctx, key, token)
 	}
 	if !kept && err == nil {
-		err = retry(ctx, func() error {
-			return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res, &kept)
-		})
+		res, kept, err = s.rel.release(ctx, s, key, token)
 	}
 	if err == nil {
 		s.track.released(key, token)
@@ -669,7 +669,7 @@ func (s *Store) cleanUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if keys, tokens := s.track.take(); len(keys) > 0 {
-		if _, err := s.db.Exec(ctx, s.releaseAllSQL, keys, tokens, s.channel, s.opts.Durable); err != nil {
+		if _, err := s.db.Exec(ctx, s.releaseBatchSQL, keys, tokens, s.channel, s.opts.Durable); err != nil {
 			s.opts.Logger.Warn("pgstore: Close could not release the store's locks; they end at their TTL", "locks", len(keys), "err", err)
 		}
 	}
