@@ -111,7 +111,7 @@ func releaseAll(t *testing.T, srv *testpg.Server, k int) {
 	w := wpool.Stat()
 	t.Logf("K=%d idle waiters: PostgreSQL CPU %.0f %% of a core; the waiters' pool served %d statements/s, each waited %v for a connection on average",
 		k, (treeCPU(t, postmaster)-idle0)/2*100, (w.AcquireCount()-w0.AcquireCount())/2,
-		((w.AcquireDuration()-w0.AcquireDuration())/time.Duration(max(1, w.AcquireCount()-w0.AcquireCount()))).Round(time.Microsecond))
+		((w.AcquireDuration() - w0.AcquireDuration()) / time.Duration(max(1, w.AcquireCount()-w0.AcquireCount()))).Round(time.Microsecond))
 
 	cpu0, load0, st0 := treeCPU(t, postmaster), loadAvg(), pool.Stat()
 	var (
