@@ -3,11 +3,14 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // batchSlots bounds the statements of one kind (acquire, release)
@@ -53,6 +56,7 @@ func newBatcher[P any](send func([]*call[P])) *batcher[P] {
 // do sends (key, token, p) alone or with others and returns p with its
 // results.
 func (b *batcher[P]) do(ctx context.Context, key, token string, p P) (P, error) {
+	var zero P // me.p may be written until done is closed
 	me := &call[P]{ctx: ctx, key: key, token: token, p: p, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, me)
@@ -63,7 +67,7 @@ func (b *batcher[P]) do(ctx context.Context, key, token string, p P) (P, error) 
 			return me.p, me.err
 		case <-ctx.Done():
 			b.drop(me) // unless sent: then it may still apply
-			return me.p, ctx.Err()
+			return zero, ctx.Err()
 		case b.slots <- struct{}{}:
 			calls := b.take(me)
 			if calls != nil {
@@ -75,7 +79,7 @@ func (b *batcher[P]) do(ctx context.Context, key, token string, p P) (P, error) 
 				case <-me.done:
 					return me.p, me.err
 				case <-ctx.Done():
-					return me.p, ctx.Err()
+					return zero, ctx.Err()
 				}
 			}
 		}
@@ -157,6 +161,12 @@ func (s *Store) sendReleases(calls []*call[releaseCall]) {
 	err := retry(ctx, func() error {
 		return s.db.QueryRow(ctx, s.releaseBatchSQL, keys, tokens, s.channel, s.opts.Durable).Scan(&res)
 	})
+	if alone(ctx, err) {
+		for _, c := range calls {
+			s.sendReleases([]*call[releaseCall]{c})
+		}
+		return
+	}
 	if err == nil && len(res) != len(calls) {
 		err = fmt.Errorf("pgstore: %d results for %d releases", len(res), len(calls))
 	}
@@ -206,6 +216,12 @@ func (s *Store) sendAcquires(calls []*call[acquireCall]) {
 		return s.db.QueryRow(ctx, s.acquireBatchSQL, keys, tokens, us, holders, qus, s.opts.Durable, s.channel, s.wakeChannel()).
 			Scan(&won, &fences, &remainings, &seen, &ahead)
 	})
+	if alone(ctx, err) {
+		for _, c := range calls {
+			s.sendAcquires([]*call[acquireCall]{c})
+		}
+		return
+	}
 	if err == nil && (len(won) != len(calls) || len(fences) != len(calls) || len(remainings) != len(calls) || len(seen) != len(calls) || len(ahead) != len(calls)) {
 		err = fmt.Errorf("pgstore: %d results for %d acquires", len(won), len(calls))
 	}
@@ -214,6 +230,14 @@ func (s *Store) sendAcquires(calls []*call[acquireCall]) {
 			c.p.won, c.p.fence, c.p.remaining, c.p.seenHolder, c.p.ahead = won[i], fences[i], remainings[i], seen[i], ahead[i]
 		}
 	}
+}
+
+// alone reports an error the server raised for a statement of many calls
+// (one key's bad row, say) while its context lasts: each call is then sent
+// in a statement of its own, so that the error reaches only its own.
+func alone(ctx context.Context, err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && ctx.Err() == nil
 }
 
 func keysTokens[P any](calls []*call[P]) (keys, tokens []string) {

@@ -95,3 +95,60 @@ func TestReleaseBatchCommitsDurably(t *testing.T) {
 		t.Errorf("expected synchronous_commit on after the batch, got %q", sc)
 	}
 }
+
+// A bad row fails only the acquire of its own key, also when acquires of
+// other keys went in the same statement: four acquires wait for their keys'
+// advisory locks, held by another transaction, so that the next ones wait
+// together for a slot.
+func TestBadRowFailsOnlyItsOwnAcquire(t *testing.T) {
+	_, dsn := fresh(t)
+	s := open(t, dsn, pgstore.Options{})
+	pool := testpg.Connect(t, dsn, pgxpool.New)
+	ctx := ctx5(t)
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "bad", Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE leasehold_locks SET fence = 0 WHERE key = 'bad'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	blocked := []string{"b0", "b1", "b2", "b3"}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k", pgstore.LockClass(s), blocked); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	acquire := func(key string, bad bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "b", TTL: time.Minute, QueueTTL: time.Minute})
+			switch {
+			case bad && !errors.Is(err, leasehold.ErrBadEntry):
+				t.Errorf("Acquire(%s): expected ErrBadEntry, got %v", key, err)
+			case !bad && err != nil:
+				t.Errorf("Acquire(%s): expected nil, got %v", key, err)
+			}
+		}()
+	}
+	for _, k := range blocked {
+		acquire(k, false)
+	}
+	for waiting := 0; waiting < len(blocked); {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquire("bad", true)
+	for i := range 20 {
+		acquire(fmt.Sprint("k", i), false)
+	}
+	time.Sleep(100 * time.Millisecond) // they wait for a slot
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
