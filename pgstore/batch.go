@@ -13,14 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// batchSlots bounds the statements of one kind (acquire, release)
-// a store has in flight, and maxBatch the calls in one: calls that find
-// every slot taken wait together and go in one statement when a slot
-// frees. Ten thousand releases at once, each waiting alone for one of the
-// pool's connections (four on two cores), ran out their 2 s timeout after
-// about 2,000 had gone; ten thousand waiters refreshing their places every
-// second got about 4,000 round trips a second, each after 2.7 s in the
-// pool's queue.
+// batchSlots bounds the statements of one kind (acquire, release) a store
+// has in flight, and maxBatch the calls in one: calls that find every slot
+// taken wait together and go in one statement when a slot frees, instead
+// of each waiting alone for one of the pool's connections (see
+// BENCHMARKS.md, "Many waiting keys").
 const (
 	batchSlots = 4
 	maxBatch   = 256
