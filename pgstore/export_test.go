@@ -18,3 +18,6 @@ func ReleaseFastSQL(s *Store) string { return s.releaseFastSQL }
 // LockClass is the class of the store's per-key advisory transaction locks
 // (the object is hashtext(key)).
 func LockClass(s *Store) int32 { return s.n.lockClass }
+
+// ReleaseBatchSQL is the statement that releases many (key, token) pairs.
+func ReleaseBatchSQL(s *Store) string { return s.releaseBatchSQL }

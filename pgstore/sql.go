@@ -109,6 +109,16 @@ SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u
 UNION ALL
 SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire3 + `($1, $2, $3, $4, $5, $6, $7, $8) a
 WHERE NOT EXISTS (SELECT 1 FROM u)`
+	// Many acquires ($1 keys, $2 tokens, $3 TTLs µs, $4 holders, $5 queue
+	// TTLs µs as arrays; $6 durable, $7 channel, $8 wake channel) in one
+	// statement, each through the acquire function, in the arrays' order;
+	// it returns arrays of their results, in order. It commits durably, as
+	// releaseBatchSQL does (see there).
+	s.acquireBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.won END, r.fence, r.rem, r.holder, r.ahead
+FROM (SELECT array_agg(a.won ORDER BY x.i) AS won, array_agg(a.fence ORDER BY x.i) AS fence, array_agg(a.remaining_us ORDER BY x.i) AS rem,
+		array_agg(a.holder ORDER BY x.i) AS holder, array_agg(a.ahead ORDER BY x.i) AS ahead
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[]) WITH ORDINALITY AS x(key, token, us, holder, qus, i)
+	CROSS JOIN LATERAL ` + n.acquire3 + `(x.key, x.token, x.us, x.holder, x.qus, $6, $7, $8) a) r`
 	// The fast release ($1 key, $2 token, $3 durable): one plain UPDATE
 	// that keeps the row, with its fence, as a free row (token and holder
 	// '', expired) when nobody waits for the key. waited is read from the
@@ -132,6 +142,17 @@ SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM
 	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
 	AND expires_at < clock_timestamp() - interval '1 minute' AND fence < ` + nowUS + ` - 60000000
 	AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+	// Many releases ($1 keys, $2 tokens, $3 channel, $4 durable) in one
+	// statement, each through the release function, in the arrays' order
+	// (sorted by key, so that two batches take the keys' advisory locks in
+	// one order); it returns their results, in order. The transaction
+	// commits durably: a call that must (its fence is ahead of the clock)
+	// turns synchronous_commit on, but a later one turns it off again, so it
+	// is set after the last call (in the outer select, which reads the
+	// aggregate's result).
+	s.releaseBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.res END
+FROM (SELECT array_agg(` + n.release2 + `(x.key, x.token, $3, $4) ORDER BY x.i) AS res
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(key, token, i)) r`
 	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
 	// that became a queue entry stays.
 	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)

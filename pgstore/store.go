@@ -133,11 +133,13 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, sweepSQL, acquireFastSQL, releaseFastSQL                                     string
+	unsubscribeSQL, acquireBatchSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL   string
 
 	id string // random, unique to the store: its observers' subscription rows
 
 	lis       listener
+	acquires  *batcher[acquireCall]
+	releases  *batcher[releaseCall]
 	sweep     sweeper
 	free      freeKeys // keys whose row this store's last release kept free
 	closeOnce sync.Once
@@ -174,6 +176,7 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	}
 	s.buildSQL()
 	s.lis.init(s)
+	s.acquires, s.releases = newBatcher(s.sendAcquires), newBatcher(s.sendReleases)
 	s.sweep.next = time.Now().Add(sweepEvery)
 	if opts.Migrate == MigrateCreate {
 		if err := s.Migrate(ctx); err != nil {
@@ -333,22 +336,14 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 			return g, err
 		}
 	}
-	var (
-		won        bool
-		fence, rem int64
-		holder     string
-		ahead      int32
-	)
 	// Expect a wake-up for a waiting acquire before it is sent: a release
 	// may notify this store of it before its answer is read.
 	epoch, up := s.lis.queuedAt()
 	if up && req.QueueTTL > 0 {
 		s.lis.expect(req.Key, req.Token, epoch)
 	}
-	err = retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.acquireSQL, req.Key, req.Token, us, req.Holder, qus, s.opts.Durable, s.channel, s.wakeChannel()).
-			Scan(&won, &fence, &rem, &holder, &ahead)
-	})
+	a, err := s.acquires.do(ctx, req.Key, req.Token, acquireCall{us: us, qus: qus, holder: req.Holder})
+	won, fence, rem, holder, ahead := a.won, a.fence, a.remaining, a.seenHolder, a.ahead
 	if won || err != nil { // an error: the next Acquire (or Release) decides
 		s.lis.forget(req.Key, req.Token)
 	}
@@ -478,9 +473,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		kept, err = s.releaseFast(ctx, key, token)
 	}
 	if !kept && err == nil {
-		err = retry(ctx, func() error {
-			return s.db.QueryRow(ctx, s.releaseSQL, key, token, s.channel, s.opts.Durable).Scan(&res, &kept)
-		})
+		var r releaseCall
+		r, err = s.releases.do(ctx, key, token, releaseCall{})
+		res, kept = r.res, r.kept
 	}
 	if err == nil {
 		s.lis.forget(key, token)
