@@ -21,9 +21,9 @@
 // step back across it. Waiters queue per key in FIFO order; a release grants
 // the key to the live head in the same statement and notifies only that
 // head's store. A retried Acquire with the same token returns the same fence.
-// Only an outage wraps [leasehold.ErrUnavailable] (the one error a FailOpen
+// Only an outage wraps [driver.ErrUnavailable] (the one error a FailOpen
 // Locker fails open on); missing privileges and failed logins wrap
-// [leasehold.ErrAccessDenied], everything else [leasehold.ErrMisconfigured].
+// [driver.ErrAccessDenied], everything else [driver.ErrMisconfigured].
 //
 // # What is not guaranteed
 //

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/outage"
 )
 
@@ -29,11 +29,11 @@ var outageStates = []string{
 var accessStates = []string{"28000", "28P01", "42501"}
 
 // classify is the one place where the store classifies PostgreSQL errors.
-// It wraps err with leasehold.ErrBadEntry for a corrupt row (XX001),
-// leasehold.ErrUnavailable for an outage (refused, reset or timed-out
+// It wraps err with driver.ErrBadEntry for a corrupt row (XX001),
+// driver.ErrUnavailable for an outage (refused, reset or timed-out
 // connections, a connection lost after it was established, outageStates),
-// leasehold.ErrAccessDenied for refused credentials or privileges, and
-// leasehold.ErrMisconfigured for everything else: TLS, a server that does
+// driver.ErrAccessDenied for refused credentials or privileges, and
+// driver.ErrMisconfigured for everything else: TLS, a server that does
 // not speak PostgreSQL, a missing table, function, schema or database, any
 // error not known to be an outage. The caller's cancellation and a closed
 // pool are returned as they are.
@@ -42,21 +42,21 @@ func classify(err error) error {
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "XX001": // data_corrupted, raised by the acquire function
-			return fmt.Errorf("%w: %w", leasehold.ErrBadEntry, err)
+			return fmt.Errorf("%w: %w", driver.ErrBadEntry, err)
 		case hasState(pe.Code, outageStates):
-			return fmt.Errorf("%w: %w", leasehold.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case hasState(pe.Code, accessStates):
-			return fmt.Errorf("%w: %w", leasehold.ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", driver.ErrAccessDenied, err)
 		}
-		return fmt.Errorf("%w: %w", leasehold.ErrMisconfigured, err)
+		return fmt.Errorf("%w: %w", driver.ErrMisconfigured, err)
 	}
 	switch {
 	case errors.Is(err, context.Canceled), strings.Contains(err.Error(), "closed pool"), errors.Is(err, ErrClosed):
 		return err
 	case isOutage(err):
-		return fmt.Errorf("%w: %w", leasehold.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w", leasehold.ErrMisconfigured, err)
+	return fmt.Errorf("%w: %w", driver.ErrMisconfigured, err)
 }
 
 // isOutage reports a network failure that proves an outage: a refused,

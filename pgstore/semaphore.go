@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -221,7 +220,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 		return driver.Grant{}, err
 	}
 	if req.Limit < 1 {
-		return driver.Grant{}, fmt.Errorf("%w: pgstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: pgstore: permit limit must be at least 1, got %d", driver.ErrInvalidOptions, req.Limit)
 	}
 	qus := max(req.QueueTTL.Microseconds(), 0)
 	var (
@@ -238,7 +237,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 	case err != nil:
 		return driver.Grant{}, storeErr("acquire permit", req.Key, semErr(err))
 	case !ok:
-		return driver.Grant{Remaining: remaining(rem), Ahead: int(ahead), Holder: holder}, leasehold.ErrNotAcquired
+		return driver.Grant{Remaining: remaining(rem), Ahead: int(ahead), Holder: holder}, driver.ErrNotAcquired
 	case fence <= 0:
 		return driver.Grant{}, storeErr("acquire permit", req.Key, fmt.Errorf("minted fence %d", fence))
 	}
@@ -250,7 +249,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 func semErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42883") { // undefined table, function
-		return fmt.Errorf("%w: %w (run SemaphoreMigrationSQL, or Open with MigrateCreate)", leasehold.ErrMisconfigured, err)
+		return fmt.Errorf("%w: %w (run SemaphoreMigrationSQL, or Open with MigrateCreate)", driver.ErrMisconfigured, err)
 	}
 	return err
 }
@@ -271,7 +270,7 @@ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`, key, token, u
 	case err != nil:
 		return storeErr("renew permit", key, semErr(err))
 	case tag.RowsAffected() != 1:
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -288,7 +287,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	case err != nil:
 		return storeErr("release permit", key, semErr(err))
 	case !held:
-		return leasehold.ErrNotHeld
+		return driver.ErrNotHeld
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -154,7 +155,7 @@ type Store struct {
 // 40001), so contention stays contention.
 func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgstore: db is nil", leasehold.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: pgstore: db is nil", driver.ErrInvalidOptions)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -172,7 +173,7 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 		n:       newNames(opts.Schema, opts.Table),
 		channel: opts.Channel,
 		opts:    opts,
-		id:      leasehold.NewToken(),
+		id:      newID(),
 	}
 	s.buildSQL()
 	s.lis.init(s)
@@ -198,7 +199,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pgstore: %w", leasehold.ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: pgstore: %w", driver.ErrInvalidOptions, err)
 	}
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -238,7 +239,7 @@ func (o *Options) setDefaults() error {
 	} {
 		if len(f.v) > maxIdentLen {
 			return fmt.Errorf("%w: pgstore: %s %q is %d bytes%s, PostgreSQL names are at most %d",
-				leasehold.ErrInvalidOptions, f.name, f.v, len(f.v), f.hint, maxIdentLen)
+				driver.ErrInvalidOptions, f.name, f.v, len(f.v), f.hint, maxIdentLen)
 		}
 	}
 	for _, f := range []struct {
@@ -246,14 +247,14 @@ func (o *Options) setDefaults() error {
 		re      *regexp.Regexp
 	}{{"Schema", o.Schema, identRE}, {"Table", o.Table, identRE}, {"Channel", o.Channel, channelRE}} {
 		if !f.re.MatchString(f.v) {
-			return fmt.Errorf("%w: pgstore: %s %q must match %s", leasehold.ErrInvalidOptions, f.name, f.v, f.re)
+			return fmt.Errorf("%w: pgstore: %s %q must match %s", driver.ErrInvalidOptions, f.name, f.v, f.re)
 		}
 	}
 	switch {
 	case o.Migrate < MigrateDefault || o.Migrate > MigrateNever:
-		return fmt.Errorf("%w: pgstore: unknown Migrate value %d", leasehold.ErrInvalidOptions, o.Migrate)
+		return fmt.Errorf("%w: pgstore: unknown Migrate value %d", driver.ErrInvalidOptions, o.Migrate)
 	case o.ReconnectDelay < 0:
-		return fmt.Errorf("%w: pgstore: ReconnectDelay must be >= 0, got %v", leasehold.ErrInvalidOptions, o.ReconnectDelay)
+		return fmt.Errorf("%w: pgstore: ReconnectDelay must be >= 0, got %v", driver.ErrInvalidOptions, o.ReconnectDelay)
 	case o.ReconnectDelay == 0:
 		o.ReconnectDelay = 5 * time.Second
 	}
@@ -271,7 +272,7 @@ func (s *Store) Channel() string { return s.channel }
 
 func checkKey(key string) error {
 	if key == "" {
-		return fmt.Errorf("%w: key is empty", leasehold.ErrInvalidKey)
+		return fmt.Errorf("%w: key is empty", driver.ErrInvalidKey)
 	}
 	return nil
 }
@@ -286,7 +287,7 @@ var (
 func micros(ttl time.Duration) (int64, error) {
 	us := ttl.Microseconds()
 	if us < 1 {
-		return 0, fmt.Errorf("%w: pgstore: TTL must be at least 1µs, got %v", leasehold.ErrInvalidOptions, ttl)
+		return 0, fmt.Errorf("%w: pgstore: TTL must be at least 1µs, got %v", driver.ErrInvalidOptions, ttl)
 	}
 	return us, nil
 }
@@ -351,9 +352,9 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	case err != nil:
 		return driver.Grant{}, storeErr("acquire", req.Key, err)
 	case !won:
-		return driver.Grant{Remaining: remaining(rem), Holder: holder, Ahead: int(ahead)}, leasehold.ErrNotAcquired
+		return driver.Grant{Remaining: remaining(rem), Holder: holder, Ahead: int(ahead)}, driver.ErrNotAcquired
 	case fence <= 0:
-		return driver.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", leasehold.ErrBadEntry, fence))
+		return driver.Grant{}, storeErr("acquire", req.Key, fmt.Errorf("%w: fence %d", driver.ErrBadEntry, fence))
 	}
 	return driver.Grant{Fence: uint64(fence)}, nil
 }
@@ -394,7 +395,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return storeErr("renew", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -434,7 +435,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 		case err != nil:
 			errs[i] = storeErr("renew", r.Key, err)
 		case !renewed[r.Key]:
-			errs[i] = leasehold.ErrNotOwned
+			errs[i] = driver.ErrNotOwned
 		}
 	}
 	return errs
@@ -486,9 +487,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	case err != nil:
 		return storeErr("release", key, err)
 	case res == 1:
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	case res == 2:
-		return leasehold.ErrNotHeld
+		return driver.ErrNotHeld
 	}
 	return nil
 }
@@ -518,7 +519,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error
 		return driver.LockInfo{}, storeErr("inspect", key, err)
 	}
 	if len(infos) == 0 {
-		return driver.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, driver.ErrNotHeld
 	}
 	return infos[0], nil
 }
@@ -526,10 +527,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error
 // List implements driver.Inspector: the unexpired rows whose key starts
 // with prefix (LIKE with % and _ escaped), in byte order (COLLATE "C"). Rows
 // it cannot decode (an infinite expiry, a fence <= 0) are skipped and
-// reported in an error wrapping leasehold.ErrBadEntry, with the good rows.
+// reported in an error wrapping driver.ErrBadEntry, with the good rows.
 func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	infos, err := s.query(ctx, s.listSQL, likePrefix(prefix))
-	if err != nil && !errors.Is(err, leasehold.ErrBadEntry) {
+	if err != nil && !errors.Is(err, driver.ErrBadEntry) {
 		return nil, storeErr("list", prefix, err)
 	}
 	return infos, err
@@ -538,7 +539,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, err
 // ForceRelease implements driver.ForceReleaser: it deletes key's lock
 // whatever its token and wakes the queue's head. An expired lock is deleted
 // too but reported as ErrNotHeld; a bad row (see List) is deleted and
-// reported with an error wrapping leasehold.ErrBadEntry.
+// reported with an error wrapping driver.ErrBadEntry.
 func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkKey(key); err != nil {
 		return driver.LockInfo{}, err
@@ -549,19 +550,19 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, 
 		return err
 	})
 	switch {
-	case err != nil && !errors.Is(err, leasehold.ErrBadEntry):
+	case err != nil && !errors.Is(err, driver.ErrBadEntry):
 		return driver.LockInfo{}, storeErr("force release", key, err)
 	case err != nil: // a bad row, deleted
 		return driver.LockInfo{Key: key}, err
 	case len(infos) == 0:
-		return driver.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, driver.ErrNotHeld
 	}
 	return infos[0], nil
 }
 
 // query runs a statement returning lock rows (see buildSQL) and decodes
 // them. Bad rows are skipped and named in an error wrapping
-// leasehold.ErrBadEntry, returned with the good ones.
+// driver.ErrBadEntry, returned with the good ones.
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]driver.LockInfo, error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
@@ -602,7 +603,7 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]driver.Lo
 	}
 	if len(bad) > 0 {
 		return out, fmt.Errorf("%w: pgstore: %s: rows with an infinite time or a fence <= 0 for keys %s (delete them: leasehold release KEY --force)",
-			leasehold.ErrBadEntry, s.n.locks, strings.Join(bad, ", "))
+			driver.ErrBadEntry, s.n.locks, strings.Join(bad, ", "))
 	}
 	return out, nil
 }
@@ -739,4 +740,11 @@ func (f *freeKeys) drop(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.keys, key)
+}
+
+// newID returns 128 random bits in hex: the store's own id.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

@@ -9,13 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
 var _ driver.ConfigChecker = (*Store)(nil)
 
-// ErrEvicted is wrapped, beside leasehold.ErrNotOwned, by a renewal that
+// ErrEvicted is wrapped, beside driver.ErrNotOwned, by a renewal that
 // found its lock gone after Redis evicted keys (INFO's evicted_keys rose
 // since the store last read it): the lock was most likely evicted under
 // maxmemory, and the fix is maxmemory-policy noeviction (leasehold doctor,
@@ -84,13 +83,13 @@ func (s *Store) sawEvicted(raw string) bool {
 // INFO, only on this path and only when an earlier INFO was allowed).
 func (s *Store) lost(ctx context.Context) error {
 	if s.evictedSeen.Load() == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	raw, err := s.serverInfo(ctx)
 	if err != nil || !s.sawEvicted(raw) {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
-	return fmt.Errorf("%w: %w", leasehold.ErrNotOwned, ErrEvicted)
+	return fmt.Errorf("%w: %w", driver.ErrNotOwned, ErrEvicted)
 }
 
 func infoField(raw, name string) string {

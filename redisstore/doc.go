@@ -15,16 +15,16 @@
 //
 // Acquire, Renew and Release are one script round trip each. Acquire retried
 // with the same token returns the same fence; Release answers
-// [leasehold.ErrNotOwned] only when another token holds the key. Everything of
+// [driver.ErrNotOwned] only when another token holds the key. Everything of
 // one key shares a Cluster hash tag, so one script touches it all. A fence is
 // max(last+1, Redis TIME in µs): strictly increasing while the key's counter
 // exists, and still increasing after a restart without persistence, a
 // failover or the counter's expiry, as long as the clock of the Redis server
 // that answers does not step back. Waiters queue per key in FIFO order; a
 // release grants the key to the head waiter in the same script and wakes only
-// that waiter. Only an outage wraps [leasehold.ErrUnavailable] (the one error
+// that waiter. Only an outage wraps [driver.ErrUnavailable] (the one error
 // a FailOpen Locker fails open on); wrong passwords and ACL refusals wrap
-// [leasehold.ErrAccessDenied], everything else [leasehold.ErrMisconfigured].
+// [driver.ErrAccessDenied], everything else [driver.ErrMisconfigured].
 //
 // # What is not guaranteed
 //

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/outage"
 )
 
@@ -30,10 +30,10 @@ func (s *Store) fail(op, key string, err error) error {
 	switch {
 	case redis.HasErrorPrefix(err, "BADENTRY"):
 		return fmt.Errorf("redisstore: %s %q: %w: %s (delete the named Redis key to recover: its next fence comes from the server clock)",
-			op, key, leasehold.ErrBadEntry, strings.TrimPrefix(scriptError(err), "BADENTRY "))
+			op, key, driver.ErrBadEntry, strings.TrimPrefix(scriptError(err), "BADENTRY "))
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return fmt.Errorf("redisstore: %s %q: %w: %w: %w (a Redis key under %s{...} holds another type: delete it or use another Prefix)",
-			op, key, leasehold.ErrMisconfigured, leasehold.ErrBadEntry, err, s.prefix)
+			op, key, driver.ErrMisconfigured, driver.ErrBadEntry, err, s.prefix)
 	}
 	if class := classify(err); class != nil {
 		return fmt.Errorf("redisstore: %s %q: %w: %w%s", op, key, class, err, hint(err))
@@ -42,21 +42,21 @@ func (s *Store) fail(op, key string, err error) error {
 }
 
 // classify is the one place where the store classifies Redis errors. It
-// returns leasehold.ErrUnavailable for an outage (see isOutage); nil for
-// the caller's cancellation and a closed client; leasehold.ErrAccessDenied
-// for refused credentials or permissions; and leasehold.ErrMisconfigured
+// returns driver.ErrUnavailable for an outage (see isOutage); nil for
+// the caller's cancellation and a closed client; driver.ErrAccessDenied
+// for refused credentials or permissions; and driver.ErrMisconfigured
 // for everything else (TLS, a server that speaks another protocol, a
 // database that does not exist, any error not known to be an outage).
 func classify(err error) error {
 	switch {
 	case isOutage(err):
-		return leasehold.ErrUnavailable
+		return driver.ErrUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, redis.ErrClosed), errors.Is(err, ErrClosed):
 		return nil
 	case isCredentials(err):
-		return leasehold.ErrAccessDenied
+		return driver.ErrAccessDenied
 	}
-	return leasehold.ErrMisconfigured
+	return driver.ErrMisconfigured
 }
 
 // isOutage reports an error positively known to be an outage of a

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/driver"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold"
 )
 
 // LibraryName is the name of the Redis Functions library that Library
@@ -93,9 +92,9 @@ type FunctionLoader interface {
 // operator runs it once per server (and after every upgrade of leasehold),
 // with a user allowed FUNCTION; the service user then needs +fcall and
 // no +eval (Options.Functions). Errors are classified as the Store's are:
-// leasehold.ErrAccessDenied (NOPERM: the user may not run FUNCTION;
-// WRONGPASS, NOAUTH), leasehold.ErrUnavailable (an outage), or
-// leasehold.ErrMisconfigured (anything else).
+// driver.ErrAccessDenied (NOPERM: the user may not run FUNCTION;
+// WRONGPASS, NOAUTH), driver.ErrUnavailable (an outage), or
+// driver.ErrMisconfigured (anything else).
 func LoadFunctions(ctx context.Context, c FunctionLoader) error {
 	err := c.FunctionLoadReplace(ctx, Library()).Err()
 	if err == nil {
@@ -161,7 +160,7 @@ func (s *Store) runPiped(ctx context.Context, pipe redis.Pipeliner, eval bool, s
 func functionMissing(cmd *redis.Cmd) *redis.Cmd {
 	if err := cmd.Err(); err != nil && strings.Contains(err.Error(), "Function not found") {
 		cmd.SetErr(fmt.Errorf("%w: redisstore: the Functions library of this leasehold version (%s) is not loaded: run `leasehold setup redis` (FUNCTION LOAD REPLACE) as an operator: %w",
-			leasehold.ErrMisconfigured, functionSuffix, err))
+			driver.ErrMisconfigured, functionSuffix, err))
 	}
 	return cmd
 }

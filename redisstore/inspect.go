@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -19,7 +18,7 @@ import (
 // cost grows with the number of keys in Redis, not only with the locks.
 // Entries it cannot decode (a fence that is not a number, a lock key of
 // another type or without expiry) are skipped and reported in an error
-// wrapping leasehold.ErrBadEntry, returned with the good entries.
+// wrapping driver.ErrBadEntry, returned with the good entries.
 func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	var (
 		mu  sync.Mutex
@@ -52,7 +51,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, err
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return out, fmt.Errorf("%w: redisstore: list %q: %d entries skipped: %s", leasehold.ErrBadEntry, prefix, len(bad), strings.Join(bad, "; "))
+		return out, fmt.Errorf("%w: redisstore: list %q: %d entries skipped: %s", driver.ErrBadEntry, prefix, len(bad), strings.Join(bad, "; "))
 	}
 	return out, nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -86,7 +85,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 		return driver.Grant{}, err
 	}
 	if req.Limit < 1 {
-		return driver.Grant{}, fmt.Errorf("%w: redisstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
+		return driver.Grant{}, fmt.Errorf("%w: redisstore: permit limit must be at least 1, got %d", driver.ErrInvalidOptions, req.Limit)
 	}
 	qms := max(req.QueueTTL.Milliseconds(), 0)
 	if req.QueueTTL > 0 {
@@ -114,7 +113,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 	who, _ := res[3].(string)
 	return driver.Grant{
 		Remaining: max(time.Duration(rem)*time.Millisecond, 0), Ahead: int(ahead), Holder: who,
-	}, leasehold.ErrNotAcquired
+	}, driver.ErrNotAcquired
 }
 
 // RenewPermit implements driver.Semaphorer.
@@ -131,7 +130,7 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	case err != nil:
 		return s.fail("renew permit", key, err)
 	case n != 1:
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -148,7 +147,7 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 	case err != nil:
 		return s.fail("release permit", key, err)
 	case n != 1:
-		return leasehold.ErrNotHeld
+		return driver.ErrNotHeld
 	}
 	return nil
 }
@@ -186,7 +185,7 @@ func (s *Store) permitInfo(key string, res []any) (driver.PermitInfo, error) {
 		fence, who, _ := strings.Cut(v, "|")
 		f, err := parseFence(fence)
 		if err != nil {
-			return driver.PermitInfo{}, fmt.Errorf("%w: permit %q: %w", leasehold.ErrBadEntry, tok, err)
+			return driver.PermitInfo{}, fmt.Errorf("%w: permit %q: %w", driver.ErrBadEntry, tok, err)
 		}
 		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: tok, Holder: who, Fence: f, Remaining: max(time.Duration(rem)*time.Millisecond, 0),

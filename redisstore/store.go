@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -135,24 +134,24 @@ type Store struct {
 // protocol handshake of a new connection, so that the store never takes
 // one for an outage (see README.md). A *redis.Client,
 // *redis.ClusterClient or *redis.Ring must have ContextTimeoutEnabled (New
-// returns an error wrapping leasehold.ErrInvalidOptions otherwise), so that
+// returns an error wrapping driver.ErrInvalidOptions otherwise), so that
 // the Locker's deadlines bound every call.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redisstore: client is nil", leasehold.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: redisstore: client is nil", driver.ErrInvalidOptions)
 	}
 	if !honoursDeadlines(client) {
-		return nil, fmt.Errorf("%w: redisstore: the go-redis client has ContextTimeoutEnabled false: set it to true, or the Locker's deadlines and renewal failure budget do not bound a call on a dead connection", leasehold.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: redisstore: the go-redis client has ContextTimeoutEnabled false: set it to true, or the Locker's deadlines and renewal failure budget do not bound a call on a dead connection", driver.ErrInvalidOptions)
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
 	if i := strings.IndexByte(opts.Prefix, '{'); i >= 0 && strings.HasPrefix(opts.Prefix[i+1:], "}") {
-		return nil, fmt.Errorf("%w: redisstore: Prefix %q has an empty hash tag {}: a key's lock and fence would land in different Cluster slots", leasehold.ErrInvalidOptions, opts.Prefix)
+		return nil, fmt.Errorf("%w: redisstore: Prefix %q has an empty hash tag {}: a key's lock and fence would land in different Cluster slots", driver.ErrInvalidOptions, opts.Prefix)
 	}
 	switch {
 	case opts.FenceRetention < 0:
-		return nil, fmt.Errorf("%w: redisstore: FenceRetention must be >= 0, got %v", leasehold.ErrInvalidOptions, opts.FenceRetention)
+		return nil, fmt.Errorf("%w: redisstore: FenceRetention must be >= 0, got %v", driver.ErrInvalidOptions, opts.FenceRetention)
 	case opts.FenceRetention == 0:
 		opts.FenceRetention = DefaultFenceRetention
 	}
@@ -165,7 +164,7 @@ func New(client Client, opts Options) (*Store, error) {
 	if opts.Functions {
 		fc, ok := client.(fcaller)
 		if !ok {
-			return nil, fmt.Errorf("%w: redisstore: Functions needs a client with FCall, got %T", leasehold.ErrInvalidOptions, client)
+			return nil, fmt.Errorf("%w: redisstore: Functions needs a client with FCall, got %T", driver.ErrInvalidOptions, client)
 		}
 		s.fcall = fc
 	}
@@ -253,14 +252,14 @@ func (s *Store) keys(key string) []string { return []string{s.LockKey(key), s.Fe
 func ttlMillis(ttl time.Duration) (int64, error) {
 	ms := ttl.Milliseconds()
 	if ms < 1 {
-		return 0, fmt.Errorf("%w: redisstore: TTL must be at least 1ms, got %v", leasehold.ErrInvalidOptions, ttl)
+		return 0, fmt.Errorf("%w: redisstore: TTL must be at least 1ms, got %v", driver.ErrInvalidOptions, ttl)
 	}
 	return ms, nil
 }
 
 func checkKey(key string) error {
 	if key == "" {
-		return fmt.Errorf("%w: key is empty", leasehold.ErrInvalidKey)
+		return fmt.Errorf("%w: key is empty", driver.ErrInvalidKey)
 	}
 	return nil
 }
@@ -268,7 +267,7 @@ func checkKey(key string) error {
 // checkToken refuses tokens the lock value "TOKEN|HOLDER" cannot hold.
 func checkToken(token string) error {
 	if token == "" || strings.IndexByte(token, '|') >= 0 {
-		return fmt.Errorf("%w: redisstore: a token must be non-empty and must not contain '|', got %q", leasehold.ErrInvalidOptions, token)
+		return fmt.Errorf("%w: redisstore: a token must be non-empty and must not contain '|', got %q", driver.ErrInvalidOptions, token)
 	}
 	return nil
 }
@@ -324,17 +323,17 @@ func decodeGrant(res any) (driver.Grant, error) {
 		Remaining: max(time.Duration(pttl)*time.Millisecond, 0),
 		Holder:    holder,
 		Ahead:     int(ahead),
-	}, leasehold.ErrNotAcquired
+	}, driver.ErrNotAcquired
 }
 
 func parseFence(v any) (uint64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("%w: fence reply %v (%T) is not a string", leasehold.ErrBadEntry, v, v)
+		return 0, fmt.Errorf("%w: fence reply %v (%T) is not a string", driver.ErrBadEntry, v, v)
 	}
 	f, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: fence %q is not a decimal uint64", leasehold.ErrBadEntry, truncate(s))
+		return 0, fmt.Errorf("%w: fence %q is not a decimal uint64", driver.ErrBadEntry, truncate(s))
 	}
 	return f, nil
 }
@@ -440,9 +439,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	case n == 1:
 		return nil
 	case n == 2:
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
-	return leasehold.ErrNotHeld
+	return driver.ErrNotHeld
 }
 
 // releasedMemory is how long PREFIX{TAG}:released remembers the token of a
@@ -463,7 +462,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, 
 	res, err := s.run(ctx, forceReleaseScript, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return driver.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, driver.ErrNotHeld
 	case err != nil:
 		return driver.LockInfo{}, s.fail("force release", key, err)
 	}
@@ -471,7 +470,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, 
 	if repaired, _ := res[len(res)-1].(int64); repaired == 1 {
 		info.Fence = 0
 		err = fmt.Errorf("%w: %s held no usable fence and was deleted with the lock: the next fence comes from the Redis clock",
-			leasehold.ErrBadEntry, s.FenceKey(key))
+			driver.ErrBadEntry, s.FenceKey(key))
 	}
 	return info, err
 }
@@ -485,7 +484,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error
 	res, err := s.run(ctx, inspectScript, s.inspectKeys(key)).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return driver.LockInfo{}, leasehold.ErrNotHeld
+		return driver.LockInfo{}, driver.ErrNotHeld
 	case err != nil:
 		return driver.LockInfo{}, s.fail("inspect", key, err)
 	}
@@ -518,7 +517,7 @@ func (s *Store) info(key string, res []any) (driver.LockInfo, error) {
 		},
 	}
 	if pttl < 0 {
-		return info, fmt.Errorf("%w: %s has no expiry (PTTL %d); delete it to free the key", leasehold.ErrBadEntry, s.LockKey(key), pttl)
+		return info, fmt.Errorf("%w: %s has no expiry (PTTL %d); delete it to free the key", driver.ErrBadEntry, s.LockKey(key), pttl)
 	}
 	if res[2] != nil {
 		f, err := parseFence(res[2])
