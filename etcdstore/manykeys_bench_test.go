@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -90,6 +91,7 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 	}
 
 	etcdCPU0 := etcdCPU(c)
+	slow := sampleMax(ctx, c.Members[0].ClientURL+"/metrics", "etcd_debugging_mvcc_slow_watcher_total")
 	var queueErrs, lateErrs atomic.Int64
 	var releasing atomic.Bool   // the release-all began
 	got := make([]time.Time, k) // when each waiter had its key
@@ -129,6 +131,7 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 	}
 	time.Sleep(time.Second) // the watches start after the entries are written
 	etcdCPU1, load := etcdCPU(c), loadAvg()
+	slowQueueing := slow.max.Swap(0)
 
 	// Release every key at once.
 	var relErrs atomic.Int64
@@ -154,6 +157,7 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 		<-wait
 	}
 	etcdCPU2 := etcdCPU(c)
+	slowRelease := slow.max.Load()
 	for _, l := range won {
 		if l != nil {
 			rel.Go(func() { _ = l.Release(context.WithoutCancel(b.Context())) })
@@ -172,9 +176,9 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 	if len(lat) > 0 {
 		p50, maxLat = lat[len(lat)/2], lat[len(lat)-1]
 	}
-	b.Logf("K=%d queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs load=%s",
+	b.Logf("K=%d queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs unsynced-watches-max=%d/%d load=%s",
 		k, queued, queueErrs.Load(), lateErrs.Load(), relErrs.Load(), relDone.Round(time.Millisecond), len(lat),
-		p50.Round(time.Millisecond), maxLat.Round(time.Millisecond), etcdCPU1-etcdCPU0, etcdCPU2-etcdCPU1, load)
+		p50.Round(time.Millisecond), maxLat.Round(time.Millisecond), etcdCPU1-etcdCPU0, etcdCPU2-etcdCPU1, slowQueueing, slowRelease, load)
 	for _, e := range errs.list() {
 		b.Log(e)
 	}
@@ -252,4 +256,38 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// maxSampler is the largest value of a gauge sampled every 100 ms.
+type maxSampler struct{ max atomic.Int64 }
+
+// sampleMax samples the gauge name of the Prometheus endpoint url until ctx
+// ends.
+func sampleMax(ctx context.Context, url, name string) *maxSampler {
+	m := &maxSampler{}
+	go func() {
+		for t := time.NewTicker(100 * time.Millisecond); ; {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			for line := range strings.Lines(string(body)) {
+				if v, ok := strings.CutPrefix(line, name+" "); ok {
+					f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					for cur := m.max.Load(); int64(f) > cur && !m.max.CompareAndSwap(cur, int64(f)); cur = m.max.Load() {
+					}
+				}
+			}
+		}
+	}()
+	return m
 }
