@@ -92,11 +92,13 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 
 	etcdCPU0 := etcdCPU(c)
 	slow := sampleMax(ctx, c.Members[0].ClientURL+"/metrics", "etcd_debugging_mvcc_slow_watcher_total")
+	watchers := sampleMax(ctx, c.Members[0].ClientURL+"/metrics", "etcd_debugging_mvcc_watcher_total")
 	var queueErrs, lateErrs atomic.Int64
 	var releasing atomic.Bool   // the release-all began
 	got := make([]time.Time, k) // when each waiter had its key
 	won := make([]*leasehold.Lease, k)
 	var waiters sync.WaitGroup
+	queueStart := time.Now()
 	for i, key := range keys {
 		waiters.Go(func() {
 			l, err := waiter.Acquire(ctx, key)
@@ -129,9 +131,13 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 			break
 		}
 	}
-	time.Sleep(time.Second) // the watches start after the entries are written
+	// and every waiter's watch started (its Locker then waits for a wake-up).
+	for deadline := time.Now().Add(20 * time.Second); watchers.last.Load() < int64(k) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	settled := time.Since(queueStart)
 	etcdCPU1, load := etcdCPU(c), loadAvg()
-	slowQueueing := slow.max.Swap(0)
+	slowQueueing, watching := slow.max.Swap(0), watchers.max.Load()
 
 	// Release every key at once.
 	var relErrs atomic.Int64
@@ -176,9 +182,9 @@ func manyKeys(b *testing.B, c *testetcd.Cluster, k int) {
 	if len(lat) > 0 {
 		p50, maxLat = lat[len(lat)/2], lat[len(lat)-1]
 	}
-	b.Logf("K=%d queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs unsynced-watches-max=%d/%d load=%s",
-		k, queued, queueErrs.Load(), lateErrs.Load(), relErrs.Load(), relDone.Round(time.Millisecond), len(lat),
-		p50.Round(time.Millisecond), maxLat.Round(time.Millisecond), etcdCPU1-etcdCPU0, etcdCPU2-etcdCPU1, slowQueueing, slowRelease, load)
+	b.Logf("K=%d settled-in=%v queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs unsynced-watches-max=%d/%d watches-at-release=%d load=%s",
+		k, settled.Round(time.Millisecond), queued, queueErrs.Load(), lateErrs.Load(), relErrs.Load(), relDone.Round(time.Millisecond), len(lat),
+		p50.Round(time.Millisecond), maxLat.Round(time.Millisecond), etcdCPU1-etcdCPU0, etcdCPU2-etcdCPU1, slowQueueing, slowRelease, watching, load)
 	for _, e := range errs.list() {
 		b.Log(e)
 	}
@@ -258,15 +264,16 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// maxSampler is the largest value of a gauge sampled every 100 ms.
-type maxSampler struct{ max atomic.Int64 }
+// maxSampler is the largest and the last value of a gauge sampled every
+// 500 ms.
+type maxSampler struct{ max, last atomic.Int64 }
 
 // sampleMax samples the gauge name of the Prometheus endpoint url until ctx
 // ends.
 func sampleMax(ctx context.Context, url, name string) *maxSampler {
 	m := &maxSampler{}
 	go func() {
-		for t := time.NewTicker(100 * time.Millisecond); ; {
+		for t := time.NewTicker(500 * time.Millisecond); ; {
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -283,6 +290,7 @@ func sampleMax(ctx context.Context, url, name string) *maxSampler {
 			for line := range strings.Lines(string(body)) {
 				if v, ok := strings.CutPrefix(line, name+" "); ok {
 					f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					m.last.Store(int64(f))
 					for cur := m.max.Load(); int64(f) > cur && !m.max.CompareAndSwap(cur, int64(f)); cur = m.max.Load() {
 					}
 				}

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 const (
@@ -72,6 +75,19 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
 	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
 	return sb.wake, func() { unhook(); leave() }, nil
+}
+
+// watchStreams is how many gRPC watch streams the key watches are spread
+// over (by their ctx metadata, as clientv3 groups them): clientv3 creates a
+// stream's watches one at a time, each waiting for etcd's confirmation, so
+// 10,000 keys on one stream took tens of seconds to be watched.
+const watchStreams = 16
+
+// watchStream returns the name of key's watch stream.
+func watchStream(key string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return strconv.Itoa(int(h.Sum32() % watchStreams))
 }
 
 // startTimeout bounds the start of a watch: RequestTimeout, else
@@ -281,7 +297,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", watchStream(kw.key)))
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithCreatedNotify())
 	fail := func(err error) (clientv3.WatchChan, context.CancelFunc, error) {
 		cancel()
@@ -291,6 +307,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 	select {
 	case wr, ok := <-wch:
 		if !ok || !wr.Created || wr.Err() != nil {
+			cancel()
 			err := wr.Err()
 			if err == nil {
 				err = context.Cause(wctx)

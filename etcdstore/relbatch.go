@@ -15,9 +15,11 @@ import (
 // queue as one transaction of nested ones (at most maxRelBatch, one per
 // key). So K keys acquired or released at once cost K/maxRelBatch requests
 // and raft entries, not K requests each bounded by RequestTimeout.
+// etcd's --max-txn-ops (default 128) bounds the outer transaction's ops plus
+// those of each nested level below it (128 keys are refused), hence 100.
 const (
 	maxRelInFlight = 2
-	maxRelBatch    = 64 // etcd's default --max-txn-ops is 128
+	maxRelBatch    = 100
 )
 
 // relBatch is the queue of transactions.
