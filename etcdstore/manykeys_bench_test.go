@@ -26,11 +26,11 @@ import (
 // BenchmarkEtcdManyKeys is issue 33 item 2: K keys, each held by one Locker
 // and waited on by another (each Locker its own Store and client), then,
 // once every waiter is queued and its key watched (etcd's watcher gauge
-// reaches K; at most 20 s), the holder releases every key at once. Reported: waiters whose Acquire failed
-// while queueing, failed releases, the time from the release-all to each
-// waiter having its key (p50, max), and the etcd process's CPU seconds
-// during queueing and during the release-all. The first distinct error
-// texts are logged. Use -benchtime 1x:
+// reaches K; at most 20 s), the holder releases every key at once.
+// Reported: waiters whose Acquire failed while queueing, failed releases,
+// the time from the release-all to each waiter having its key (p50, max),
+// and the etcd process's CPU seconds during queueing and during the
+// release-all. The first distinct error texts are logged. Use -benchtime 1x:
 //
 //	go test -run '^$' -bench 'EtcdManyKeys/K=10000' -benchtime 1x ./etcdstore
 func BenchmarkEtcdManyKeys(b *testing.B) {
