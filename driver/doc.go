@@ -34,6 +34,8 @@
 //
 // For a waiter (token not empty), WaitRelease puts one zero Wake on the
 // channel before it returns, unless the subscription misses no change since
-// token's last waiting Acquire (etcd: the watch starts at that answer's
-// revision): the Locker acquires again, so no release between is missed.
+// token's last waiting Acquire (etcd: the watch reads the key as of its
+// start and wakes at once when it is free for token, or hands it over when a
+// release granted it): the Locker acquires again, so no release between is
+// missed.
 package driver

@@ -266,16 +266,13 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	if myRev > 0 { // others may wait behind us: the next head, for Release
 		take = append(take, headRead(qs, qe))
 	}
-	txn := s.cli.Txn(ctx).If(free...).Then(take...)
 	if !st.mayOwn {
-		return txn.Else(lost...).Commit()
+		return s.txn(ctx, req.Key, free, take, lost)
 	}
-	return txn.
-		Else(clientv3.OpTxn(mine(k, req.Token),
-			// The value stays: it may carry the fence.
-			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
-			lost)).
-		Commit()
+	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(mine(k, req.Token),
+		// The value stays: it may carry the fence.
+		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
+		lost)})
 }
 
 // keyView is what a read of a key's range shows: the lock and the queue.
@@ -495,39 +492,34 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	notMine := func() []clientv3.Op {
 		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	}
-	var txn clientv3.Txn
+	var resp *clientv3.TxnResponse
+	var err error
 	granting := !plain && mod > 0 && next != nil && next.token != token
 	switch {
 	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		txn = s.cli.Txn(ctx).If(mine(k, token)...).
-			Then(clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
-				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})).
-			Else(notMine()...)
+		resp, err = s.txn(ctx, key, mine(k, token),
+			[]clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
+				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})},
+			notMine())
 	case plain:
-		txn = s.cli.Txn(ctx).If(mine(k, token)...).Then(free...).Else(notMine()...)
+		resp, err = s.txn(ctx, key, mine(k, token), free, notMine())
 	case mod > 0 && len(own) == 0:
 		// The lock as our acquire or a grant wrote it at mod, no waiter
 		// then: every key of the range last written at or before mod. A
 		// lock gone since passes (an empty range compares as 0), deletes
-		// nothing, and releasedBy answers ErrNotHeld. Batched (relBatch).
+		// nothing, and releasedBy answers ErrNotHeld.
 		ks, ke := s.keyRange(key)
-		c := &relCall{key: key, cmp: clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke), then: free, els: reads()}
-		if err := s.rel.do(ctx, c, s.sendReleases, s.detachRelease); err != nil {
-			return released{}, err
-		}
-		return s.releasedBy(key, token, &clientv3.TxnResponse{Succeeded: c.succeeded, Responses: c.responses}, false, false), nil
+		resp, err = s.txn(ctx, key, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)}, free, reads())
 	default: // nobody waits: delete; else read (the token is checked on the answer)
 		ours := mine(k, token)
 		if mod > 0 {
 			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		txn = s.cli.Txn(ctx).If(append(ours, empty())...).Then(free...).
-			Else(append(reads(), own...)...)
+		resp, err = s.txn(ctx, key, append(ours, empty()), free, append(reads(), own...))
 	}
-	resp, err := txn.Commit()
 	if err != nil {
 		return released{}, err
 	}

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 const (
@@ -23,8 +26,9 @@ const (
 
 // WaitRelease implements driver.Notifier with one etcd watch per key,
 // shared by its subscribers and kept watchLinger after the last one leaves,
-// started from the revision of the waiter's last Acquire answer (or of a
-// read), so no change after it is missed.
+// started at etcd's current revision with the key's state as of then (the
+// waiter's last Acquire answer, or a read), so no change after the Acquire
+// is missed: a key freed or granted to token meanwhile wakes it at once.
 //
 // The channel (never closed) gets a value each time token may take the key
 // (the lock free, the queue empty or headed by token), when a release granted
@@ -33,8 +37,7 @@ const (
 // observer, woken whenever the lock becomes free or changes holder.
 // WaitRelease returns once etcd confirmed the watch, bounded by ctx and
 // RequestTimeout. stop, idempotent, or the end of ctx ends the subscription.
-// The watch resumes from the waiter's last Acquire: no wake-up at once
-// unless the key may be taken now.
+// No wake-up at once unless the key may be taken now or is token's.
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkNames(key, cmp.Or(token, "observer"), ""); err != nil {
 		return nil, nil, err
@@ -64,12 +67,27 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	sb.was = kw.can(sb)
 	if sb.was {
 		sb.signal() // it may take the key now
+	} else if kw.held && token != "" && kw.lockTok == token && kw.lockKV != nil {
+		sb.hand(kw.handoff(sb.r, kw.lockKV)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
 	var once sync.Once
 	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
 	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
 	return sb.wake, func() { unhook(); leave() }, nil
+}
+
+// watchStreams is how many gRPC watch streams the key watches are spread
+// over (by their ctx metadata, as clientv3 groups them): clientv3 creates a
+// stream's watches one at a time, each waiting for etcd's confirmation, so
+// 10,000 keys on one stream took tens of seconds to be watched.
+const watchStreams = 16
+
+// watchStream returns the name of key's watch stream.
+func watchStream(key string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return strconv.Itoa(int(h.Sum32() % watchStreams))
 }
 
 // startTimeout bounds the start of a watch: RequestTimeout, else
@@ -106,6 +124,7 @@ type keyWatch struct {
 	err   error
 	// Under watches.mu:
 	subs    map[*subscriber]struct{}
+	rev     int64 // the model's revision: events at or before it are in it
 	held    bool
 	queue   map[string]int64            // entry key -> create revision
 	entries map[string]*mvccpb.KeyValue // where known (for a grant's next head)
@@ -116,6 +135,7 @@ type keyWatch struct {
 	lockAt  time.Time
 	lockTTL time.Duration
 	lockTok string // the holder's token, "" when free or unknown
+	lockKV  *mvccpb.KeyValue
 }
 
 // subscriber is one WaitRelease.
@@ -213,17 +233,13 @@ func headIs(queue map[string]int64, entry string) bool {
 	return true
 }
 
-// run is the key watch's goroutine: it starts the watch from snap (or a
-// read), follows it, restarts it after a break, and ends when the store
+// run is the key watch's goroutine: it starts the watch (its model from
+// snap, or a read), follows it, restarts it after a break, and ends when the store
 // closes or nobody subscribed for watchLinger.
 func (kw *keyWatch) run(snap *queueSnap) {
 	ctx := kw.s.sess.ctx
 	for first := true; ; first = false {
 		wch, cancel, err := kw.start(ctx, snap)
-		if err != nil && snap != nil && ctx.Err() == nil {
-			// The snapshot's revision may be compacted: start from a read.
-			wch, cancel, err = kw.start(ctx, nil)
-		}
 		snap = nil
 		if first {
 			kw.err = err
@@ -270,48 +286,54 @@ func (kw *keyWatch) signalAll() {
 	}
 }
 
-// start loads the model (from snap, or one read) and starts the watch after
-// its revision, waiting for etcd's confirmation.
+// start starts the watch from etcd's current revision and loads the model
+// as of that revision or later: from snap when it is that recent, else
+// from one read at the watch's revision. (A watch from a past revision is
+// "unsynced" in etcd: caught up 512 watches per 100 ms, each pass rereading
+// the history since the oldest one; thousands of keys waited on made that
+// seconds late and most of etcd's CPU.) Events at or before the model's
+// revision are then skipped.
 func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
-	if snap == nil {
-		get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke))
-		if err != nil {
-			return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", watchStream(kw.key)))
+	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithCreatedNotify())
+	fail := func(err error) (clientv3.WatchChan, context.CancelFunc, error) {
+		cancel()
+		drain(wch)
+		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
+	}
+	select {
+	case wr, ok := <-wch:
+		if !ok || !wr.Created || wr.Err() != nil {
+			cancel()
+			err := wr.Err()
+			if err == nil {
+				err = context.Cause(wctx)
+			}
+			return fail(err)
 		}
-		v := kw.s.view(kw.key, "", get.Kvs, get.Header.Revision)
-		snap = snapOf(v)
+		if snap == nil || snap.rev < wr.Header.Revision {
+			get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke), clientv3.WithRev(wr.Header.Revision))
+			if err != nil {
+				return fail(err)
+			}
+			snap = snapOf(kw.s.view(kw.key, "", get.Kvs, wr.Header.Revision))
+		}
+	case <-bctx.Done():
+		return fail(fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.held, kw.queue, kw.entries = snap.held, snap.queue, snap.entries
+	kw.rev, kw.held, kw.queue, kw.entries = snap.rev, snap.held, snap.queue, snap.entries
 	if kw.entries == nil {
 		kw.entries = map[string]*mvccpb.KeyValue{}
 	}
 	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
-	kw.lockTok = snap.lockTok
+	kw.lockTok, kw.lockKV = snap.lockTok, snap.lockKV
 	w.mu.Unlock()
-	wctx, cancel := context.WithCancel(ctx)
-	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithRev(snap.rev+1), clientv3.WithCreatedNotify())
-	select {
-	case wr, ok := <-wch:
-		if ok && wr.Created && wr.Err() == nil {
-			return wch, cancel, nil
-		}
-		cancel()
-		drain(wch)
-		err := wr.Err()
-		if err == nil {
-			err = context.Cause(wctx)
-		}
-		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, err)
-	case <-bctx.Done():
-		cancel()
-		drain(wch)
-		return nil, nil, kw.s.wrap(bctx, "watch", kw.key, fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
-	}
+	return wch, cancel, nil
 }
 
 // follow applies watch events to the model and signals each subscriber that
@@ -412,14 +434,18 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	wrote := false
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
 	for _, ev := range evs {
+		if ev.Kv.ModRevision <= kw.rev {
+			continue // in the model already
+		}
 		k := string(ev.Kv.Key)
 		switch {
 		case k == lockKey:
 			kw.held = ev.Type == mvccpb.PUT
 			kw.lockMod, kw.lockTTL = 0, 0
 			was := kw.lockTok
-			kw.lockTok = ""
+			kw.lockTok, kw.lockKV = "", nil
 			if kw.held {
+				kw.lockKV = ev.Kv
 				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
 				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
 				grants = append(grants, ev.Kv)

@@ -9,30 +9,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Uncontended releases (releaseOnce) are sent alone while fewer than
-// maxRelInFlight requests are in flight; beyond that they queue, and when a
-// request returns the first queued release sends the queue as one
-// transaction of nested ones (at most maxRelBatch, one per key).
+// A key's transactions (acquires, releases, grants: Store.txn) are sent
+// alone while fewer than maxRelInFlight requests are in flight; beyond that
+// they queue, and when a request returns the first queued one sends the
+// queue as one transaction of nested ones (at most maxRelBatch, one per
+// key). So K keys acquired or released at once cost K/maxRelBatch requests
+// and raft entries, not K requests each bounded by RequestTimeout.
+// etcd's --max-txn-ops (default 128) bounds the outer transaction's ops plus
+// those of each nested level below it (128 keys are refused), hence 100.
 const (
 	maxRelInFlight = 2
-	maxRelBatch    = 64 // etcd's default --max-txn-ops is 128
+	maxRelBatch    = 100
 )
 
-// relBatch is the queue of uncontended releases.
+// relBatch is the queue of transactions.
 type relBatch struct {
 	mu       sync.Mutex
 	queue    []*relCall
 	inFlight int // requests sent (alone or batched) and not answered
 }
 
-// relCall is one release and, once done is closed, its answer; lead: done
-// was closed to make it send the queue instead.
+// relCall is one transaction and, once done is closed, its answer; lead:
+// done was closed to make it send the queue instead.
 type relCall struct {
 	key       string
-	cmp       clientv3.Cmp
+	cmps      []clientv3.Cmp
 	then, els []clientv3.Op
 	done      chan struct{}
 	lead      bool
+	header    *etcdserverpb.ResponseHeader
 	succeeded bool
 	responses []*etcdserverpb.ResponseOp
 	err       error
@@ -126,21 +131,33 @@ func (b *relBatch) next() {
 	close(n.done)
 }
 
-// sendReleases is the Store's sendFunc: one call is a plain transaction,
+// txn commits If(cmps).Then(then).Else(els), whose writes are all within
+// key's range, alone or batched with other keys' (relBatch). The answer's
+// header is the request's: a batch writes at one revision, so a write's
+// revision is still the header's.
+func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	c := &relCall{key: key, cmps: cmps, then: then, els: els}
+	if err := s.rel.do(ctx, c, s.sendTxns, s.detachTxn); err != nil {
+		return nil, err
+	}
+	return &clientv3.TxnResponse{Header: c.header, Succeeded: c.succeeded, Responses: c.responses}, nil
+}
+
+// sendTxns is the Store's sendFunc: one call is a plain transaction,
 // several are nested in one.
-func (s *Store) sendReleases(ctx context.Context, calls []*relCall) error {
+func (s *Store) sendTxns(ctx context.Context, calls []*relCall) error {
 	if len(calls) == 1 {
 		c := calls[0]
-		resp, err := s.cli.Txn(ctx).If(c.cmp).Then(c.then...).Else(c.els...).Commit()
+		resp, err := s.cli.Txn(ctx).If(c.cmps...).Then(c.then...).Else(c.els...).Commit()
 		if err != nil {
 			return err
 		}
-		c.succeeded, c.responses = resp.Succeeded, resp.Responses
+		c.header, c.succeeded, c.responses = resp.Header, resp.Succeeded, resp.Responses
 		return nil
 	}
 	ops := make([]clientv3.Op, len(calls))
 	for i, c := range calls {
-		ops[i] = clientv3.OpTxn([]clientv3.Cmp{c.cmp}, c.then, c.els)
+		ops[i] = clientv3.OpTxn(c.cmps, c.then, c.els)
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -148,14 +165,14 @@ func (s *Store) sendReleases(ctx context.Context, calls []*relCall) error {
 	}
 	for i, c := range calls {
 		inner := resp.Responses[i].GetResponseTxn()
-		c.succeeded, c.responses = inner.GetSucceeded(), inner.GetResponses()
+		c.header, c.succeeded, c.responses = resp.Header, inner.GetSucceeded(), inner.GetResponses()
 	}
 	return nil
 }
 
-// detachRelease is the context of a batch: it ends at RequestTimeout (or
+// detachTxn is the context of a batch: it ends at RequestTimeout (or
 // Close, when there is none), not with the sender's ctx.
-func (s *Store) detachRelease(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Store) detachTxn(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := context.WithoutCancel(ctx)
 	if s.timeout > 0 {
 		return context.WithTimeoutCause(d, s.timeout, errTimeout)

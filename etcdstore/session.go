@@ -169,6 +169,7 @@ type queueSnap struct {
 	lockMod int64
 	lockTTL time.Duration // 0: unknown
 	lockTok string
+	lockKV  *mvccpb.KeyValue
 	queue   map[string]int64 // entry key -> create revision
 	entries map[string]*mvccpb.KeyValue
 }
@@ -177,7 +178,7 @@ type queueSnap struct {
 func snapOf(v keyView) *queueSnap {
 	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue, entries: v.entries}
 	if v.held {
-		q.lockMod = v.lock.ModRevision
+		q.lockMod, q.lockKV = v.lock.ModRevision, v.lock
 		q.lockTok, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
 	}
 	return q
