@@ -35,7 +35,6 @@
 // For a waiter (token not empty), WaitRelease puts one zero Wake on the
 // channel before it returns, unless the subscription misses no change since
 // token's last waiting Acquire (etcd: the watch reads the key as of its
-// start and wakes at once when it is free for token, or hands it over when a
-// release granted it): the Locker acquires again, so no release between is
-// missed.
+// start, waking token at once if it is free or granted): the Locker acquires
+// again, so no release between is missed.
 package driver

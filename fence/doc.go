@@ -9,25 +9,19 @@
 //	a write is applied when its fence >= the last accepted fence, and
 //	rejected with ErrStaleFence when it is lower.
 //
-// The rule is order, not equality. "Greater or equal" lets one lease write
-// many times (fences are unique per acquisition, so only the current holder
-// can present the current fence); a strictly-greater check would reject the
-// holder's own second write, and an equality check would accept any fence
-// that merely differs — including an older one.
+// The rule is order, not equality: "greater or equal" lets one lease write
+// many times, and only the current holder has the current fence.
 //
-// Three resources ship with leasehold, all behind the one-method Resource
-// interface so users can fence their own storage the same way (Reporter and
-// CheckFence give a resource of your own the same errors and events):
+// Three resources ship behind the one-method Resource interface, which your
+// own storage can implement too (Reporter and CheckFence help):
 //
-//   - Register (this package): an in-memory fenced register (tests, the
-//     drill, examples).
+//   - Register (this package): an in-memory fenced register.
 //   - pgfence.Table (package fence/pgfence, its own module so that only
 //     PostgreSQL users build pgx): a PostgreSQL table with a fence column,
 //     written with a conditional UPDATE or INSERT ... ON CONFLICT, inside the
 //     caller's transaction if it wants (WithDB).
 //   - redisfence.Redis (package fence/redisfence): a hash {value, fence}
 //     written by a Lua script.
-//
 // This package itself imports neither pgx nor go-redis.
 //
 // Write(ctx, resource, lease, key, value) writes with a lease's fence and
@@ -35,8 +29,7 @@
 // unfenced.
 //
 // Every rejection is reported to the resource's leasehold.Observer as an
-// EventStaleWrite, so the Prometheus adapter counts it in
-// ..._stale_writes_rejected_total.
+// EventStaleWrite (leasehold_stale_writes_rejected_total).
 //
 // What fencing does not guarantee: it protects only writes that go through a
 // fenced resource and carry the fence; side effects elsewhere (an e-mail, a

@@ -36,6 +36,5 @@
 // nothing, and a wake-up published while a notification connection
 // reconnects is lost (every waiter is woken when it is back).
 //
-// README.md has the key layout, the redis-cli runbook, the ACLs, TLS and
-// eviction.
+// README.md: key layout, redis-cli runbook, ACLs, TLS and eviction.
 package redisstore
