@@ -22,11 +22,11 @@
 //     caller's transaction if it wants (WithDB).
 //   - redisfence.Redis (package fence/redisfence): a hash {value, fence}
 //     written by a Lua script.
+//
 // This package itself imports neither pgx nor go-redis.
 //
-// Write(ctx, resource, lease, key, value) writes with a lease's fence and
-// refuses a degraded (fail-open) lease, which has no fence, rather than write
-// unfenced.
+// Write(ctx, resource, lease, key, value) writes with a lease's fence; it
+// refuses a degraded (fail-open) lease, which has no fence.
 //
 // Every rejection is reported to the resource's leasehold.Observer as an
 // EventStaleWrite (leasehold_stale_writes_rejected_total).
