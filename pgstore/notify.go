@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // subscribeTTL is how long a WaitRelease subscription makes releases of its
@@ -235,7 +236,7 @@ func (l *listener) add(key, token string) (<-chan driver.Wake, func()) {
 	if h, ok := l.pending[[2]string{key, token}]; ok && token != "" {
 		delete(l.pending, [2]string{key, token})
 		if h != nil {
-			send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
+			waiters.Send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
 		} else {
 			poke(c)
 		}
@@ -256,28 +257,7 @@ func (l *listener) add(key, token string) (<-chan driver.Wake, func()) {
 	}
 }
 
-func poke(c chan driver.Wake) { send(c, driver.Wake{}) }
-
-// send puts w on c without blocking; a hand-off (non-zero w) replaces a
-// plain wake-up already there. l.mu is held, so no other send races it.
-func send(c chan driver.Wake, w driver.Wake) {
-	select {
-	case c <- w:
-		return
-	default:
-	}
-	if w == (driver.Wake{}) {
-		return
-	}
-	select {
-	case <-c:
-	default:
-	}
-	select {
-	case c <- w:
-	default:
-	}
-}
+func poke(c chan driver.Wake) { waiters.Send(c, driver.Wake{}) }
 
 // handoff is a grant a release made to a waiter of this store, kept for a
 // waiter that has not subscribed yet (see keep).
@@ -319,7 +299,7 @@ func (l *listener) dispatch(payload string) {
 		named = named || tok == token
 		switch {
 		case grant && tok == token && !all:
-			send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
+			waiters.Send(c, driver.Wake{Fence: h.fence, TTL: h.ttl})
 		case all || tok == token || tok == "": // observers see every hand-off
 			poke(c)
 		}

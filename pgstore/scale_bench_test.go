@@ -2,13 +2,8 @@ package pgstore_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,14 +11,6 @@ import (
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testpg"
 	"github.com/leasehold/leasehold/pgstore"
-)
-
-var (
-	scaleLeases = flag.String("scale.leases", "1000,10000", "BenchmarkScale: comma-separated numbers of held leases")
-	scaleTTL    = flag.Duration("scale.ttl", 2*time.Second, "BenchmarkScale: lease TTL")
-	scaleHold   = flag.Duration("scale.hold", 10*time.Second, "BenchmarkScale: how long the leases are held")
-	scaleWait   = flag.Int("scale.waiters", 0, "BenchmarkScale: idle waiters (Acquire on held keys, one more Locker)")
-	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
 )
 
 // BenchmarkScale holds N leases from P Lockers on a real PostgreSQL (TTL
@@ -51,17 +38,12 @@ func BenchmarkScale(b *testing.B) {
 		}
 		return n
 	}
-	for _, f := range strings.Split(*scaleLeases, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			b.Fatalf("bad -scale.leases %q", *scaleLeases)
-		}
-		b.Run(fmt.Sprintf("N=%d/K=%d/P=%d", n, *scaleWait, *scaleLocks), func(b *testing.B) {
-			cfg := benchkit.ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks,
-				Hold: *scaleHold, ServerPID: postmaster, Requests: xacts}
+	for _, cfg := range benchkit.ScaleRuns(b) {
+		b.Run(cfg.Name(), func(b *testing.B) {
+			cfg.ServerPID, cfg.Requests = postmaster, xacts
 			r := benchkit.Scale(b, cfg, func(obs leasehold.Observer) (*leasehold.Locker, error) {
 				st := open(b, dsn, pgstore.Options{})
-				return leasehold.New(st, leasehold.Options{Name: "scale", TTL: *scaleTTL, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+				return leasehold.New(st, leasehold.Options{Name: "scale", TTL: *benchkit.ScaleTTL, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
 			})
 			r.Report(b)
 		})

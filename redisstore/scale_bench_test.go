@@ -2,14 +2,11 @@ package redisstore_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,14 +14,6 @@ import (
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
-)
-
-var (
-	scaleLeases = flag.String("scale.leases", "1000,10000", "BenchmarkScale: comma-separated numbers of held leases")
-	scaleTTL    = flag.Duration("scale.ttl", 2*time.Second, "BenchmarkScale: lease TTL")
-	scaleHold   = flag.Duration("scale.hold", 10*time.Second, "BenchmarkScale: how long the leases are held")
-	scaleWait   = flag.Int("scale.waiters", 0, "BenchmarkScale: idle waiters (Acquire on held keys, one more Locker)")
-	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
 )
 
 // BenchmarkScale holds N leases from P Lockers (one go-redis client) on a
@@ -41,12 +30,8 @@ func BenchmarkScale(b *testing.B) {
 	var cmds atomic.Int64
 	c.AddHook(countHook{&cmds})
 	pid := serverPID(b, c)
-	for _, f := range strings.Split(*scaleLeases, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			b.Fatalf("bad -scale.leases %q", *scaleLeases)
-		}
-		b.Run(fmt.Sprintf("N=%d/K=%d/P=%d", n, *scaleWait, *scaleLocks), func(b *testing.B) {
+	for _, cfg := range benchkit.ScaleRuns(b) {
+		b.Run(cfg.Name(), func(b *testing.B) {
 			if err := c.FlushDB(context.Background()).Err(); err != nil {
 				b.Fatal(err)
 			}
@@ -56,15 +41,14 @@ func BenchmarkScale(b *testing.B) {
 					return nil, err
 				}
 				b.Cleanup(func() { _ = st.Close() })
-				return leasehold.New(st, leasehold.Options{Name: "scale", TTL: *scaleTTL, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+				return leasehold.New(st, leasehold.Options{Name: "scale", TTL: *benchkit.ScaleTTL, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
 			}
-			cfg := benchkit.ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks,
-				Hold: *scaleHold, ServerPID: pid, Requests: cmds.Load,
-				NewWaiterLocker: func() (*leasehold.Locker, error) {
-					wc := srv.Client(b) // the waiters' own client, as another process's
-					wc.AddHook(countHook{&cmds})
-					return newLocker(wc, nil)
-				}}
+			cfg.ServerPID, cfg.Requests = pid, cmds.Load
+			cfg.NewWaiterLocker = func() (*leasehold.Locker, error) {
+				wc := srv.Client(b) // the waiters' own client, as another process's
+				wc.AddHook(countHook{&cmds})
+				return newLocker(wc, nil)
+			}
 			r := benchkit.Scale(b, cfg, func(obs leasehold.Observer) (*leasehold.Locker, error) { return newLocker(c, obs) })
 			r.Report(b)
 		})

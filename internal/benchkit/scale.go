@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,6 +16,35 @@ import (
 
 	"github.com/leasehold/leasehold"
 )
+
+// The flags of every store's BenchmarkScale.
+var (
+	scaleLeases = flag.String("scale.leases", "1000,10000", "BenchmarkScale: comma-separated numbers of held leases")
+	ScaleTTL    = flag.Duration("scale.ttl", 2*time.Second, "BenchmarkScale: lease TTL")
+	scaleHold   = flag.Duration("scale.hold", 10*time.Second, "BenchmarkScale: how long the leases are held")
+	scaleWait   = flag.Int("scale.waiters", 0, "BenchmarkScale: idle waiters (Acquire on held keys, one more Locker)")
+	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
+)
+
+// ScaleRuns returns one ScaleConfig per -scale.leases value, with the
+// flags' waiters, Lockers and hold time; the caller sets the store's fields
+// and runs each as b.Run(cfg.Name(), ...).
+func ScaleRuns(b *testing.B) []ScaleConfig {
+	var out []ScaleConfig
+	for _, f := range strings.Split(*scaleLeases, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("bad -scale.leases %q", *scaleLeases)
+		}
+		out = append(out, ScaleConfig{Leases: n, Waiters: min(*scaleWait, n), Lockers: *scaleLocks, Hold: *scaleHold})
+	}
+	return out
+}
+
+// Name is the sub-benchmark's name: N=leases/K=waiters/P=Lockers.
+func (c ScaleConfig) Name() string {
+	return fmt.Sprintf("N=%d/K=%d/P=%d", c.Leases, *scaleWait, c.Lockers)
+}
 
 // ScaleConfig is one scale run: Lockers Lockers holding Leases leases
 // between them for Hold, while Waiters goroutines of one more Locker wait

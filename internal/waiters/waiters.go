@@ -83,7 +83,7 @@ func (s *Set) Hand(key, token string, w driver.Wake) bool {
 	for c, tok := range s.m[key] {
 		switch tok {
 		case token:
-			send(c, w)
+			Send(c, w)
 			found = true
 		case "": // an observer: woken by every release of key
 			poke(c)
@@ -122,11 +122,12 @@ func (s *Set) Len() int {
 	return n
 }
 
-func poke(c chan driver.Wake) { send(c, driver.Wake{}) }
+func poke(c chan driver.Wake) { Send(c, driver.Wake{}) }
 
-// send puts w on c without blocking; a hand-off (non-zero w) replaces a
-// plain wake-up already there. s.mu is held, so no other send races it.
-func send(c chan driver.Wake, w driver.Wake) {
+// Send puts w on c, a channel of capacity 1, without blocking; a hand-off
+// (non-zero w) replaces a plain wake-up already there. The caller holds the
+// lock that every sender to c holds, so no other send races it.
+func Send(c chan driver.Wake, w driver.Wake) {
 	select {
 	case c <- w:
 		return
