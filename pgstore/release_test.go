@@ -97,9 +97,9 @@ func TestReleaseBatchCommitsDurably(t *testing.T) {
 }
 
 // A bad row fails only the acquire of its own key, also when acquires of
-// other keys went in the same statement: four acquires wait for their keys'
-// advisory locks, held by another transaction, so that the next ones wait
-// together for a slot.
+// other keys went in the same statement: four acquires, sent one at a
+// time, wait for their keys' advisory locks, held by another transaction, so
+// that the next ones wait together for a slot.
 func TestBadRowFailsOnlyItsOwnAcquire(t *testing.T) {
 	_, dsn := fresh(t)
 	s := open(t, dsn, pgstore.Options{})
@@ -134,12 +134,13 @@ func TestBadRowFailsOnlyItsOwnAcquire(t *testing.T) {
 			}
 		}()
 	}
-	for _, k := range blocked {
+	// One at a time: each takes a slot alone once the one before waits.
+	for i, k := range blocked {
 		acquire(k, false)
-	}
-	for waiting := 0; waiting < len(blocked); {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'").Scan(&waiting); err != nil {
-			t.Fatal(err)
+		for waiting := 0; waiting <= i; time.Sleep(time.Millisecond) {
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = current_database()").Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	acquire("bad", true)
