@@ -88,9 +88,9 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 		{"TLS host-name mismatch", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "redis.example.com")}, leasehold.ErrMisconfigured},
 		{"TLS without the client certificate", redis.Options{ContextTimeoutEnabled: true, Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
 		{"TLS with a foreign client certificate", redis.Options{ContextTimeoutEnabled: true, Addr: mtls.Addr, TLSConfig: tlsConfig(t, ca.CA, other, true, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"plaintext to a TLS port", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr}, leasehold.ErrMisconfigured},
+		{"plaintext to a TLS port", redis.Options{ContextTimeoutEnabled: true, Addr: tlsSrv.Addr}, leasehold.ErrMisconfigured}, // the error asks "is this a Redis server?"
 		{"TLS to a plaintext port", redis.Options{ContextTimeoutEnabled: true, Addr: plain.Addr, TLSConfig: tlsConfig(t, ca.CA, ca, false, "127.0.0.1")}, leasehold.ErrMisconfigured},
-		{"redis:// to an HTTP port", redis.Options{ContextTimeoutEnabled: true, Addr: strings.TrimPrefix(web.URL, "http://")}, leasehold.ErrMisconfigured},
+		{"redis:// to an HTTP port", redis.Options{ContextTimeoutEnabled: true, Addr: strings.TrimPrefix(web.URL, "http://")}, leasehold.ErrMisconfigured}, // the same
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.DialTimeout, tc.opt.ReadTimeout, tc.opt.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
@@ -109,6 +109,10 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "pass-") {
 				t.Fatalf("the error shows a password: %v", err)
+			}
+			notRedis := strings.HasPrefix(tc.name, "plaintext") || strings.HasPrefix(tc.name, "redis://")
+			if notRedis && !strings.Contains(err.Error(), "is this a Redis server?") {
+				t.Fatalf("expected the question whether this is a Redis server, got %v", err)
 			}
 		})
 	}
@@ -189,6 +193,10 @@ func TestMisconfigurationNeverFailsOpenClusterSentinel(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "pass-") {
 				t.Fatalf("the error shows a password: %v", err)
+			}
+			notRedis := strings.HasPrefix(tc.name, "plaintext") || strings.HasPrefix(tc.name, "redis://")
+			if notRedis && !strings.Contains(err.Error(), "is this a Redis server?") {
+				t.Fatalf("expected the question whether this is a Redis server, got %v", err)
 			}
 		})
 	}

@@ -105,7 +105,8 @@ func hint(err error) string {
 
 // handshakeError is a connection that was made but whose handshake failed:
 // a TLS handshake or verification error, or a server that closed a fresh
-// connection instead of answering HELLO. Neither is an outage.
+// connection or answered in another protocol instead of answering HELLO.
+// Neither is an outage.
 type handshakeError struct {
 	err  error
 	hint string
@@ -116,10 +117,11 @@ func (e *handshakeError) Unwrap() error { return e.err }
 
 // handshakeHook marks handshake failures as handshakeError, for classify: a
 // dial error other than the TCP connection's own (*net.OpError) comes from
-// the TLS handshake, and a connection closed before the server ever
-// answered refused the protocol (a plaintext client on a TLS port) or the
-// client certificate (TLS 1.3 reports it after the handshake). Once
-// the server has answered, a closed connection is an outage.
+// the TLS handshake, and a connection closed (or a reply not in Redis's
+// protocol) before the server ever answered refused the protocol (a
+// plaintext client on a TLS port, another service) or the client
+// certificate (TLS 1.3 reports it after the handshake). Once the server
+// has answered, a closed connection is an outage.
 type handshakeHook struct {
 	answered atomic.Bool // the server answered a command
 }
@@ -156,10 +158,26 @@ func (h *handshakeHook) check(err error) error {
 		if !h.answered.Load() {
 			h.answered.Store(true)
 		}
-	case (outage.Closed(err) || errors.Is(err, syscall.ECONNRESET)) && !h.answered.Load():
-		return &handshakeError{err, "is this a Redis server? it closed the connection before it ever answered: check that the port speaks Redis, without TLS (redis://) or with TLS (rediss://), and the client certificate"}
+	case !h.answered.Load() && notRedis(err):
+		return &handshakeError{err, "is this a Redis server? it closed the connection or answered in another protocol before it ever answered: check the host and port, that the port speaks Redis without TLS (redis://) or with TLS (rediss://), and the client certificate"}
 	}
 	return err
+}
+
+// notRedis reports a failure of a connection's first exchange that a server
+// speaking Redis does not cause: the connection closed or reset, or a reply
+// go-redis could not parse.
+func notRedis(err error) bool {
+	if outage.Closed(err) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"redis: can't parse", "redis: invalid reply", "redis: unexpected", "unknown reply", "protocol error"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // isEntryError reports an error that concerns one entry, not the store.

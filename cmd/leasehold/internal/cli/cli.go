@@ -327,26 +327,12 @@ func storeFailure(o *storeurl.Opened, what string, err error) error {
 // unavailable: ".
 var ownWrapping = regexp.MustCompile(`leasehold: |storeurl: store unavailable: |store failure during \w+ of "(?:[^"\\]|\\.)*": |\b(?:redis|etcd|pg|mem)store: (?:[\w ]+ "(?:[^"\\]|\\.)*": )?|store misconfigured: `)
 
-// notRedis matches go-redis errors that mean the server at the other end
-// does not speak the Redis protocol.
-var notRedis = regexp.MustCompile(`^(?:unexpected )?EOF$|redis: (?:can't parse|invalid reply|unexpected)|got \d+ elements|unknown reply|protocol error`)
-
 // storeSays is what the store at desc (its redacted URL) said in err,
 // without the wrappers that repeat the operation, the key, the URL or
-// "leasehold:" (the caller says those once). A Redis URL whose server
-// answered with something that is not Redis gets the likely cause added.
+// "leasehold:" (the caller says those once).
 func storeSays(desc string, err error) string {
 	msg := ownWrapping.ReplaceAllString(err.Error(), "")
-	msg = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, desc+": "), desc+" "), ".")
-	if isRedisURL(desc) && notRedis.MatchString(msg) {
-		msg += " (is this a Redis server? it closed the connection or answered in another protocol: check the host and port, and rediss:// for a server that expects TLS)"
-	}
-	return msg
-}
-
-// isRedisURL reports whether desc is a redis:// or rediss:// URL.
-func isRedisURL(desc string) bool {
-	return strings.HasPrefix(desc, "redis://") || strings.HasPrefix(desc, "rediss://")
+	return strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, desc+": "), desc+" "), ".")
 }
 
 // misconfigured is the exit of a store that refused us or failed in a way
