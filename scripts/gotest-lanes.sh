@@ -11,11 +11,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# A lane runs all its modules even after a failure, so that one run shows
+# every failing module.
 lane() {
+  local rc=0
   for m in "$@"; do
     echo "== go test $m"
-    (cd "$root/$m" && $GO test -race -count=1 -timeout 20m ./...) || { echo "== FAIL in $m"; return 1; }
+    (cd "$root/$m" && $GO test -race -count=1 -timeout 20m ./...) || { echo "== FAIL in $m"; rc=1; }
   done
+  return $rc
 }
 
 # shellcheck disable=SC2086 # the module lists are split on purpose
