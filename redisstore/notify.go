@@ -87,8 +87,13 @@ func (n *notifier) init(s *Store) {
 // (token == "") Channel and ObserverChannel, unless another waiter of the key in
 // this Store already did; it returns once Redis has confirmed the
 // subscriptions, so a release after WaitRelease returns is seen; ctx bounds
-// the wait. A waiter's channel gets one wake-up at once (the subscription
-// does not resume from its last Acquire), then one when a release names
+// the wait. A waiter's channel gets one wake-up at once when the key may
+// have changed for it since its last Acquire: when every channel was
+// already subscribed (no round trip: its Acquire may have come after a
+// release whose message this waiter missed), else when a GET of the lock
+// after Redis confirmed the subscriptions finds the key free or granted to
+// token, or fails (a release that needs the waiter to act leaves one of the
+// two; any later one reaches the confirmed channel). Then one when a release names
 // token (token is the new head of the queue of a free key, or the queue is
 // empty; with the grant when the release granted it), and after every reconnect of the pub/sub connection (a
 // wake-up may have been lost there, so every waiter re-checks). Expiry sends
@@ -101,20 +106,50 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if token != "" {
 		chans[1] = s.WaiterChannel(key)
 	}
-	return s.subscribe(ctx, "subscribe", key, chans, key, token)
+	var mayTake func(context.Context) bool
+	if token != "" {
+		mayTake = func(ctx context.Context) bool { return s.mayTake(ctx, key, token) }
+	}
+	return s.subscribe(ctx, "subscribe", key, chans, key, token, mayTake)
+}
+
+// mayTake reports whether token may take key now, for the wake-up at once
+// of a new subscription: the lock is free or token's (a release granted
+// it), or GET failed. A waiter queued behind another holder is woken by the
+// next release, on its confirmed channel, and sends no Acquire before that
+// (issue 33: a second acquire script per waiting acquisition).
+func (s *Store) mayTake(ctx context.Context, key, token string) bool {
+	pipe := s.c.Pipeline() // Client has no GET; a pipeline of one is one round trip, on a Cluster too
+	get := pipe.Get(ctx, s.LockKey(key))
+	_, _ = pipe.Exec(ctx)
+	v, err := get.Result()
+	if err != nil {
+		return true // redis.Nil (free) or a failure: check with an Acquire
+	}
+	return strings.HasPrefix(v, token+"|") || v == token
 }
 
 // subscribe joins the channels chans (of one key: one hash slot, so one
 // connection) for the waiter token registered under waiterKey in the
 // notifier's waiter set, and returns once Redis confirmed every
-// subscription, bounded by ctx. op names the call in errors.
-func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan driver.Wake, func(), error) {
+// subscription, bounded by ctx. op names the call in errors. A waiter
+// (token != "") is woken at once when mayTake is nil, when every channel
+// was already confirmed, or when mayTake, called after the confirmations,
+// reports true.
+func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string, mayTake func(context.Context) bool) (<-chan driver.Wake, func(), error) {
 	g, err := s.notify.group(ctx, chans[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "")
 	subs := make([]*subscription, len(chans))
+	live := true
+	s.notify.mu.Lock()
+	for _, ch := range chans {
+		live = live && g.confirmed(ch)
+	}
+	s.notify.mu.Unlock()
+	check := token != "" && mayTake != nil && !live
+	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "" && !check)
 	for i, ch := range chans {
 		subs[i] = s.notify.join(g, ch, waiterKey)
 	}
@@ -141,6 +176,9 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 			stop()
 			return nil, nil, ErrClosed
 		}
+	}
+	if check && mayTake(ctx) {
+		s.notify.waiters.WakeToken(waiterKey, token)
 	}
 	return wake, stop, nil
 }
