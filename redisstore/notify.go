@@ -150,16 +150,16 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 	s.notify.mu.Unlock()
 	check := token != "" && mayTake != nil && !live
 	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "" && !check)
+	s.notify.mu.Lock()
 	for i, ch := range chans {
 		subs[i] = s.notify.join(g, ch, waiterKey)
 	}
+	s.notify.mu.Unlock()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			unwake()
-			for _, ch := range chans {
-				s.notify.leave(g, ch)
-			}
+			s.notify.leave(g, chans)
 		})
 	}
 	for _, sub := range subs {
@@ -213,10 +213,9 @@ func (n *notifier) group(ctx context.Context, ch string) (*group, error) {
 	return g, nil
 }
 
-// join adds a reference to ch's subscription, creating it if needed.
+// join adds a reference to ch's subscription, creating it if needed. n.mu
+// must be held.
 func (n *notifier) join(g *group, ch, key string) *subscription {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	sub := g.chans[ch]
 	if sub == nil || sub.err != nil {
 		sub = &subscription{key: key, ready: make(chan struct{})}
@@ -233,12 +232,17 @@ func (n *notifier) join(g *group, ch, key string) *subscription {
 // timer finds it): a waiter that got the key returns without waking another
 // goroutine of its process, which on a busy machine competes with it for a
 // CPU.
-func (n *notifier) leave(g *group, ch string) {
+func (n *notifier) leave(g *group, chs []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if sub := g.chans[ch]; sub != nil {
+	idle := time.Now().Add(n.linger) // one end for a waiter's channels: they go in one UNSUBSCRIBE
+	for _, ch := range chs {
+		sub := g.chans[ch]
+		if sub == nil {
+			continue
+		}
 		if sub.refs--; sub.refs == 0 {
-			sub.idleUntil = time.Now().Add(n.linger)
+			sub.idleUntil = idle
 			if !sub.confirmed || sub.err != nil || g.armed.IsZero() || g.armed.After(sub.idleUntil) {
 				g.kick(ch)
 			}
@@ -304,47 +308,81 @@ func (g *group) control() {
 			next = time.Hour
 		}
 		g.n.mu.Unlock()
-		for _, ch := range append(pending, ended...) {
-			g.sync(ch)
-		}
+		g.syncAll(append(pending, ended...))
 		linger.Reset(next)
 	}
 }
 
-// sync brings one channel in line with its waiters.
-func (g *group) sync(ch string) {
+// syncAll brings the channels chs in line with their waiters, in order:
+// consecutive channels to subscribe (or to unsubscribe) go in one SUBSCRIBE
+// (UNSUBSCRIBE), so a waiter's two channels cost one command each way, not
+// two (issue 33: every message is a write on the Redis server).
+func (g *group) syncAll(chs []string) {
+	var (
+		op    int // 0, opSubscribe or opUnsubscribe: what batch waits for
+		batch []string
+		subs  []*subscription
+	)
+	flush := func() {
+		switch {
+		case len(batch) == 0:
+		case op == opSubscribe:
+			if err := g.subscribe(batch...); err != nil {
+				g.n.mu.Lock()
+				for i, ch := range batch {
+					g.fail(ch, subs[i], err)
+				}
+				g.n.mu.Unlock()
+				_ = g.unsubscribe(batch...) // or go-redis subscribes them again on its next reconnect
+			}
+		default:
+			_ = g.unsubscribe(batch...) // on a broken connection go-redis forgets them anyway
+		}
+		batch, subs = batch[:0], subs[:0]
+	}
+	for _, ch := range chs {
+		next, sub := g.plan(ch)
+		if next == 0 {
+			continue
+		}
+		if next != op {
+			flush()
+			op = next
+		}
+		batch, subs = append(batch, ch), append(subs, sub)
+	}
+	flush()
+}
+
+const (
+	opSubscribe = 1 + iota
+	opUnsubscribe
+)
+
+// plan decides what ch needs, and marks it so: opSubscribe (it has
+// waiters and was not sent), opUnsubscribe (nobody waits and its linger
+// ended; it is forgotten here) or 0.
+func (g *group) plan(ch string) (int, *subscription) {
 	n := g.n
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	sub := g.chans[ch]
 	switch {
 	case sub == nil:
-		n.mu.Unlock()
-		return
 	case sub.refs > 0 && !sub.sent:
 		sub.sent = true
-		n.mu.Unlock()
-		if err := g.subscribe(ch); err != nil {
-			n.mu.Lock()
-			g.fail(ch, sub, err)
-			n.mu.Unlock()
-			_ = g.unsubscribe(ch) // or go-redis subscribes it again on its next reconnect
-		}
-		return
+		return opSubscribe, sub
 	case sub.refs == 0 && sub.lingers(time.Now()):
-		n.mu.Unlock()
-		return
 	case sub.refs == 0:
 		delete(g.chans, ch)
 		if sub.sent && !sub.confirmed && sub.err == nil {
 			g.skip[ch]++
 		}
-		n.mu.Unlock()
 		if sub.sent {
-			_ = g.unsubscribe(ch) // on a broken connection go-redis forgets it anyway
+			return opUnsubscribe, sub
 		}
-		return
 	}
-	n.mu.Unlock()
+	return 0, nil
 }
 
 // fail ends a subscription that could not be sent. n.mu must be held.
@@ -364,22 +402,22 @@ func (g *group) opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(g.n.ctx, 10*time.Second)
 }
 
-func (g *group) subscribe(ch string) error {
+func (g *group) subscribe(chs ...string) error {
 	ctx, cancel := g.opContext()
 	defer cancel()
 	if g.sharded {
-		return g.ps.SSubscribe(ctx, ch)
+		return g.ps.SSubscribe(ctx, chs...)
 	}
-	return g.ps.Subscribe(ctx, ch)
+	return g.ps.Subscribe(ctx, chs...)
 }
 
-func (g *group) unsubscribe(ch string) error {
+func (g *group) unsubscribe(chs ...string) error {
 	ctx, cancel := g.opContext()
 	defer cancel()
 	if g.sharded {
-		return g.ps.SUnsubscribe(ctx, ch)
+		return g.ps.SUnsubscribe(ctx, chs...)
 	}
-	return g.ps.Unsubscribe(ctx, ch)
+	return g.ps.Unsubscribe(ctx, chs...)
 }
 
 // receive reads the connection until Close. After an error go-redis
