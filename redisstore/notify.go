@@ -87,8 +87,13 @@ func (n *notifier) init(s *Store) {
 // (token == "") Channel and ObserverChannel, unless another waiter of the key in
 // this Store already did; it returns once Redis has confirmed the
 // subscriptions, so a release after WaitRelease returns is seen; ctx bounds
-// the wait. A waiter's channel gets one wake-up at once (the subscription
-// does not resume from its last Acquire), then one when a release names
+// the wait. A waiter's channel gets one wake-up at once when the key may
+// have changed for it since its last Acquire: when every channel was
+// already subscribed (no round trip: its Acquire may have come after a
+// release whose message this waiter missed), else when a GET of the lock
+// after Redis confirmed the subscriptions finds the key free or granted to
+// token, or fails (a release that needs the waiter to act leaves one of the
+// two; any later one reaches the confirmed channel). Then one when a release names
 // token (token is the new head of the queue of a free key, or the queue is
 // empty; with the grant when the release granted it), and after every reconnect of the pub/sub connection (a
 // wake-up may have been lost there, so every waiter re-checks). Expiry sends
@@ -101,30 +106,60 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if token != "" {
 		chans[1] = s.WaiterChannel(key)
 	}
-	return s.subscribe(ctx, "subscribe", key, chans, key, token)
+	var mayTake func(context.Context) bool
+	if token != "" {
+		mayTake = func(ctx context.Context) bool { return s.mayTake(ctx, key, token) }
+	}
+	return s.subscribe(ctx, "subscribe", key, chans, key, token, mayTake)
+}
+
+// mayTake reports whether token may take key now, for the wake-up at once
+// of a new subscription: the lock is free or token's (a release granted
+// it), or GET failed. A waiter queued behind another holder is woken by the
+// next release, on its confirmed channel, and sends no Acquire before that
+// (issue 33: a second acquire script per waiting acquisition).
+func (s *Store) mayTake(ctx context.Context, key, token string) bool {
+	pipe := s.c.Pipeline() // Client has no GET; a pipeline of one is one round trip, on a Cluster too
+	get := pipe.Get(ctx, s.LockKey(key))
+	_, _ = pipe.Exec(ctx)
+	v, err := get.Result()
+	if err != nil {
+		return true // redis.Nil (free) or a failure: check with an Acquire
+	}
+	return strings.HasPrefix(v, token+"|") || v == token
 }
 
 // subscribe joins the channels chans (of one key: one hash slot, so one
 // connection) for the waiter token registered under waiterKey in the
 // notifier's waiter set, and returns once Redis confirmed every
-// subscription, bounded by ctx. op names the call in errors.
-func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string) (<-chan driver.Wake, func(), error) {
+// subscription, bounded by ctx. op names the call in errors. A waiter
+// (token != "") is woken at once when mayTake is nil, when every channel
+// was already confirmed, or when mayTake, called after the confirmations,
+// reports true.
+func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string, mayTake func(context.Context) bool) (<-chan driver.Wake, func(), error) {
 	g, err := s.notify.group(ctx, chans[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "")
 	subs := make([]*subscription, len(chans))
+	live := true
+	s.notify.mu.Lock()
+	for _, ch := range chans {
+		live = live && g.confirmed(ch)
+	}
+	s.notify.mu.Unlock()
+	check := token != "" && mayTake != nil && !live
+	wake, unwake := s.notify.waiters.AddToken(waiterKey, token, token != "" && !check)
+	s.notify.mu.Lock()
 	for i, ch := range chans {
 		subs[i] = s.notify.join(g, ch, waiterKey)
 	}
+	s.notify.mu.Unlock()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			unwake()
-			for _, ch := range chans {
-				s.notify.leave(g, ch)
-			}
+			s.notify.leave(g, chans)
 		})
 	}
 	for _, sub := range subs {
@@ -141,6 +176,9 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 			stop()
 			return nil, nil, ErrClosed
 		}
+	}
+	if check && mayTake(ctx) {
+		s.notify.waiters.WakeToken(waiterKey, token)
 	}
 	return wake, stop, nil
 }
@@ -175,10 +213,9 @@ func (n *notifier) group(ctx context.Context, ch string) (*group, error) {
 	return g, nil
 }
 
-// join adds a reference to ch's subscription, creating it if needed.
+// join adds a reference to ch's subscription, creating it if needed. n.mu
+// must be held.
 func (n *notifier) join(g *group, ch, key string) *subscription {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	sub := g.chans[ch]
 	if sub == nil || sub.err != nil {
 		sub = &subscription{key: key, ready: make(chan struct{})}
@@ -195,12 +232,17 @@ func (n *notifier) join(g *group, ch, key string) *subscription {
 // timer finds it): a waiter that got the key returns without waking another
 // goroutine of its process, which on a busy machine competes with it for a
 // CPU.
-func (n *notifier) leave(g *group, ch string) {
+func (n *notifier) leave(g *group, chs []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if sub := g.chans[ch]; sub != nil {
+	idle := time.Now().Add(n.linger) // one end for a waiter's channels: they go in one UNSUBSCRIBE
+	for _, ch := range chs {
+		sub := g.chans[ch]
+		if sub == nil {
+			continue
+		}
 		if sub.refs--; sub.refs == 0 {
-			sub.idleUntil = time.Now().Add(n.linger)
+			sub.idleUntil = idle
 			if !sub.confirmed || sub.err != nil || g.armed.IsZero() || g.armed.After(sub.idleUntil) {
 				g.kick(ch)
 			}
@@ -266,47 +308,81 @@ func (g *group) control() {
 			next = time.Hour
 		}
 		g.n.mu.Unlock()
-		for _, ch := range append(pending, ended...) {
-			g.sync(ch)
-		}
+		g.syncAll(append(pending, ended...))
 		linger.Reset(next)
 	}
 }
 
-// sync brings one channel in line with its waiters.
-func (g *group) sync(ch string) {
+// syncAll brings the channels chs in line with their waiters, in order:
+// consecutive channels to subscribe (or to unsubscribe) go in one SUBSCRIBE
+// (UNSUBSCRIBE), so a waiter's two channels cost one command each way, not
+// two (issue 33: every message is a write on the Redis server).
+func (g *group) syncAll(chs []string) {
+	var (
+		op    int // 0, opSubscribe or opUnsubscribe: what batch waits for
+		batch []string
+		subs  []*subscription
+	)
+	flush := func() {
+		switch {
+		case len(batch) == 0:
+		case op == opSubscribe:
+			if err := g.subscribe(batch...); err != nil {
+				g.n.mu.Lock()
+				for i, ch := range batch {
+					g.fail(ch, subs[i], err)
+				}
+				g.n.mu.Unlock()
+				_ = g.unsubscribe(batch...) // or go-redis subscribes them again on its next reconnect
+			}
+		default:
+			_ = g.unsubscribe(batch...) // on a broken connection go-redis forgets them anyway
+		}
+		batch, subs = batch[:0], subs[:0]
+	}
+	for _, ch := range chs {
+		next, sub := g.plan(ch)
+		if next == 0 {
+			continue
+		}
+		if next != op {
+			flush()
+			op = next
+		}
+		batch, subs = append(batch, ch), append(subs, sub)
+	}
+	flush()
+}
+
+const (
+	opSubscribe = 1 + iota
+	opUnsubscribe
+)
+
+// plan decides what ch needs, and marks it so: opSubscribe (it has
+// waiters and was not sent), opUnsubscribe (nobody waits and its linger
+// ended; it is forgotten here) or 0.
+func (g *group) plan(ch string) (int, *subscription) {
 	n := g.n
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	sub := g.chans[ch]
 	switch {
 	case sub == nil:
-		n.mu.Unlock()
-		return
 	case sub.refs > 0 && !sub.sent:
 		sub.sent = true
-		n.mu.Unlock()
-		if err := g.subscribe(ch); err != nil {
-			n.mu.Lock()
-			g.fail(ch, sub, err)
-			n.mu.Unlock()
-			_ = g.unsubscribe(ch) // or go-redis subscribes it again on its next reconnect
-		}
-		return
+		return opSubscribe, sub
 	case sub.refs == 0 && sub.lingers(time.Now()):
-		n.mu.Unlock()
-		return
 	case sub.refs == 0:
 		delete(g.chans, ch)
 		if sub.sent && !sub.confirmed && sub.err == nil {
 			g.skip[ch]++
 		}
-		n.mu.Unlock()
 		if sub.sent {
-			_ = g.unsubscribe(ch) // on a broken connection go-redis forgets it anyway
+			return opUnsubscribe, sub
 		}
-		return
 	}
-	n.mu.Unlock()
+	return 0, nil
 }
 
 // fail ends a subscription that could not be sent. n.mu must be held.
@@ -326,22 +402,22 @@ func (g *group) opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(g.n.ctx, 10*time.Second)
 }
 
-func (g *group) subscribe(ch string) error {
+func (g *group) subscribe(chs ...string) error {
 	ctx, cancel := g.opContext()
 	defer cancel()
 	if g.sharded {
-		return g.ps.SSubscribe(ctx, ch)
+		return g.ps.SSubscribe(ctx, chs...)
 	}
-	return g.ps.Subscribe(ctx, ch)
+	return g.ps.Subscribe(ctx, chs...)
 }
 
-func (g *group) unsubscribe(ch string) error {
+func (g *group) unsubscribe(chs ...string) error {
 	ctx, cancel := g.opContext()
 	defer cancel()
 	if g.sharded {
-		return g.ps.SUnsubscribe(ctx, ch)
+		return g.ps.SUnsubscribe(ctx, chs...)
 	}
-	return g.ps.Unsubscribe(ctx, ch)
+	return g.ps.Unsubscribe(ctx, chs...)
 }
 
 // receive reads the connection until Close. After an error go-redis

@@ -70,7 +70,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subscribe(ctx, "subscribe permits", key, []string{s.PermitChannel(key)}, permitWaiterKey(key), token)
+	return s.subscribe(ctx, "subscribe permits", key, []string{s.PermitChannel(key)}, permitWaiterKey(key), token, nil)
 }
 
 // AcquirePermit implements driver.Semaphorer: one EVALSHA prunes expired

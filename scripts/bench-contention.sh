@@ -13,7 +13,9 @@
 # with every variant interleaved. Extra arguments go to leasehold bench
 # (e.g. --passes 5 --cell 3s --takeovers 5 --json). STORES="redis" runs
 # Redis only. A BEFORE that has cmd/leasehold/internal/contention (main since
-# round 2) runs its own `leasehold bench-child`.
+# round 2) runs its own `leasehold bench-child`; BEFORE=none runs this tree
+# alone. Many Lockers on few keys (issue 33): e.g. STORES=redis PEERS=1
+# BEFORE=none ... --replicas 20 --lockers 10 --keys 10 --takeovers 0.
 #
 # Needs: go, git, redis-server, etcd, /usr/lib/postgresql/*/bin (see
 # scripts/install-test-deps.sh). Run from anywhere inside the repository.
@@ -51,6 +53,9 @@ aspg() {
 # Builds.
 echo "building after ($(git -C "$root" rev-parse --short HEAD)) and before ($before)" >&2
 (cd "$root/cmd/leasehold" && go build -o "$tmp/leasehold" .)
+if [ "$before" = none ]; then
+	set -- --variant "after=$tmp/leasehold bench-child" "$@"
+else
 git -C "$root" worktree add --detach "$tmp/before" "$before" >/dev/null 2>&1
 if [ -f "$tmp/before/cmd/leasehold/internal/contention/child.go" ]; then
 	# BEFORE has the benchmark itself (main since round 2): its own replica.
@@ -76,6 +81,7 @@ GO
 (cd "$tmp/before" && go build -o "$tmp/child-before" ./cmd/contention-child)
 fi
 set -- --variant "before=$tmp/child-before" --variant "after=$tmp/leasehold bench-child" "$@"
+fi
 if [ "${PEERS:-0}" = 1 ]; then
 	"$root/scripts/bench-contention-peers.sh" "$root" "$tmp/peers"
 	set -- "$@" --variant "redislock@redis=$tmp/peers/child redislock" --variant "redsync@redis=$tmp/peers/child redsync" \

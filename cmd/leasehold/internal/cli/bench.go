@@ -119,8 +119,12 @@ etcd: --etcd-metrics; PostgreSQL: pg_stat_statements), min/max
 acquisitions per replica, wait p99, hand-off p50 (Release sent to the next
 holder's Acquire returning, on the shared CLOCK_MONOTONIC), and the
 takeover lag after the holder is killed with SIGKILL (next acquire minus
-the killed holder's acquire + --ttl). scripts/bench-contention.sh starts
-the servers and builds an older commit and the peers as variants.
+the killed holder's acquire + --ttl). With --lockers L and --keys K each
+replica runs L Lockers (each its own store client) that take the K keys in
+turn (round-robin), fairness is min/max over all replicas × L Lockers, and
+Redis also reports the server's commands (inside scripts too) and CPU time
+per acquisition (INFO commandstats and cpu). scripts/bench-contention.sh
+starts the servers and builds an older commit and the peers as variants.
 
 --json output fields: store, duration_ms, acquire_release[]{concurrency,
 cycles, errors, cycles_per_sec, acquire{p50_ms, p90_ms, p99_ms, max_ms},

@@ -21,6 +21,8 @@ type contentionOpts struct {
 	on          bool
 	processes   bool
 	replicas    int
+	keys        int
+	lockers     int
 	hold, cell  time.Duration
 	ttl         time.Duration
 	passes      int
@@ -36,6 +38,8 @@ func (o *contentionOpts) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.on, "contention", false, "measure one key contended by --replicas processes instead (see below)")
 	f.BoolVar(&o.processes, "processes", true, "--contention: each replica is its own process (the only mode)")
 	f.IntVar(&o.replicas, "replicas", 8, "--contention: replica processes, each with its own Locker and store client")
+	f.IntVar(&o.keys, "keys", 1, "--contention: keys of a cell; each Locker takes them in turn (round-robin)")
+	f.IntVar(&o.lockers, "lockers", 1, "--contention: Lockers per replica process, each with its own store client (fairness is over all of them)")
 	f.DurationVar(&o.hold, "hold", time.Millisecond, "--contention: critical section")
 	f.DurationVar(&o.cell, "cell", 3*time.Second, "--contention: length of one contention cell")
 	f.DurationVar(&o.ttl, "ttl", time.Second, "--contention: lease TTL (the takeover cells wait for it)")
@@ -54,6 +58,8 @@ func (o *contentionOpts) check() error {
 		return usage("--contention runs each replica as a process; --processes=false is not implemented")
 	case o.replicas < 2 || o.replicas > 64:
 		return usage("--replicas must be between 2 and 64, got %d", o.replicas)
+	case o.keys < 1 || o.keys > 1000 || o.lockers < 1 || o.lockers > 100:
+		return usage("--keys must be between 1 and 1000 and --lockers between 1 and 100")
 	case o.hold < 0 || o.cell <= 0 || o.ttl <= 0:
 		return usage("--hold must be >= 0, --cell and --ttl > 0")
 	case o.passes < 1 || o.takeovers < 0:
@@ -100,7 +106,13 @@ func (o *contentionOpts) targets(ctx context.Context) ([]contention.Target, func
 			return nil, nil, usage("--redis: %v", err)
 		}
 		closers = append(closers, closeFn)
-		ts = append(ts, contention.Target{Name: "redis", URL: o.redis, Count: count})
+		stats, closeStats, err := contention.RedisServerStats(o.redis)
+		if err != nil {
+			closeFn()
+			return nil, nil, usage("--redis: %v", err)
+		}
+		closers = append(closers, closeStats)
+		ts = append(ts, contention.Target{Name: "redis", URL: o.redis, Count: count, Server: stats})
 	}
 	if o.etcd != "" {
 		t := contention.Target{Name: "etcd", URL: o.etcd}
@@ -134,7 +146,7 @@ func (a *App) benchContention(ctx context.Context, o *contentionOpts) error {
 		return err
 	}
 	defer closeTargets()
-	cfg := contention.Config{Variants: vs, Targets: ts, Replicas: o.replicas, Hold: o.hold, Cell: o.cell,
+	cfg := contention.Config{Variants: vs, Targets: ts, Replicas: o.replicas, Keys: o.keys, Lockers: o.lockers, Hold: o.hold, Cell: o.cell,
 		TTL: o.ttl, Passes: o.passes, Takeovers: o.takeovers, Progress: a.Stderr}
 	cells, err := contention.Run(ctx, cfg)
 	if a.json {
@@ -153,10 +165,12 @@ func (a *App) benchContention(ctx context.Context, o *contentionOpts) error {
 // printContention prints, per store and variant, the range over passes of
 // each measure.
 func printContention(w io.Writer, cfg contention.Config, cells []contention.Cell) {
-	fmt.Fprintf(w, "%d replica processes, one key, hold %v, %v cells, TTL %v, %d passes (ranges over passes)\n\n",
-		cfg.Replicas, cfg.Hold, cfg.Cell, cfg.TTL, cfg.Passes)
+	lockers, keys := max(cfg.Lockers, 1), max(cfg.Keys, 1)
+	fmt.Fprintf(w, "%d replica processes × %d Lockers (P = %d), %d key(s), hold %v, %v cells, TTL %v, %d passes (ranges over passes)\n",
+		cfg.Replicas, lockers, cfg.Replicas*lockers, keys, cfg.Hold, cfg.Cell, cfg.TTL, cfg.Passes)
+	fmt.Fprintf(w, "server cmds/acq: commands the server ran (inside scripts too), server CPU: used_cpu_sys+user per 1000 acquisitions\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "store\tvariant\tacquisitions\treq/acq\tmin/max per replica\twait p99\thand-off p50\ttakeover p50\ttakeover max\toverlaps\terrors\t")
+	fmt.Fprintln(tw, "store\tvariant\tacquisitions\treq/acq\tserver cmds/acq\tserver CPU ms/1000 acq\tmin/max per Locker\twait p99\thand-off p50\ttakeover p50\ttakeover max\toverlaps\terrors\t")
 	for _, t := range cfg.Targets {
 		for _, v := range cfg.Variants {
 			var sel []contention.Cell
@@ -168,9 +182,11 @@ func printContention(w io.Writer, cfg contention.Config, cells []contention.Cell
 			if len(sel) == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, v.Name,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, v.Name,
 				rangeOf(sel, func(c contention.Cell) float64 { return float64(c.Acquisitions) }, "%.0f"),
 				requestsRange(sel),
+				measuredRange(sel, contention.Cell.CommandsPerAcq, "%.1f"),
+				measuredRange(sel, contention.Cell.CPUPer1000, "%.0f"),
 				rangeOf(sel, contention.Cell.Fairness, "%.2f")+" ("+minMaxCounts(sel)+")",
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.WaitP99) }, "%.1fms"),
 				rangeOf(sel, func(c contention.Cell) float64 { return msOf(c.HandoffP50) * 1000 }, "%.0fµs"),
@@ -210,6 +226,16 @@ func rangeOf(cells []contention.Cell, f func(contention.Cell) float64, format st
 		return fmt.Sprintf(format, lo)
 	}
 	return fmt.Sprintf(format, lo) + "–" + fmt.Sprintf(format, hi)
+}
+
+// measuredRange is rangeOf for a measure that is -1 when not measured (n/a).
+func measuredRange(cells []contention.Cell, f func(contention.Cell) float64, format string) string {
+	for _, c := range cells {
+		if f(c) < 0 {
+			return "n/a"
+		}
+	}
+	return rangeOf(cells, f, format)
 }
 
 // requestsRange is the range of requests per acquisition, n/a when a

@@ -12,9 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +53,7 @@ func Mono() int64 {
 type childFlags struct {
 	url, key, mode string
 	hold, ttl      time.Duration
+	keys, lockers  int
 }
 
 // ChildMain runs one replica with args (see the flags below) and returns
@@ -61,7 +64,12 @@ type childFlags struct {
 //	mode loop:  at the end, one "e CALL GOT REL" line per acquisition
 //	            (Acquire called, returned, Release about to be sent), then
 //	            "rt N" (requests counted by the client, if any) and
-//	            "errors N FIRST".
+//	            "errors N FIRST". With -keys or -lockers above 1 the lines
+//	            read "e CALL GOT REL LOCKER KEY": -lockers Lockers, each
+//	            opened on its own (its own store client), loop side by
+//	            side, each taking the -keys keys KEY:0 .. KEY:N-1 in turn
+//	            (round-robin from a random first key), so that every
+//	            Locker asks for every key equally often.
 //	mode crash: "got CALL GOT" as soon as the key is held, then hold it
 //	            without release until killed (the parent sends SIGKILL).
 func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) int {
@@ -72,7 +80,13 @@ func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) in
 	fs.StringVar(&f.mode, "mode", "loop", "loop or crash")
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "critical section")
 	fs.DurationVar(&f.ttl, "ttl", time.Second, "lease TTL")
+	fs.IntVar(&f.keys, "keys", 1, "mode loop: keys KEY:0 .. KEY:N-1 instead of KEY, taken round-robin by each Locker")
+	fs.IntVar(&f.lockers, "lockers", 1, "mode loop: Lockers in this process, each opened on its own")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if f.keys < 1 || f.lockers < 1 || (f.mode == "crash" && f.keys*f.lockers != 1) {
+		fmt.Fprintln(stdout, "fatal: -keys and -lockers must be >= 1 (1 in mode crash)")
 		return 2
 	}
 	in := bufio.NewReader(stdin)
@@ -85,12 +99,16 @@ func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) in
 		f.url = strings.TrimSuffix(line, "\n")
 	}
 	ctx := context.Background()
-	o, err := open(ctx, f.url, f.ttl)
-	if err != nil {
-		fmt.Fprintf(stdout, "fatal open: %v\n", err)
-		return 1
+	opened := make([]*Opened, f.lockers)
+	for i := range opened {
+		o, err := open(ctx, f.url, f.ttl)
+		if err != nil {
+			fmt.Fprintf(stdout, "fatal open: %v\n", err)
+			return 1
+		}
+		defer o.Close()
+		opened[i] = o
 	}
-	defer o.Close()
 	fmt.Fprintln(stdout, "ready")
 	start, end, err := readGo(in)
 	if err != nil {
@@ -103,9 +121,25 @@ func ChildMain(args []string, open Opener, stdin io.Reader, stdout io.Writer) in
 	runCtx, cancel := context.WithTimeout(ctx, time.Duration(end-Mono()))
 	defer cancel()
 	if f.mode == "crash" {
-		return crash(runCtx, o.Lock, f.key, stdout)
+		return crash(runCtx, opened[0].Lock, f.key, stdout)
 	}
-	loop(runCtx, o, f, stdout)
+	if f.keys == 1 && f.lockers == 1 {
+		loop(runCtx, opened[0], f, []string{f.key}, "", stdout)
+		return 0
+	}
+	keys := make([]string, f.keys)
+	for i := range keys {
+		keys[i] = f.key + ":" + strconv.Itoa(i)
+	}
+	outs := make([]strings.Builder, f.lockers)
+	var wg sync.WaitGroup
+	for i, o := range opened {
+		wg.Go(func() { loop(runCtx, o, f, keys, " "+strconv.Itoa(i), &outs[i]) })
+	}
+	wg.Wait()
+	for i := range outs {
+		_, _ = io.WriteString(stdout, outs[i].String())
+	}
 	return 0
 }
 
@@ -121,15 +155,21 @@ func readGo(stdin io.Reader) (start, end int64, err error) {
 	return start, end, nil
 }
 
-func loop(ctx context.Context, o *Opened, f childFlags, stdout io.Writer) {
+// loop acquires keys in turn until ctx ends, and writes its lines to
+// stdout; locker, when not "", is " LOCKER" and the lines of acquisitions
+// end with it and the key's index.
+func loop(ctx context.Context, o *Opened, f childFlags, keys []string, locker string, stdout io.Writer) {
 	var (
 		out   strings.Builder
 		errs  int
 		first error
 	)
+	next := rand.IntN(len(keys))
 	for ctx.Err() == nil {
+		k := next
+		next = (next + 1) % len(keys)
 		call := Mono()
-		release, err := o.Lock.Acquire(ctx, f.key)
+		release, err := o.Lock.Acquire(ctx, keys[k])
 		got := Mono()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -147,7 +187,11 @@ func loop(ctx context.Context, o *Opened, f childFlags, stdout io.Writer) {
 			first = cmpOr(first, err)
 		}
 		rcancel()
-		out.WriteString("e " + strconv.FormatInt(call, 10) + " " + strconv.FormatInt(got, 10) + " " + strconv.FormatInt(rel, 10) + "\n")
+		out.WriteString("e " + strconv.FormatInt(call, 10) + " " + strconv.FormatInt(got, 10) + " " + strconv.FormatInt(rel, 10))
+		if locker != "" {
+			out.WriteString(locker + " " + strconv.Itoa(k))
+		}
+		out.WriteString("\n")
 	}
 	if o.Requests != nil {
 		fmt.Fprintf(&out, "rt %d\n", o.Requests())

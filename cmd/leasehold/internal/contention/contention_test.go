@@ -2,10 +2,14 @@ package contention
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memstore"
 )
 
 func TestSummarize(t *testing.T) {
@@ -69,5 +73,66 @@ func TestChildArgsHoldNoURL(t *testing.T) {
 		if s := strings.Join(args, " "); strings.Contains(s, "QZJ") || strings.Contains(s, "redis://") {
 			t.Errorf("%s: the child's argv shows the store URL: %s", mode, s)
 		}
+	}
+}
+
+// With -lockers and -keys a replica runs several Lockers, each taking the
+// keys in turn: every line names its Locker and key, and each Locker's
+// keys go round-robin. The Lockers share one memory store here (opened
+// by URL, each would have its own).
+func TestChildLoopLockersKeys(t *testing.T) {
+	st := memstore.New()
+	open := func(ctx context.Context, url string, ttl time.Duration) (*Opened, error) {
+		l, err := leasehold.New(st, leasehold.Options{TTL: ttl})
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Lock: leaseholdLock{l}, Close: func() { _ = l.Close() }}, nil
+	}
+	start := Mono()
+	in := strings.NewReader(fmt.Sprintf("memory\ngo %d %d\n", start, start+int64(500*time.Millisecond)))
+	var out bytes.Buffer
+	if code := ChildMain([]string{"-store", "-", "-hold", "1ms", "-keys", "3", "-lockers", "2"}, open, in, &out); code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	last := map[int]int{} // Locker -> its last key
+	perLocker := map[int]int{}
+	var o output
+	o.lockers = 2
+	for l := range strings.SplitSeq(strings.TrimSpace(out.String()), "\n") {
+		o.parse(1, l)
+		var call, got, rel int64
+		var locker, key int
+		if _, err := fmt.Sscanf(l, "e %d %d %d %d %d", &call, &got, &rel, &locker, &key); err != nil {
+			continue
+		}
+		if k, ok := last[locker]; ok && key != (k+1)%3 {
+			t.Fatalf("Locker %d took key %d after key %d, want round-robin: %q", locker, key, k, out.String())
+		}
+		last[locker] = key
+		perLocker[locker]++
+	}
+	if perLocker[0] < 3 || perLocker[1] < 3 || o.errors != 0 {
+		t.Fatalf("acquisitions per Locker %v, errors %d: %q", perLocker, o.errors, out.String())
+	}
+	c := Cell{PerReplica: make([]int, 4)}
+	summarize(&c, o.events)
+	if c.PerReplica[2] != perLocker[0] || c.PerReplica[3] != perLocker[1] || c.Overlaps != 0 {
+		t.Fatalf("per Locker %v (want replica 1's Lockers at 2 and 3: %v), overlaps %d", c.PerReplica, perLocker, c.Overlaps)
+	}
+}
+
+// Hand-offs and overlaps are counted between holders of the same key only.
+func TestSummarizePerKey(t *testing.T) {
+	ms := int64(time.Millisecond)
+	evs := []event{
+		{replica: 0, key: 0, got: 1 * ms, rel: 3 * ms},
+		{replica: 1, key: 1, got: 2 * ms, rel: 4 * ms}, // another key: no overlap
+		{replica: 1, key: 0, got: 4 * ms, rel: 5 * ms}, // hand-off 1 ms on key 0
+	}
+	c := Cell{PerReplica: make([]int, 2)}
+	summarize(&c, evs)
+	if c.Overlaps != 0 || c.Handoffs != 1 || c.HandoffP50 != time.Millisecond {
+		t.Fatalf("overlaps %d hand-offs %d p50 %v, want 0 1 1ms", c.Overlaps, c.Handoffs, c.HandoffP50)
 	}
 }

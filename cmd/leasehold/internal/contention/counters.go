@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -99,4 +100,46 @@ func RedisPubSubCounter(url string) (func(context.Context) (int64, error), func(
 		return n, nil
 	}
 	return count, func() { _ = c.Close() }, nil
+}
+
+// RedisServerStats reads a Redis server's commands run so far (the calls of
+// INFO commandstats, commands inside scripts included, INFO itself left
+// out: the counters send it) and its CPU time
+// (used_cpu_sys + used_cpu_user of INFO cpu): Target.Server.
+func RedisServerStats(url string) (func(context.Context) (ServerStats, error), func(), error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(opts)
+	stats := func(ctx context.Context) (ServerStats, error) {
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return ServerStats{}, err
+		}
+		var st ServerStats
+		var cpu float64
+		for _, l := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+			switch {
+			case !ok:
+			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				v, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					return ServerStats{}, fmt.Errorf("INFO commandstats %q: %w", l, err)
+				}
+				st.Commands += v
+			case name == "used_cpu_sys" || name == "used_cpu_user":
+				v, err := strconv.ParseFloat(rest, 64)
+				if err != nil {
+					return ServerStats{}, fmt.Errorf("INFO cpu %q: %w", l, err)
+				}
+				cpu += v
+			}
+		}
+		st.CPU = time.Duration(cpu * float64(time.Second))
+		return st, nil
+	}
+	return stats, func() { _ = c.Close() }, nil
 }

@@ -1,7 +1,9 @@
 // Package contention measures one key contended by several replica
 // processes, each with its own Locker and store client: acquisitions per
 // replica, wait, hand-off between processes, store requests per acquisition
-// and crash takeover after kill -9. 'leasehold bench --contention' runs it;
+// and crash takeover after kill -9. With Config.Keys and Config.Lockers, a
+// cell has several Lockers per process on several keys (each Locker takes
+// the keys in turn), and fairness is over every Locker. 'leasehold bench --contention' runs it;
 // the replicas are child processes ('leasehold bench-child', or the same
 // child built from another commit or a peer library, see
 // scripts/bench-contention.sh).
@@ -44,13 +46,27 @@ type Target struct {
 	// CountOverhead is subtracted from every delta of Count (the counting
 	// query itself).
 	CountOverhead int64
+	// Server, when set, returns what the server has done so far: Redis,
+	// the commands it ran (those inside scripts included) and its CPU time.
+	Server func(ctx context.Context) (ServerStats, error)
+}
+
+// ServerStats are a server's cumulative counts (Target.Server).
+type ServerStats struct {
+	Commands int64
+	CPU      time.Duration
 }
 
 // Config of a run.
 type Config struct {
-	Variants  []Variant
-	Targets   []Target
-	Replicas  int
+	Variants []Variant
+	Targets  []Target
+	Replicas int
+	// Keys (default 1) is the number of keys of a contention cell and
+	// Lockers (default 1) the Lockers of each replica process, each with
+	// its own store client: Replicas × Lockers Lockers in all.
+	Keys      int
+	Lockers   int
 	Hold      time.Duration
 	Cell      time.Duration
 	TTL       time.Duration
@@ -62,23 +78,27 @@ type Config struct {
 
 // Cell is the result of one contention cell (one variant on one store).
 type Cell struct {
-	Pass          int
-	Target        string
-	Variant       string
-	Acquisitions  int
-	PerReplica    []int
-	Requests      int64 // -1: not counted
-	WaitP50       time.Duration
-	WaitP99       time.Duration
-	HandoffP50    time.Duration
-	HandoffP99    time.Duration
-	Handoffs      int
-	Reacquired    int
-	Overlaps      int
-	Errors        int
-	FirstError    string
-	TakeoverLags  []time.Duration
-	TakeoverError string
+	Pass         int
+	Target       string
+	Variant      string
+	Acquisitions int
+	PerReplica   []int // per Locker: replica r's Locker l at r×Lockers+l
+	Requests     int64 // -1: not counted
+	// ServerCommands and ServerCPU are what the server did during the
+	// cell (Target.Server), -1 when not measured.
+	ServerCommands int64
+	ServerCPU      time.Duration
+	WaitP50        time.Duration
+	WaitP99        time.Duration
+	HandoffP50     time.Duration
+	HandoffP99     time.Duration
+	Handoffs       int
+	Reacquired     int
+	Overlaps       int
+	Errors         int
+	FirstError     string
+	TakeoverLags   []time.Duration
+	TakeoverError  string
 }
 
 // RequestsPerAcq is the store requests per acquisition, or -1.
@@ -89,7 +109,24 @@ func (c Cell) RequestsPerAcq() float64 {
 	return float64(c.Requests) / float64(c.Acquisitions)
 }
 
-// Fairness is min/max acquisitions per replica.
+// CommandsPerAcq is the server's commands per acquisition (those run inside
+// scripts included), or -1.
+func (c Cell) CommandsPerAcq() float64 {
+	if c.ServerCommands < 0 || c.Acquisitions == 0 {
+		return -1
+	}
+	return float64(c.ServerCommands) / float64(c.Acquisitions)
+}
+
+// CPUPer1000 is the server's CPU time per 1000 acquisitions, in ms, or -1.
+func (c Cell) CPUPer1000() float64 {
+	if c.ServerCPU < 0 || c.Acquisitions == 0 {
+		return -1
+	}
+	return float64(c.ServerCPU) / float64(time.Millisecond) * 1000 / float64(c.Acquisitions)
+}
+
+// Fairness is min/max acquisitions per Locker.
 func (c Cell) Fairness() float64 {
 	if len(c.PerReplica) == 0 || slices.Max(c.PerReplica) == 0 {
 		return 0
@@ -134,8 +171,12 @@ func Run(ctx context.Context, cfg Config) ([]Cell, error) {
 }
 
 func (c Cell) String() string {
-	return fmt.Sprintf("pass %d %-8s %-10s acq %5d  req/acq %5.2f  per replica %v (%.2f)  wait p50 %v p99 %v  hand-off p50 %v p99 %v (%d, reacquired %d)  takeover %v  overlaps %d  errors %d %s%s",
-		c.Pass, c.Target, c.Variant, c.Acquisitions, c.RequestsPerAcq(), c.PerReplica, c.Fairness(),
+	per := fmt.Sprint(c.PerReplica)
+	if len(c.PerReplica) > 16 {
+		per = fmt.Sprintf("%d Lockers, min %d max %d", len(c.PerReplica), slices.Min(c.PerReplica), slices.Max(c.PerReplica))
+	}
+	return fmt.Sprintf("pass %d %-8s %-10s acq %5d  req/acq %5.2f  server cmds/acq %5.2f  server CPU %.1f ms/1000 acq  per Locker %s (%.2f)  wait p50 %v p99 %v  hand-off p50 %v p99 %v (%d, reacquired %d)  takeover %v  overlaps %d  errors %d %s%s",
+		c.Pass, c.Target, c.Variant, c.Acquisitions, c.RequestsPerAcq(), c.CommandsPerAcq(), c.CPUPer1000(), per, c.Fairness(),
 		us(c.WaitP50), us(c.WaitP99), us(c.HandoffP50), us(c.HandoffP99), c.Handoffs, c.Reacquired,
 		usList(c.TakeoverLags), c.Overlaps, c.Errors, c.FirstError, c.TakeoverError)
 }
@@ -237,11 +278,16 @@ func (c *child) kill() {
 }
 
 func childArgs(cfg Config, t Target, key, mode string) []string {
-	return []string{"-store", "-", "-key", key, "-mode", mode, "-hold", cfg.Hold.String(), "-ttl", cfg.TTL.String()}
+	args := []string{"-store", "-", "-key", key, "-mode", mode, "-hold", cfg.Hold.String(), "-ttl", cfg.TTL.String()}
+	if mode == "loop" && (cfg.Keys > 1 || cfg.Lockers > 1) { // a replica of an older build knows neither flag
+		args = append(args, "-keys", strconv.Itoa(max(cfg.Keys, 1)), "-lockers", strconv.Itoa(max(cfg.Lockers, 1)))
+	}
+	return args
 }
 
 type event struct {
-	replica        int
+	replica        int // the Locker: replica×Lockers + its Locker
+	key            int
 	call, got, rel int64
 }
 
@@ -265,6 +311,13 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 			return Cell{}, fmt.Errorf("counting requests: %w", err)
 		}
 	}
+	var server ServerStats
+	if t.Server != nil {
+		var err error
+		if server, err = t.Server(ctx); err != nil {
+			return Cell{}, fmt.Errorf("reading the server's stats: %w", err)
+		}
+	}
 	st := Mono() + int64(20*time.Millisecond)
 	goLine := fmt.Sprintf("go %d %d\n", st, st+int64(cfg.Cell))
 	for _, k := range kids {
@@ -272,8 +325,9 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 			return Cell{}, err
 		}
 	}
-	c := Cell{Target: t.Name, Variant: v.Name, PerReplica: make([]int, cfg.Replicas), Requests: -1}
-	var o output
+	lockers := max(cfg.Lockers, 1)
+	c := Cell{Target: t.Name, Variant: v.Name, PerReplica: make([]int, cfg.Replicas*lockers), Requests: -1, ServerCommands: -1, ServerCPU: -1}
+	o := output{lockers: lockers}
 	for _, k := range kids {
 		for l := range k.lines {
 			o.parse(k.idx, l)
@@ -290,6 +344,13 @@ func runLoop(ctx context.Context, cfg Config, v Variant, t Target) (Cell, error)
 			return Cell{}, fmt.Errorf("counting requests: %w", err)
 		}
 		c.Requests = after - before - t.CountOverhead
+	}
+	if t.Server != nil {
+		after, err := t.Server(ctx)
+		if err != nil {
+			return Cell{}, fmt.Errorf("reading the server's stats: %w", err)
+		}
+		c.ServerCommands, c.ServerCPU = after.Commands-server.Commands, after.CPU-server.CPU
 	}
 	if o.counted { // the replicas' own counts add to the server's
 		c.Requests = max(c.Requests, 0) + o.requests
@@ -317,6 +378,7 @@ func startReady(kids []*child, v Variant, args []string, url string) error {
 
 // output is what the replicas of a loop cell printed.
 type output struct {
+	lockers    int // per replica
 	events     []event
 	requests   int64
 	counted    bool
@@ -327,11 +389,16 @@ type output struct {
 func (o *output) parse(replica int, l string) {
 	f := strings.Fields(l)
 	switch {
-	case len(f) == 4 && f[0] == "e":
-		e := event{replica: replica}
+	case (len(f) == 4 || len(f) == 6) && f[0] == "e":
+		e := event{replica: replica * max(o.lockers, 1)}
 		e.call, _ = strconv.ParseInt(f[1], 10, 64)
 		e.got, _ = strconv.ParseInt(f[2], 10, 64)
 		e.rel, _ = strconv.ParseInt(f[3], 10, 64)
+		if len(f) == 6 {
+			l, _ := strconv.Atoi(f[4])
+			e.replica += l
+			e.key, _ = strconv.Atoi(f[5])
+		}
 		o.events = append(o.events, e)
 	case len(f) == 2 && f[0] == "rt":
 		n, _ := strconv.ParseInt(f[1], 10, 64)
@@ -346,14 +413,21 @@ func (o *output) parse(replica int, l string) {
 	}
 }
 
+// summarize fills c from the acquisitions evs; hand-offs, re-acquisitions
+// and overlaps are between consecutive holders of the same key.
 func summarize(c *Cell, evs []event) {
 	c.Acquisitions = len(evs)
-	slices.SortFunc(evs, func(a, b event) int { return int(a.got - b.got) })
+	slices.SortFunc(evs, func(a, b event) int {
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		return int(a.got - b.got)
+	})
 	var waits, hand []time.Duration
 	for i, e := range evs {
 		c.PerReplica[e.replica]++
 		waits = append(waits, time.Duration(e.got-e.call))
-		if i == 0 {
+		if i == 0 || evs[i-1].key != e.key {
 			continue
 		}
 		p := evs[i-1]
