@@ -21,6 +21,7 @@ const queueTTL = 30 * time.Second
 func (r *runner) queue(t *testing.T) {
 	t.Run("FIFOAcrossReplicas", r.queueFIFO)
 	t.Run("DeadWaiterLeaves", r.queueDeadWaiter)
+	t.Run("RefreshKeepsPlaces", r.queueRefresh)
 	t.Run("TryAcquireNeverQueues", r.queueTry)
 	t.Run("HolderRecorded", r.queueHolder)
 	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)
