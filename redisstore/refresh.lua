@@ -1,19 +1,27 @@
--- refresh: keeps a waiter's place: its queue entry's deadline moves to now +
+-- refresh: keeps waiters' places: each queue entry's deadline moves to now +
 -- the queue TTL (never back). It never creates an entry and never grants.
--- KEYS[1] lock key, KEYS[2] queue key (see acquire.lua)
--- ARGV[1] token, ARGV[2] queue TTL ms
--- Returns 0 when the token has no live entry, else 1 while the lock exists
--- and 2 when it does not (the waiter should acquire).
-local v = redis.call('HGET', KEYS[2], ARGV[1])
-if not v then return 0 end
-local seq, dl, rest = string.match(v, '^(%d+)|(%d+)|(.*)$')
+-- KEYS[2i-1] lock key, KEYS[2i] queue key of place i (see acquire.lua); one
+-- place per call on a Cluster, where keys of one call share a slot
+-- ARGV[1] queue TTL ms, ARGV[1+i] the token of place i
+-- Returns one code per place: 0 when the token has no live entry, else 1
+-- while the lock exists and 2 when it does not (the waiter should acquire).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not seq or tonumber(dl) <= now then return 0 end
-local ndl = now + tonumber(ARGV[2])
-if ndl > tonumber(dl) then
-  redis.call('HSET', KEYS[2], ARGV[1], seq .. '|' .. string.format('%d', ndl) .. '|' .. rest)
-  redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')
+local ttl = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lk, qk, token = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  local v = redis.call('HGET', qk, token)
+  local seq, dl, rest
+  if v then seq, dl, rest = string.match(v, '^(%d+)|(%d+)|(.*)$') end
+  if not seq or tonumber(dl) <= now then
+    out[i] = 0
+  else
+    if now + ttl > tonumber(dl) then
+      redis.call('HSET', qk, token, seq .. '|' .. string.format('%d', now + ttl) .. '|' .. rest)
+      redis.call('PEXPIRE', qk, ttl, 'GT')
+    end
+    out[i] = 2 - redis.call('EXISTS', lk)
+  end
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
-return 2
+return out

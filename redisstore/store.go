@@ -403,37 +403,70 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 	return errs
 }
 
-// RefreshQueue implements driver.QueueRefresher: the refresh script (HGET,
-// TIME, HSET, PEXPIRE GT and EXISTS) for every request in one pipeline (see
-// runBatch).
+// RefreshQueue implements driver.QueueRefresher: the refresh script (TIME,
+// then HGET, HSET, PEXPIRE GT and EXISTS per place) in one pipeline (one
+// round trip per node on a Cluster). On a single node (or Sentinel) one
+// call refreshes up to refreshChunk places; on a Cluster or Ring, where the
+// keys of one call must share a slot, each place is its own call.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
-	cmds, errs := s.runBatch(ctx, refreshScript, len(reqs), func(i int) ([]string, []any, error) {
-		r := reqs[i]
+	errs := make([]error, len(reqs))
+	var ok []int // the requests sent
+	for i, r := range reqs {
 		if err := checkKey(r.Key); err != nil {
-			return nil, nil, err
-		}
-		ms, err := ttlMillis(r.QueueTTL)
-		if err != nil {
-			return nil, nil, err
-		}
-		return []string{s.LockKey(r.Key), s.QueueKey(r.Key)}, []any{r.Token, ms}, nil
-	})
-	for i, c := range cmds {
-		if c == nil {
+			errs[i] = err
 			continue
 		}
-		n, err := c.Int64()
-		switch {
-		case err != nil:
-			errs[i] = s.fail("refresh", reqs[i].Key, err)
-		case n == 0:
-			errs[i] = driver.ErrNotQueued
-		case n == 2:
-			errs[i] = driver.ErrNotHeld
+		if _, err := ttlMillis(r.QueueTTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		ok = append(ok, i)
+	}
+	chunk := 1
+	if _, single := s.c.(*redis.Client); single {
+		chunk = refreshChunk
+	}
+	var calls [][]int
+	for len(ok) > 0 { // one call per chunk of places with one queue TTL
+		n, ttl := 1, reqs[ok[0]].QueueTTL
+		for n < min(chunk, len(ok)) && reqs[ok[n]].QueueTTL == ttl {
+			n++
+		}
+		calls, ok = append(calls, ok[:n]), ok[n:]
+	}
+	cmds, cerrs := s.runBatch(ctx, refreshScript, len(calls), func(c int) ([]string, []any, error) {
+		keys := make([]string, 0, 2*len(calls[c]))
+		args := []any{reqs[calls[c][0]].QueueTTL.Milliseconds()}
+		for _, i := range calls[c] {
+			keys = append(keys, s.LockKey(reqs[i].Key), s.QueueKey(reqs[i].Key))
+			args = append(args, reqs[i].Token)
+		}
+		return keys, args, nil
+	})
+	for c, cmd := range cmds {
+		codes, err := cmd.Int64Slice()
+		if err == nil && len(codes) != len(calls[c]) {
+			err = fmt.Errorf("%w: refresh of %d places returned %d codes", driver.ErrBadEntry, len(calls[c]), len(codes))
+		}
+		for j, i := range calls[c] {
+			switch {
+			case cerrs[c] != nil:
+				errs[i] = cerrs[c]
+			case err != nil:
+				errs[i] = s.fail("refresh", reqs[i].Key, err)
+			case codes[j] == 0:
+				errs[i] = driver.ErrNotQueued
+			case codes[j] == 2:
+				errs[i] = driver.ErrNotHeld
+			}
 		}
 	}
 	return errs
 }
+
+// refreshChunk is the most places one refresh call keeps (on a single
+// node): about 1 ms of Redis's time, so that no call holds up the others.
+const refreshChunk = 128
 
 // runBatch sends sc for n requests in one pipeline (one round trip per node
 // on a Cluster); args returns request i's keys and arguments, or the error
