@@ -29,7 +29,7 @@ type keeper struct {
 	running bool
 	kick    chan struct{} // capacity 1: the last place left
 	wg      sync.WaitGroup
-	done    <-chan struct{} // the Locker's: closed by Close
+	ctx     context.Context // the Locker's: ended by Close
 }
 
 // place is one waiting acquire's place in its key's queue.
@@ -50,7 +50,7 @@ func newKeeper(l *Locker) *keeper {
 	o := &l.opts
 	every := min(o.WaiterTTL/3, o.WaitCap)
 	return &keeper{rq: rq, every: every, ttl: o.WaiterTTL, timeout: min(o.RenewTimeout, every),
-		places: make(map[*place]struct{}), kick: make(chan struct{}, 1), done: l.ctx.Done()}
+		places: make(map[*place]struct{}), kick: make(chan struct{}, 1), ctx: l.ctx}
 }
 
 // join registers the place of token, queued by an Acquire sent at sent.
@@ -107,7 +107,7 @@ func (k *keeper) loop() {
 		select {
 		case <-t.C:
 		case <-k.kick:
-		case <-k.done:
+		case <-k.ctx.Done():
 			k.stop()
 			return
 		}
@@ -155,7 +155,7 @@ func (k *keeper) refresh(batch []*place) {
 	for i, p := range batch {
 		reqs[i] = driver.QueueRefresh{Key: p.key, Token: p.token, QueueTTL: k.ttl}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(k.ctx, k.timeout)
 	sent := time.Now()
 	errs := k.rq.RefreshQueue(ctx, reqs)
 	cancel()
