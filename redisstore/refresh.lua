@@ -11,7 +11,12 @@ local ttl = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS / 2 do
   local lk, qk, token = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
-  local v = redis.call('HGET', qk, token)
+  -- HGETALL, not HGET, which the documented ACL does not grant; the
+  -- acquire it replaces read the whole queue too.
+  local raw, v = redis.call('HGETALL', qk), nil
+  for j = 1, #raw, 2 do
+    if raw[j] == token then v = raw[j + 1] break end
+  end
   local seq, dl, rest
   if v then seq, dl, rest = string.match(v, '^(%d+)|(%d+)|(.*)$') end
   if not seq or tonumber(dl) <= now then

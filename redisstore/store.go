@@ -404,7 +404,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 }
 
 // RefreshQueue implements driver.QueueRefresher: the refresh script (TIME,
-// then HGET, HSET, PEXPIRE GT and EXISTS per place) in one pipeline (one
+// then HGETALL, HSET, PEXPIRE GT and EXISTS per place) in one pipeline (one
 // round trip per node on a Cluster). On a single node (or Sentinel) one
 // call refreshes up to refreshChunk places; on a Cluster or Ring, where the
 // keys of one call must share a slot, each place is its own call.
