@@ -159,6 +159,49 @@ func TestWaitingAcquireQueuesAndTryAcquireNever(t *testing.T) {
 	})
 }
 
+// TestKeptPlaceLostIsQueuedAgain: when a refresh finds the waiter's place
+// gone (ErrNotQueued), the waiter queues again with a full Acquire at once,
+// and the keeper goes on refreshing the new place.
+func TestKeptPlaceLostIsQueuedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecordingStore()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
+		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(t.Context())
+		ctx, cancel := context.WithTimeout(t.Context(), 4500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		go func() {
+			time.Sleep(1500 * time.Millisecond)
+			calls := store.calls()
+			_ = store.Store.Release(t.Context(), "k", calls[len(calls)-1].req.Token) // the place is lost
+		}()
+		if _, err := waiter.Acquire(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expected DeadlineExceeded, got %v", err)
+		}
+		var acquires []time.Duration
+		for _, c := range store.calls() {
+			if c.req.Token != held.Token() {
+				acquires = append(acquires, c.at.Sub(start))
+			}
+		}
+		if want := []time.Duration{0, 0, 2 * time.Second}; fmt.Sprint(acquires) != fmt.Sprint(want) {
+			t.Fatalf("expected acquire requests at %v (queued again after the refresh at 2s), got %v", want, acquires)
+		}
+		var refreshes []string
+		for _, c := range store.refreshes() {
+			refreshes = append(refreshes, fmt.Sprintf("%v:%v", c.at.Sub(start), c.errs[0] == nil))
+		}
+		if want := []string{"1s:true", "2s:false", "3s:true", "4s:true"}; fmt.Sprint(refreshes) != fmt.Sprint(want) {
+			t.Fatalf("expected refreshes (at:kept) %v, got %v", want, refreshes)
+		}
+	})
+}
+
 func TestWaiterWakesAtTheHoldersExactExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()

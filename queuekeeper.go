@@ -49,7 +49,8 @@ func newKeeper(l *Locker) *keeper {
 	}
 	o := &l.opts
 	every := min(o.WaiterTTL/3, o.WaitCap)
-	return &keeper{rq: rq, every: every, ttl: o.WaiterTTL, timeout: min(o.RenewTimeout, every),
+	// A refresh may take up to an interval: a place lasts WaiterTTL (three).
+	return &keeper{rq: rq, every: every, ttl: o.WaiterTTL, timeout: every,
 		places: make(map[*place]struct{}), kick: make(chan struct{}, 1), ctx: l.ctx}
 }
 
