@@ -278,6 +278,10 @@ CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 );
 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS ttl_us bigint NOT NULL DEFAULT 0; -- the TTL a queued waiter asked for: a release grants it
 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS wake text NOT NULL DEFAULT ''; -- the waiter's store's own NOTIFY channel ('': the shared one)
+-- Every waiter's row is updated once per refresh interval (RefreshQueue):
+-- room on its page keeps those updates HOT (no new index entry); at the
+-- default fillfactor 4 % of them were, and a refresh took 40 % longer.
+ALTER TABLE {waiters} SET (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS {counter} (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	v   bigint  NOT NULL
