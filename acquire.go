@@ -115,6 +115,7 @@ type attempt struct {
 	stopSub func()
 	subDone bool // subscription tried (it is tried once)
 	backoff time.Duration
+	place   *place // kept by the Locker's keeper while subscribed and queued
 }
 
 // acquire is the one acquire path.
@@ -130,6 +131,7 @@ func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
 		return nil, err
 	}
 	defer a.unsubscribe()
+	defer a.leavePlace()
 	lease, err := a.run(ctx)
 	if lease == nil {
 		l.gate.unlock(a.gate)
@@ -315,6 +317,9 @@ func (a *attempt) handedOff(ctx context.Context, w driver.Wake, sent time.Time) 
 	if _, lock := a.ops.(lockOps); !lock || w.Fence == 0 {
 		return nil, false, nil
 	}
+	if a.place != nil {
+		sent = latest(sent, a.l.keep.keptSince(a.place)) // a refresh moved the queue deadline
+	}
 	o := &a.l.opts
 	ttl := a.spec.ttl.Truncate(time.Millisecond)
 	fresh := min(o.RenewInterval, (a.spec.ttl-o.drift(a.spec.ttl))/2)
@@ -369,7 +374,9 @@ func (a *attempt) failed(ctx context.Context, sent time.Time, err error) (*Lease
 // waitTurn waits until the next acquire request is worth sending: a wake-up
 // from the store (returned: it may carry a hand-off), the holder's exact
 // remaining TTL when nobody is ahead, the refresh of our place in the queue
-// (WaiterTTL/3), or WaitCap. Right after subscribing, a wake-up the store
+// (WaiterTTL/3), or WaitCap. While subscribed, the Locker's keeper refreshes
+// the place instead (see keeper) and wakes us when the refresh did not find
+// us queued behind a holder. Right after subscribing, a wake-up the store
 // put on the channel at once (it may have missed a change since our
 // acquire) returns at once. It returns an error when ctx ends or the Locker
 // closes, after leaving the queue.
@@ -379,12 +386,19 @@ func (a *attempt) waitTurn(ctx context.Context, g driver.Grant, sent time.Time) 
 			return w, nil
 		}
 	}
-	t := time.NewTimer(time.Until(a.nextTry(g, sent)))
-	defer t.Stop()
+	a.keepPlace(sent)
+	var timer <-chan time.Time
+	if next := a.nextTry(g, sent); !next.IsZero() {
+		t := time.NewTimer(time.Until(next))
+		defer t.Stop()
+		timer = t.C
+	}
 	select {
 	case w := <-a.wake:
 		return w, nil
-	case <-t.C:
+	case <-a.stale():
+		return driver.Wake{}, nil
+	case <-timer:
 		w, _ := a.woken() // a hand-off that came with the timer
 		return w, nil
 	case <-ctx.Done():
@@ -409,10 +423,19 @@ func (a *attempt) woken() (driver.Wake, bool) {
 	}
 }
 
-// nextTry returns when to send the next acquire request.
+// nextTry returns when to send the next acquire request; zero: only on a
+// wake-up (a kept place behind other waiters).
 func (a *attempt) nextTry(g driver.Grant, sent time.Time) time.Time {
 	o := &a.l.opts
 	next := earliest(sent.Add(o.WaiterTTL/3), time.Now().Add(o.WaitCap))
+	if a.place != nil {
+		switch {
+		case g.Ahead > 0:
+			return time.Time{}
+		case g.Remaining > 0:
+			return sent.Add(g.Remaining) // next in line: the holder's exact expiry
+		}
+	}
 	switch {
 	case g.Ahead == 0 && g.Remaining > 0 && g.Remaining < o.WaiterTTL/2:
 		// Next in line, with the holder's expiry before the place needs
@@ -428,6 +451,43 @@ func (a *attempt) nextTry(g driver.Grant, sent time.Time) time.Time {
 		a.backoff = min(2*a.backoff, o.WaitCap)
 	}
 	return next
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// keepPlace hands our place in the queue, which the acquire sent at sent
+// kept, to the Locker's keeper: a lock attempt that is subscribed, over a
+// store that can refresh places.
+func (a *attempt) keepPlace(sent time.Time) {
+	k := a.l.keep
+	switch {
+	case a.place != nil:
+		k.requeued(a.place, sent)
+	case k != nil && a.wake != nil:
+		if _, lock := a.ops.(lockOps); lock {
+			a.place = k.join(a.spec.key, a.token, sent)
+		}
+	}
+}
+
+// stale returns the channel on which the keeper asks for an acquire (nil
+// without a kept place).
+func (a *attempt) stale() <-chan struct{} {
+	if a.place == nil {
+		return nil
+	}
+	return a.place.stale
+}
+
+func (a *attempt) leavePlace() {
+	if a.place != nil {
+		a.l.keep.leave(a.place)
+	}
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -21,6 +21,7 @@ type Locker struct {
 	opts     Options
 	gate     gate
 	sched    *scheduler
+	keep     *keeper // nil when the store cannot refresh queue places
 
 	ctx      context.Context // cancelled by Close: wakes waiting acquires
 	closeAll context.CancelFunc
@@ -52,6 +53,7 @@ func New(store driver.Store, opts Options) (*Locker, error) {
 	l.sched = newScheduler(l)
 	l.ctx, l.closeAll = context.WithCancel(context.Background())
 	l.notifier, _ = store.(driver.Notifier)
+	l.keep = newKeeper(l)
 	return l, nil
 }
 
@@ -99,6 +101,9 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 	l.closeAll()
 	l.waiting.Wait() // woken waiters have left their queues
+	if l.keep != nil {
+		l.keep.wait()
+	}
 	leases := l.sched.closeAll()
 	sem := make(chan struct{}, closeParallel)
 	var wg sync.WaitGroup

@@ -87,7 +87,7 @@ type Options struct {
 	DriftMargin      time.Duration // the local guard ends a lease this long before its TTL; default TTL/20 + 5 ms
 	ReleaseTimeout   time.Duration // per release; default 2 s
 	WaiterTTL        time.Duration // a waiter's place in the queue, refreshed every WaiterTTL/3; default 3 s
-	WaitCap          time.Duration // the longest a waiter sleeps without a wake-up; default 1 s
+	WaitCap          time.Duration // the longest a waiter goes without a check of its key; default 1 s
 	Logger           *slog.Logger  // default slog.Default()
 	Observer         Observer      // default none
 }

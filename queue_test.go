@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -22,7 +23,14 @@ type recordingStore struct {
 	acquires []acquireCall
 	releases []string // tokens
 	subs     []subCall
+	refresh  []refreshCall
 	release  func(key, token string) error // overrides Release when set
+}
+
+type refreshCall struct {
+	reqs []driver.QueueRefresh
+	at   time.Time
+	errs []error
 }
 
 type acquireCall struct {
@@ -47,6 +55,21 @@ func (s *recordingStore) Acquire(ctx context.Context, req driver.AcquireRequest)
 	s.acquires = append(s.acquires, acquireCall{req: req, at: at, err: err})
 	s.mu.Unlock()
 	return g, err
+}
+
+func (s *recordingStore) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	at := time.Now()
+	errs := s.Store.RefreshQueue(ctx, reqs)
+	s.mu.Lock()
+	s.refresh = append(s.refresh, refreshCall{reqs: reqs, at: at, errs: errs})
+	s.mu.Unlock()
+	return errs
+}
+
+func (s *recordingStore) refreshes() []refreshCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]refreshCall(nil), s.refresh...)
 }
 
 func (s *recordingStore) Release(ctx context.Context, key, token string) error {
@@ -118,15 +141,63 @@ func TestWaitingAcquireQueuesAndTryAcquireNever(t *testing.T) {
 				waits = append(waits, c.at.Sub(start))
 			}
 		}
-		// Subscribe, retry at once, then refresh the place every WaiterTTL/3.
-		want := []time.Duration{0, 0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
-		if len(waits) != len(want) {
-			t.Fatalf("expected requests at %v, got %v", want, waits)
+		// Subscribe and retry at once; then the Locker's keeper refreshes
+		// the place every WaiterTTL/3 without an Acquire.
+		if want := []time.Duration{0, 0}; fmt.Sprint(waits) != fmt.Sprint(want) {
+			t.Fatalf("expected acquire requests at %v, got %v", want, waits)
 		}
-		for i := range want {
-			if waits[i] != want[i] {
-				t.Fatalf("expected requests at %v, got %v", want, waits)
+		var refreshes []time.Duration
+		for _, c := range store.refreshes() {
+			if len(c.reqs) != 1 || c.reqs[0].QueueTTL != 3*time.Second || c.errs[0] != nil {
+				t.Fatalf("expected a refresh of the one place for WaiterTTL (3s), kept, got %+v", c)
 			}
+			refreshes = append(refreshes, c.at.Sub(start))
+		}
+		if want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}; fmt.Sprint(refreshes) != fmt.Sprint(want) {
+			t.Fatalf("expected refreshes at %v, got %v", want, refreshes)
+		}
+	})
+}
+
+// TestKeptPlaceLostIsQueuedAgain: when a refresh finds the waiter's place
+// gone (ErrNotQueued), the waiter queues again with a full Acquire at once,
+// and the keeper goes on refreshing the new place.
+func TestKeptPlaceLostIsQueuedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecordingStore()
+		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
+		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
+		held, err := holder.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(t.Context())
+		ctx, cancel := context.WithTimeout(t.Context(), 4500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		go func() {
+			time.Sleep(1500 * time.Millisecond)
+			calls := store.calls()
+			_ = store.Store.Release(t.Context(), "k", calls[len(calls)-1].req.Token) // the place is lost
+		}()
+		if _, err := waiter.Acquire(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expected DeadlineExceeded, got %v", err)
+		}
+		var acquires []time.Duration
+		for _, c := range store.calls() {
+			if c.req.Token != held.Token() {
+				acquires = append(acquires, c.at.Sub(start))
+			}
+		}
+		if want := []time.Duration{0, 0, 2 * time.Second}; fmt.Sprint(acquires) != fmt.Sprint(want) {
+			t.Fatalf("expected acquire requests at %v (queued again after the refresh at 2s), got %v", want, acquires)
+		}
+		var refreshes []string
+		for _, c := range store.refreshes() {
+			refreshes = append(refreshes, fmt.Sprintf("%v:%v", c.at.Sub(start), c.errs[0] == nil))
+		}
+		if want := []string{"1s:true", "2s:false", "3s:true", "4s:true"}; fmt.Sprint(refreshes) != fmt.Sprint(want) {
+			t.Fatalf("expected refreshes (at:kept) %v, got %v", want, refreshes)
 		}
 	})
 }

@@ -17,9 +17,9 @@
 //
 // Every key has a FIFO queue of waiting tokens, kept in the store so that it
 // spans processes. An entry lives until QueueTTL after its token's last
-// waiting Acquire; expired entries are dropped before any decision. A key is
-// granted only when it is free and the queue is empty or the token is at its
-// head: a newcomer never overtakes a live waiter.
+// waiting Acquire or [QueueRefresher] refresh; expired entries are dropped
+// before any decision. A key is granted only when it is free and the queue
+// is empty or the token is its head: a newcomer never overtakes a waiter.
 //
 // # Wake-ups and hand-offs
 //

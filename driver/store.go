@@ -117,6 +117,26 @@ type RenewRequest struct {
 	TTL        time.Duration
 }
 
+// QueueRefresher keeps many waiters' places in their keys' queues in one
+// round trip, for far less than an Acquire each.
+type QueueRefresher interface {
+	// RefreshQueue extends each token's live queue entry to QueueTTL from
+	// now (never shortens it), as its waiting Acquire would, and returns one
+	// error per request, in order: nil while another token holds the key;
+	// ErrNotQueued when the token has no live entry (nothing is created);
+	// ErrNotHeld when the entry was extended but nobody holds the key. It
+	// never grants a key; a waiter that gets an error sends an Acquire. A
+	// successful refresh counts as the waiting Acquire for a hand-off's
+	// queue deadline.
+	RefreshQueue(ctx context.Context, reqs []QueueRefresh) []error
+}
+
+// QueueRefresh is one waiter's place to keep.
+type QueueRefresh struct {
+	Key, Token string
+	QueueTTL   time.Duration
+}
+
 // ConfigChecker reads the server settings that can lose a lock without an
 // error (Redis eviction, for one). A Locker calls it once, in the
 // background, after its first acquisition.

@@ -46,8 +46,10 @@ const (
 	// renewals. Its fault applies to the whole batch.
 	OpRenewBatch Op = "renew_batch"
 	OpRelease    Op = "release"
-	OpInspect    Op = "inspect"
-	OpList       Op = "list"
+	// OpRefreshQueue is one RefreshQueue call (key ""), as OpRenewBatch.
+	OpRefreshQueue Op = "refresh_queue"
+	OpInspect      Op = "inspect"
+	OpList         Op = "list"
 	// OpWaitRelease is the subscription of WaitRelease: a Delay stalls it
 	// (until its context ends), as a hung notification path does.
 	OpWaitRelease Op = "wait_release"
@@ -112,11 +114,12 @@ type waiter struct {
 }
 
 var (
-	_ driver.Store         = (*Store)(nil)
-	_ driver.Inspector     = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
-	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.BatchRenewer  = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.Inspector      = (*Store)(nil)
+	_ driver.Notifier       = (*Store)(nil)
+	_ driver.ForceReleaser  = (*Store)(nil)
+	_ driver.BatchRenewer   = (*Store)(nil)
+	_ driver.QueueRefresher = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -382,6 +385,42 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 	}
 	s.mu.Unlock()
 	return errs
+}
+
+// RefreshQueue implements driver.QueueRefresher: every refresh in one call,
+// with one fault decision (OpRefreshQueue) for the whole batch.
+func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	errs := make([]error, len(reqs))
+	f, err := s.before(ctx, OpRefreshQueue, "")
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s.mu.Lock()
+	now := s.now()
+	for i, r := range reqs {
+		errs[i] = after(f, s.refresh(r, now))
+	}
+	s.mu.Unlock()
+	return errs
+}
+
+// refresh extends r's queue entry. s.mu must be held.
+func (s *Store) refresh(r driver.QueueRefresh, now time.Time) error {
+	q := s.queue(r.Key, now)
+	i := position(q, r.Token)
+	if i < 0 {
+		return driver.ErrNotQueued
+	}
+	if dl := now.Add(r.QueueTTL); dl.After(q[i].deadline) {
+		q[i].deadline = dl
+	}
+	if s.live(r.Key, now) == nil {
+		return driver.ErrNotHeld
+	}
+	return nil
 }
 
 // Release implements driver.Store: it removes token from key's queue and

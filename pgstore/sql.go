@@ -175,6 +175,16 @@ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING l.key`
+	// Many queue refreshes ($1 keys, $2 tokens, $3 queue TTLs µs, as
+	// arrays): each live queue entry's deadline moves to now + its queue TTL
+	// (never back); it returns the (key, token) of each refreshed entry and
+	// whether its key is held. A lost refresh costs nothing to undo, so it
+	// never waits for a durable commit.
+	s.refreshSQL = `UPDATE ` + n.waiters + ` AS w SET expires_at = GREATEST(w.expires_at, clock_timestamp() + r.us * interval '1 microsecond')
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
+WHERE w.key = r.key AND w.token = r.token AND w.queued AND w.expires_at > clock_timestamp()
+	AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+RETURNING w.key, w.token, EXISTS (SELECT 1 FROM ` + n.locks + ` l WHERE l.key = w.key AND l.expires_at > clock_timestamp())`
 
 	// Rows of (key, token, holder, fence, expires µs, acquired µs, now µs,
 	// waiting, next holder); times NULL when not finite.
@@ -268,6 +278,10 @@ CREATE {unlogged}TABLE IF NOT EXISTS {waiters} (
 );
 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS ttl_us bigint NOT NULL DEFAULT 0; -- the TTL a queued waiter asked for: a release grants it
 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS wake text NOT NULL DEFAULT ''; -- the waiter's store's own NOTIFY channel ('': the shared one)
+-- Every waiter's row is updated once per refresh interval (RefreshQueue):
+-- room on its page keeps those updates HOT (no new index entry); at the
+-- default fillfactor 4 % of them were, and a refresh took 40 % longer.
+ALTER TABLE {waiters} SET (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS {counter} (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	v   bigint  NOT NULL

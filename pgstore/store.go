@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,11 +56,12 @@ var (
 	_ DB           = (*pgxpool.Pool)(nil)
 	_ poolConfiger = (*pgxpool.Pool)(nil)
 
-	_ driver.Store         = (*Store)(nil)
-	_ driver.Inspector     = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
-	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.BatchRenewer  = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.Inspector      = (*Store)(nil)
+	_ driver.Notifier       = (*Store)(nil)
+	_ driver.ForceReleaser  = (*Store)(nil)
+	_ driver.BatchRenewer   = (*Store)(nil)
+	_ driver.QueueRefresher = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -123,8 +125,8 @@ type Options struct {
 	ReconnectDelay time.Duration
 }
 
-// Store is a driver.Store, Inspector, Notifier, BatchRenewer and
-// ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
+// Store is a driver.Store, Inspector, Notifier, BatchRenewer, QueueRefresher
+// and ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
 // its LISTEN connection (and closes the pool when Open created it).
 type Store struct {
 	db        DB
@@ -133,8 +135,8 @@ type Store struct {
 	channel   string // raw channel name, for pg_notify($n)
 	opts      Options
 
-	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, acquireBatchSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL   string
+	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, refreshSQL, inspectSQL, listSQL, forceSQL string
+	unsubscribeSQL, acquireBatchSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL               string
 
 	id string // random, unique to the store: its observers' subscription rows
 
@@ -747,4 +749,71 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go 1.24+)
 	return hex.EncodeToString(b[:])
+}
+
+// RefreshQueue implements driver.QueueRefresher: every refresh in one UPDATE
+// of the waiter table over unnest'ed arrays (sorted by key, as the batch
+// releases take their rows), one round trip. A token missing from its
+// result had no live queue entry.
+func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	errs := make([]error, len(reqs))
+	order := make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if err := checkKey(r.Key); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := micros(r.QueueTTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		order = append(order, i)
+	}
+	if len(order) == 0 {
+		return errs
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
+	keys, tokens, ttls := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	for j, i := range order {
+		keys[j], tokens[j], ttls[j] = reqs[i].Key, reqs[i].Token, reqs[i].QueueTTL.Microseconds()
+	}
+	var held map[[2]string]bool
+	err := retry(ctx, func() error {
+		var err error
+		held, err = s.refreshQueue(ctx, keys, tokens, ttls)
+		return err
+	})
+	for _, i := range order {
+		r := reqs[i]
+		h, queued := held[[2]string{r.Key, r.Token}]
+		switch {
+		case err != nil:
+			errs[i] = storeErr("refresh", r.Key, err)
+		case !queued:
+			errs[i] = driver.ErrNotQueued
+		case !h:
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	return errs
+}
+
+// refreshQueue runs refreshSQL and returns, for each (key, token) it
+// refreshed, whether the key is held.
+func (s *Store) refreshQueue(ctx context.Context, keys, tokens []string, ttls []int64) (map[[2]string]bool, error) {
+	rows, err := s.db.Query(ctx, s.refreshSQL, keys, tokens, ttls)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	held := make(map[[2]string]bool, len(keys))
+	for rows.Next() {
+		var k, t string
+		var h bool
+		if err := rows.Scan(&k, &t, &h); err != nil {
+			return nil, err
+		}
+		held[[2]string{k, t}] = h
+	}
+	return held, rows.Err()
 }

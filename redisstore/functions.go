@@ -21,7 +21,7 @@ const LibraryName = "leasehold"
 // (FCALL then fails with "Function not found").
 var functionSuffix = func() string {
 	h := sha1.New()
-	for _, s := range []string{libSrc, acquireSrc, renewSrc, releaseSrc, inspectSrc, forceReleaseSrc, semLibSrc, semAcquireSrc, semRenewSrc, semReleaseSrc, semPermitsSrc} {
+	for _, s := range []string{libSrc, acquireSrc, renewSrc, releaseSrc, inspectSrc, forceReleaseSrc, refreshSrc, semLibSrc, semAcquireSrc, semRenewSrc, semReleaseSrc, semPermitsSrc} {
 		h.Write([]byte(s))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:8]
@@ -39,6 +39,7 @@ var storeScripts = []struct {
 	{&renewScript, "renew", &renewSrc, false},
 	{&releaseScript, "release", &releaseSrc, false},
 	{&forceReleaseScript, "forcerelease", &forceReleaseSrc, false},
+	{&refreshScript, "refresh", &refreshSrc, false},
 	{&inspectScript, "inspect", &inspectSrc, true},
 	{&semAcquireScript, "sem_acquire", &semAcquireFull, false},
 	{&semRenewScript, "sem_renew", &semRenewFull, false},

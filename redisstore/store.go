@@ -39,12 +39,15 @@ var (
 	inspectSrc string
 	//go:embed forcerelease.lua
 	forceReleaseSrc string
+	//go:embed refresh.lua
+	refreshSrc string
 
 	acquireScript      = script(acquireSrc)
 	renewScript        = script(renewSrc)
 	releaseScript      = script(releaseSrc)
 	inspectScript      = script(inspectSrc)
 	forceReleaseScript = script(forceReleaseSrc)
+	refreshScript      = script(refreshSrc)
 )
 
 // script builds a script, with lib.lua's helpers where its "-- @lib" line
@@ -76,12 +79,13 @@ var (
 	_ Client        = (redis.UniversalClient)(nil)
 	_ clusterClient = (*redis.ClusterClient)(nil)
 
-	_ driver.Store         = (*Store)(nil)
-	_ driver.Inspector     = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
-	_ driver.LiveNotifier  = (*Store)(nil)
-	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.BatchRenewer  = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.Inspector      = (*Store)(nil)
+	_ driver.Notifier       = (*Store)(nil)
+	_ driver.LiveNotifier   = (*Store)(nil)
+	_ driver.ForceReleaser  = (*Store)(nil)
+	_ driver.BatchRenewer   = (*Store)(nil)
+	_ driver.QueueRefresher = (*Store)(nil)
 )
 
 // Options configure a Store. The zero value means the documented defaults.
@@ -109,9 +113,9 @@ type Options struct {
 	Functions bool
 }
 
-// Store is a driver.Store, Inspector, Notifier, BatchRenewer and
-// ForceReleaser over Redis. It is safe for concurrent use. Close stops its
-// notification subscriptions.
+// Store is a driver.Store, Inspector, Notifier, BatchRenewer, QueueRefresher
+// and ForceReleaser over Redis. It is safe for concurrent use. Close stops
+// its notification subscriptions.
 type Store struct {
 	c         Client
 	cluster   clusterClient // nil unless c is a Cluster client: sharded pub/sub
@@ -365,38 +369,19 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 // RenewBatch implements driver.BatchRenewer: the renew script for every
-// request in one pipeline (one round trip per node on a Cluster). When Redis
-// has lost the script cache (NOSCRIPT) the batch is sent again with EVAL,
-// which needs no SCRIPT LOAD permission and caches the script again.
+// request in one pipeline (see runBatch).
 func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
-	errs := make([]error, len(reqs))
-	cmds := make([]*redis.Cmd, len(reqs))
-	send := func(ctx context.Context, eval bool) {
-		pipe := s.c.Pipeline()
-		for i, r := range reqs {
-			if err := checkKey(r.Key); err != nil {
-				errs[i] = err
-				continue
-			}
-			ms, err := ttlMillis(r.TTL)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			args := []any{r.Token, ms, ms + s.retention.Milliseconds()}
-			cmds[i] = s.runPiped(ctx, pipe, eval, renewScript, s.keys(r.Key), args...)
+	cmds, errs := s.runBatch(ctx, renewScript, len(reqs), func(i int) ([]string, []any, error) {
+		r := reqs[i]
+		if err := checkKey(r.Key); err != nil {
+			return nil, nil, err
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-	}
-	send(ctx, false)
-	for _, c := range cmds {
-		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			rctx, cancel := reloadContext(ctx)
-			send(rctx, true)
-			cancel()
-			break
+		ms, err := ttlMillis(r.TTL)
+		if err != nil {
+			return nil, nil, err
 		}
-	}
+		return s.keys(r.Key), []any{r.Token, ms, ms + s.retention.Milliseconds()}, nil
+	})
 	var lost error
 	for i, c := range cmds {
 		if c == nil {
@@ -416,6 +401,104 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 		}
 	}
 	return errs
+}
+
+// RefreshQueue implements driver.QueueRefresher: the refresh script (TIME,
+// then HGETALL, HSET, PEXPIRE GT and EXISTS per place) in one pipeline (one
+// round trip per node on a Cluster). On a single node (or Sentinel) one
+// call refreshes up to refreshChunk places; on a Cluster or Ring, where the
+// keys of one call must share a slot, each place is its own call.
+func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	errs := make([]error, len(reqs))
+	var ok []int // the requests sent
+	for i, r := range reqs {
+		if err := checkKey(r.Key); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := ttlMillis(r.QueueTTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		ok = append(ok, i)
+	}
+	chunk := 1
+	if _, single := s.c.(*redis.Client); single {
+		chunk = refreshChunk
+	}
+	var calls [][]int
+	for len(ok) > 0 { // one call per chunk of places with one queue TTL
+		n, ttl := 1, reqs[ok[0]].QueueTTL
+		for n < min(chunk, len(ok)) && reqs[ok[n]].QueueTTL == ttl {
+			n++
+		}
+		calls, ok = append(calls, ok[:n]), ok[n:]
+	}
+	cmds, cerrs := s.runBatch(ctx, refreshScript, len(calls), func(c int) ([]string, []any, error) {
+		keys := make([]string, 0, 2*len(calls[c]))
+		args := []any{reqs[calls[c][0]].QueueTTL.Milliseconds()}
+		for _, i := range calls[c] {
+			keys = append(keys, s.LockKey(reqs[i].Key), s.QueueKey(reqs[i].Key))
+			args = append(args, reqs[i].Token)
+		}
+		return keys, args, nil
+	})
+	for c, cmd := range cmds {
+		codes, err := cmd.Int64Slice()
+		if err == nil && len(codes) != len(calls[c]) {
+			err = fmt.Errorf("%w: refresh of %d places returned %d codes", driver.ErrBadEntry, len(calls[c]), len(codes))
+		}
+		for j, i := range calls[c] {
+			switch {
+			case cerrs[c] != nil:
+				errs[i] = cerrs[c]
+			case err != nil:
+				errs[i] = s.fail("refresh", reqs[i].Key, err)
+			case codes[j] == 0:
+				errs[i] = driver.ErrNotQueued
+			case codes[j] == 2:
+				errs[i] = driver.ErrNotHeld
+			}
+		}
+	}
+	return errs
+}
+
+// refreshChunk is the most places one refresh call keeps (on a single
+// node): about 1 ms of Redis's time, so that no call holds up the others.
+const refreshChunk = 128
+
+// runBatch sends sc for n requests in one pipeline (one round trip per node
+// on a Cluster); args returns request i's keys and arguments, or the error
+// that keeps it out. When Redis has lost the script cache (NOSCRIPT) the
+// batch is sent again with EVAL, which needs no SCRIPT LOAD permission and
+// caches the script again. It returns each request's command (nil when
+// kept out) and its error (nil when sent).
+func (s *Store) runBatch(ctx context.Context, sc *redis.Script, n int, args func(i int) ([]string, []any, error)) ([]*redis.Cmd, []error) {
+	errs := make([]error, n)
+	cmds := make([]*redis.Cmd, n)
+	send := func(ctx context.Context, eval bool) {
+		pipe := s.c.Pipeline()
+		for i := range n {
+			keys, argv, err := args(i)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			cmds[i] = s.runPiped(ctx, pipe, eval, sc, keys, argv...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	send(ctx, false)
+	for _, c := range cmds {
+		if c != nil && c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			rctx, cancel := reloadContext(ctx)
+			send(rctx, true)
+			cancel()
+			break
+		}
+	}
+	return cmds, errs
 }
 
 // Release implements driver.Store: compare-and-DEL, leaving the queue and

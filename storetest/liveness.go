@@ -118,7 +118,7 @@ func (lr *liveRound) run(n int) {
 	lr.track = newIdleTracker(livenessWaiterTTL + time.Second + lr.r.h.Slack)
 	lockers := make([]*leasehold.Locker, len(lr.lossy))
 	for i, s := range lr.lossy {
-		lk, err := leasehold.New(s, leasehold.Options{
+		lk, err := leasehold.New(s.withRefresher(), leasehold.Options{
 			Name: "liveness", TTL: livenessTTL, WaiterTTL: livenessWaiterTTL,
 			Logger: slog.New(slog.DiscardHandler), Observer: lr.track,
 		})

@@ -142,3 +142,35 @@ var (
 	_ driver.LiveNotifier = (*lossyStore)(nil)
 	_ driver.BatchRenewer = (*lossyStore)(nil)
 )
+
+// lossyRefresher is a lossyStore over a store with driver.QueueRefresher,
+// which it forwards, losing the replies of a fraction of the refreshes it
+// applied.
+type lossyRefresher struct {
+	*lossyStore
+	rq driver.QueueRefresher
+}
+
+// withRefresher returns w, with RefreshQueue when its store has it.
+func (w *lossyStore) withRefresher() driver.Store {
+	if rq, ok := w.s.(driver.QueueRefresher); ok {
+		return lossyRefresher{w, rq}
+	}
+	return w
+}
+
+func (w lossyRefresher) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	start := time.Now()
+	errs := w.rq.RefreshQueue(ctx, reqs)
+	for i, r := range reqs {
+		if i < len(errs) && w.lost() {
+			errs[i] = errLostReply
+		}
+		if i < len(errs) {
+			w.note(r.Key, r.Token, "refresh", start, ctx, errs[i])
+		}
+	}
+	return errs
+}
+
+var _ driver.QueueRefresher = lossyRefresher{}

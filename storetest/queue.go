@@ -21,6 +21,9 @@ const queueTTL = 30 * time.Second
 func (r *runner) queue(t *testing.T) {
 	t.Run("FIFOAcrossReplicas", r.queueFIFO)
 	t.Run("DeadWaiterLeaves", r.queueDeadWaiter)
+	t.Run("RefreshKeepsPlaces", r.queueRefresh)
+	t.Run("IdleWaitersOneRoundTrip", r.queueIdleWaiters)
+	t.Run("KilledWaiterLeaves", r.queueKilledWaiter)
 	t.Run("TryAcquireNeverQueues", r.queueTry)
 	t.Run("HolderRecorded", r.queueHolder)
 	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)

@@ -24,6 +24,7 @@ var (
 	scaleHold   = flag.Duration("scale.hold", 10*time.Second, "BenchmarkScale: how long the leases are held")
 	scaleWait   = flag.Int("scale.waiters", 0, "BenchmarkScale: idle waiters (Acquire on held keys, one more Locker)")
 	scaleLocks  = flag.Int("scale.lockers", 1, "BenchmarkScale: Lockers sharing the held leases")
+	scaleSettle = flag.Duration("scale.settle", 2*time.Second, "BenchmarkScale: how long the waiters get to queue before the hold is measured")
 )
 
 // ScaleRuns returns one ScaleConfig per -scale.leases value, with the
@@ -109,7 +110,7 @@ func Scale(b *testing.B, cfg ScaleConfig, newLocker func(leasehold.Observer) (*l
 	}
 	stopWaiters := startWaiters(b, cfg.Waiters, newWaiter)
 	if cfg.Waiters > 0 {
-		time.Sleep(2 * time.Second) // every waiter queued
+		time.Sleep(*scaleSettle) // every waiter queued
 		r.HeapPerWaiter = float64(heapNow()-heap1) / float64(cfg.Waiters)
 	}
 	self, req0, ren0 := cpuOf(b, os.Getpid()), requests(cfg), ev.get("renewed")
