@@ -16,8 +16,10 @@ import (
 )
 
 const (
-	// watchStartTimeout bounds how long a key's watch may take to start
-	// when RequestTimeout is negative.
+	// watchStartTimeout is the least a key's watch may take to start: the
+	// client creates a stream's watches one at a time, so thousands of new
+	// keys queue behind each other with no outage (a waiter whose start
+	// failed would poll etcd with a write per refresh).
 	watchStartTimeout = 5 * time.Second
 	// watchLinger is how long a key's watch outlives its last subscriber,
 	// so that a replica that waits again soon (a busy key) reuses it.
@@ -36,7 +38,7 @@ const (
 // TTL (the takeover), and when the watch breaks. An empty token subscribes an
 // observer, woken whenever the lock becomes free or changes holder.
 // WaitRelease returns once etcd confirmed the watch, bounded by ctx and
-// RequestTimeout. stop, idempotent, or the end of ctx ends the subscription.
+// startTimeout. stop, idempotent, or the end of ctx ends the subscription.
 // No wake-up at once unless the key may be taken now or is token's.
 func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if err := checkNames(key, cmp.Or(token, "observer"), ""); err != nil {
@@ -90,13 +92,10 @@ func watchStream(key string) string {
 	return strconv.Itoa(int(h.Sum32() % watchStreams))
 }
 
-// startTimeout bounds the start of a watch: RequestTimeout, else
+// startTimeout bounds the start of a watch: RequestTimeout, at least
 // watchStartTimeout.
 func (s *Store) startTimeout() time.Duration {
-	if s.timeout <= 0 {
-		return watchStartTimeout
-	}
-	return s.timeout
+	return max(s.timeout, watchStartTimeout)
 }
 
 // watches are the store's key watches.
