@@ -367,10 +367,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 	errs := make([]error, len(reqs))
 	f, err := s.before(ctx, OpRenewBatch, "")
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return fill(errs, err)
 	}
 	s.mu.Lock()
 	now := s.now()
@@ -387,16 +384,21 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 	return errs
 }
 
+// fill sets every error of a batch that failed as a whole to err.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
 // RefreshQueue implements driver.QueueRefresher: every refresh in one call,
 // with one fault decision (OpRefreshQueue) for the whole batch.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
 	f, err := s.before(ctx, OpRefreshQueue, "")
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return fill(errs, err)
 	}
 	s.mu.Lock()
 	now := s.now()
