@@ -316,7 +316,8 @@ func (g *group) control() {
 // syncAll brings the channels chs in line with their waiters, in order:
 // consecutive channels to subscribe (or to unsubscribe) go in one SUBSCRIBE
 // (UNSUBSCRIBE), so a waiter's two channels cost one command each way, not
-// two (issue 33: every message is a write on the Redis server).
+// two (issue 33: every message is a write on the Redis server); on a
+// Cluster, only channels of one slot go together.
 func (g *group) syncAll(chs []string) {
 	var (
 		op    int // 0, opSubscribe or opUnsubscribe: what batch waits for
@@ -345,13 +346,24 @@ func (g *group) syncAll(chs []string) {
 		if next == 0 {
 			continue
 		}
-		if next != op {
-			flush()
+		if next != op || (g.sharded && len(batch) > 0 && hashTag(ch) != hashTag(batch[0])) {
+			flush() // SSUBSCRIBE and SUNSUBSCRIBE take channels of one slot
 			op = next
 		}
 		batch, subs = append(batch, ch), append(subs, sub)
 	}
 	flush()
+}
+
+// hashTag returns what Redis hashes of ch to pick its Cluster slot: the
+// text between its first '{' and the next '}', when not empty, else ch.
+func hashTag(ch string) string {
+	if i := strings.IndexByte(ch, '{'); i >= 0 {
+		if j := strings.IndexByte(ch[i+1:], '}'); j > 0 {
+			return ch[i+1 : i+1+j]
+		}
+	}
+	return ch
 }
 
 const (

@@ -123,6 +123,7 @@ type tripStore struct {
 	calls  atomic.Int64
 	places atomic.Int64 // places sent in RefreshQueue calls
 	acqs   atomic.Int64
+	subs   atomic.Int64 // WaitRelease subscriptions made
 	killed atomic.Bool
 }
 
@@ -167,7 +168,11 @@ func (c *tripStore) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh
 }
 
 func (c *tripStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
-	return c.n.WaitRelease(ctx, key, token)
+	ch, stop, err := c.n.WaitRelease(ctx, key, token)
+	if err == nil {
+		c.subs.Add(1)
+	}
+	return ch, stop, err
 }
 
 // tripLocker returns a Locker over a tripStore of s, with the default
@@ -214,13 +219,17 @@ func (r *runner) queueIdleWaiters(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10*time.Second + r.h.Slack)
-	for ts.acqs.Load() < 2*k { // subscribe, then acquire again at once
+	for ts.subs.Load() < k {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters did not queue within 10s: %d acquires", k, ts.acqs.Load())
+			t.Fatalf("%d waiters did not queue and subscribe within 10s: %d acquires, %d subscriptions", k, ts.acqs.Load(), ts.subs.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(every / 2)
+	// A store may wake a new subscriber at once, for an acquire again:
+	// the waiters are idle once their acquires stop.
+	for n := int64(-1); n != ts.acqs.Load(); time.Sleep(every / 2) {
+		n = ts.acqs.Load()
+	}
 	window := lk.Options().WaiterTTL + every
 	calls0, places0 := ts.calls.Load(), ts.places.Load()
 	time.Sleep(window)
