@@ -102,16 +102,24 @@ func (s *recordingStore) released() []string {
 	return append([]string(nil), s.releases...)
 }
 
+// heldAndWaiter returns key "k" held over store (TTL 10 s, released when
+// the test ends) and a second Locker to wait for it (WaiterTTL 3 s).
+func heldAndWaiter(t *testing.T, store driver.Store) (*leasehold.Lease, *leasehold.Locker) {
+	t.Helper()
+	holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
+	waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
+	held, err := holder.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	return held, waiter
+}
+
 func TestWaitingAcquireQueuesAndTryAcquireNever(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newRecordingStore()
-		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
-		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
-		held, err := holder.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer held.Release(t.Context())
+		held, waiter := heldAndWaiter(t, store)
 		if _, err := waiter.TryAcquire(t.Context(), "k"); !errors.Is(err, leasehold.ErrNotAcquired) {
 			t.Fatalf("expected ErrNotAcquired, got %v", err)
 		}
@@ -165,13 +173,7 @@ func TestWaitingAcquireQueuesAndTryAcquireNever(t *testing.T) {
 func TestKeptPlaceLostIsQueuedAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newRecordingStore()
-		holder, _, _ := newLocker(t, store, leasehold.Options{Name: "holder", TTL: 10 * time.Second})
-		waiter, _, _ := newLocker(t, store, leasehold.Options{Name: "waiter", WaiterTTL: 3 * time.Second, WaitCap: time.Minute})
-		held, err := holder.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer held.Release(t.Context())
+		held, waiter := heldAndWaiter(t, store)
 		ctx, cancel := context.WithTimeout(t.Context(), 4500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
