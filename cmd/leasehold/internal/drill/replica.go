@@ -133,7 +133,7 @@ func (d *drill) supervise(ctx context.Context, r *replica) {
 // newIncarnation starts incarnation inc of r: a Locker named replica-N over
 // ps, reporting to obs.
 func (r *replica) newIncarnation(inc *incarnation, ps *procStore, obs leasehold.Observer) error {
-	l, err := leasehold.New(ps, r.cfg.lockerOptions(replicaName(r.id), obs))
+	l, err := leasehold.New(ps.forLocker(), r.cfg.lockerOptions(replicaName(r.id), obs))
 	if err != nil {
 		return err
 	}

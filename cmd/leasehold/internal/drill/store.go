@@ -203,11 +203,7 @@ func (p *procStore) ReleasePermit(ctx context.Context, key, token string) error 
 // RenewBatch renews in one round trip, recording each renewal as Renew does.
 func (p *procStore) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	if err := p.gate(ctx); err != nil {
-		errs := make([]error, len(reqs))
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return fill(len(reqs), err)
 	}
 	calls := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
@@ -216,6 +212,41 @@ func (p *procStore) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) 
 	errs := p.inner.RenewBatch(ctx, reqs)
 	for i, r := range reqs {
 		p.end(r.Key, r.Token, calls[i], errs[i], true)
+	}
+	return errs
+}
+
+// refreshingStore is a procStore over a store that also keeps waiters'
+// queue places in batches (driver.QueueRefresher), which it forwards, so
+// that the drill's waiters keep their places as a Locker's do in production.
+type refreshingStore struct {
+	*procStore
+	rq driver.QueueRefresher
+}
+
+// forLocker returns what the replica's Locker runs on: p, with RefreshQueue
+// when the store it wraps has it (not every store does).
+func (p *procStore) forLocker() driver.Store {
+	if rq, ok := p.inner.(driver.QueueRefresher); ok {
+		return refreshingStore{p, rq}
+	}
+	return p
+}
+
+// RefreshQueue keeps queue places without changing a lock: it only passes
+// the gate.
+func (r refreshingStore) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	if err := r.gate(ctx); err != nil {
+		return fill(len(reqs), err)
+	}
+	return r.rq.RefreshQueue(ctx, reqs)
+}
+
+// fill returns n copies of err: the answer of a batch that failed whole.
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
 	}
 	return errs
 }

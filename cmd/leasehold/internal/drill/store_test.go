@@ -126,3 +126,53 @@ func TestReleaseIsAPossibleGrant(t *testing.T) {
 		t.Fatalf("expected a release that never reached the store not to count, got %v", got)
 	}
 }
+
+// refreshCounter is a memory store that counts batched queue refreshes.
+type refreshCounter struct {
+	*memstore.Store
+	refreshes atomic.Int64
+}
+
+func (r *refreshCounter) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	r.refreshes.Add(1)
+	return r.Store.RefreshQueue(ctx, reqs)
+}
+
+// A waiting Locker over the wrapper keeps its queue place with batched
+// refreshes, as in production: the wrapper used to hide RefreshQueue, so the
+// drill's waiters re-sent a full Acquire each interval instead.
+func TestProcStoreForwardsQueueRefresh(t *testing.T) {
+	inner := &refreshCounter{Store: memstore.New()}
+	ps, err := newProcStore(inner, testSession(t), func(error) bool { return false }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := leasehold.Options{Name: "refresh", TTL: 5 * time.Second, WaiterTTL: 300 * time.Millisecond, WaitCap: 100 * time.Millisecond}
+	holder, err := leasehold.New(inner.Store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.TryAcquire(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := leasehold.New(ps.forLocker(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { _, err := waiter.Acquire(ctx, "k"); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for inner.refreshes.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("expected the waiting Acquire to end with its context, got %v", err)
+	}
+	if inner.refreshes.Load() == 0 {
+		t.Fatal("expected the waiter to keep its place with RefreshQueue through the wrapper, saw none in 5 s")
+	}
+}
