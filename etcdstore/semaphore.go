@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +21,8 @@ var (
 	_ driver.PermitNotifier = (*Store)(nil)
 )
 
-// maxPermitRetries bounds the optimistic retries of one AcquirePermit when
-// other acquirers keep changing the semaphore between its read and its
-// transaction; then it answers ErrNotAcquired (contention).
+// maxPermitRetries bounds the transactions of one AcquirePermit that other
+// acquirers keep beating; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
 
 // SemaphorePrefix returns the etcd prefix of key's semaphore: the store
@@ -35,8 +33,7 @@ func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
 
-// semState is one read of a semaphore. A nil *semState stands for an empty
-// semaphore, assumed by an acquire's first transaction.
+// semState is one read of a semaphore; nil stands for an empty one.
 type semState struct {
 	holders, queue []*mvccpb.KeyValue // by create revision
 	guardRev       int64              // mod revision of the guard, 0 if absent
@@ -44,21 +41,15 @@ type semState struct {
 	rev            int64              // the revision of the read
 }
 
-// semReads read a semaphore's holders, waiters and guard under prefix p;
-// the Else branch of every acquire's transaction, so that one that lost
-// brings the state back.
+// semReads read the semaphore under prefix p: the Else branch of every
+// acquire's transaction, so that one that lost brings the state back.
 func semReads(p string) []clientv3.Op {
 	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 	return []clientv3.Op{clientv3.OpGet(p+"h/", byCreate...), clientv3.OpGet(p+"q/", byCreate...), clientv3.OpGet(p + "g")}
 }
 
-// semStateOf decodes the responses of semReads.
 func semStateOf(resp *clientv3.TxnResponse) *semState {
-	st := &semState{
-		holders: resp.Responses[0].GetResponseRange().GetKvs(),
-		queue:   resp.Responses[1].GetResponseRange().GetKvs(),
-		rev:     resp.Header.Revision,
-	}
+	st := &semState{holders: resp.Responses[0].GetResponseRange().GetKvs(), queue: resp.Responses[1].GetResponseRange().GetKvs(), rev: resp.Header.Revision}
 	if g := resp.Responses[2].GetResponseRange().GetKvs(); len(g) == 1 {
 		st.guardRev = g[0].ModRevision
 		st.limit, _ = strconv.Atoi(string(g[0].Value))
@@ -66,19 +57,10 @@ func semStateOf(resp *clientv3.TxnResponse) *semState {
 	return st
 }
 
-// readSem reads holders, waiters and guard in one transaction.
-func (s *Store) readSem(ctx context.Context, key string) (*semState, error) {
-	resp, err := s.cli.Txn(ctx).Then(semReads(s.SemaphorePrefix(key))...).Commit()
-	if err != nil {
-		return nil, err
-	}
-	return semStateOf(resp), nil
-}
-
-// unchangedCmps hold when no holder or waiter joined the semaphore under p
-// since st was read: its guard unchanged (every grant and new waiter
-// rewrites it). An absent guard can come and go again, so then, and for the
-// empty semaphore (nil), no holder or waiter key may be newer than the read.
+// unchangedCmps hold when no holder or waiter joined the semaphore since st
+// was read: its guard unchanged (every grant and new waiter rewrites it).
+// An absent guard can come and go again, so then, and for the empty
+// semaphore (nil), no holder or waiter key may be newer than the read.
 func (st *semState) unchangedCmps(p string) []clientv3.Cmp {
 	var cmps []clientv3.Cmp
 	var rev int64
@@ -95,10 +77,8 @@ func (st *semState) unchangedCmps(p string) []clientv3.Cmp {
 }
 
 // AcquirePermit implements driver.Semaphorer. Its first transaction grants
-// when the semaphore is empty; otherwise its Else branch reads it, and the
-// next grants in a transaction that requires the guard unchanged since,
-// retried with jitter up to maxPermitRetries times, then ErrNotAcquired.
-// The fence is the holder key's create revision.
+// on an empty semaphore, else reads it; each next one requires what it read
+// unchanged, with jitter between them, up to maxPermitRetries.
 func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (driver.Grant, error) {
 	if req.Limit < 1 {
 		return driver.Grant{}, fmt.Errorf("%w: etcdstore: permit limit must be at least 1, got %d", leasehold.ErrInvalidOptions, req.Limit)
@@ -111,13 +91,9 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 		return driver.Grant{}, err
 	}
 	defer end()
-	id, err := s.sess.leases.get(ctx, req.TTL)
-	if err != nil {
-		return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, err)
-	}
 	var st *semState
 	for attempt := range maxPermitRetries {
-		if attempt > 1 { // lost a race on a fresh read: back off up to 16 ms, at random
+		if attempt > 1 { // lost a race on a fresh read: back off up to 16 ms
 			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt-2, 4))))
 			select {
 			case <-t.C:
@@ -126,7 +102,7 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 				return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 			}
 		}
-		g, next, err := s.tryPermit(ctx, req, id, st)
+		g, next, err := s.tryPermit(ctx, req, st)
 		if next == nil {
 			return g, err
 		}
@@ -136,106 +112,106 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 		leasehold.ErrNotAcquired, req.Key, maxPermitRetries)
 }
 
-// tryPermit makes one attempt on state st; next is the semaphore as its
-// transaction found it when it lost.
-func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, id clientv3.LeaseID, st *semState) (g driver.Grant, next *semState, err error) {
+// tryPermit makes one attempt on st: a grant, or a refusal that queues a
+// waiter; next is the semaphore as the transaction found it when it lost.
+func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *semState) (g driver.Grant, next *semState, err error) {
 	p := s.SemaphorePrefix(req.Key)
-	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
-	put := clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id))
-	cmps := st.unchangedCmps(p)
-	ops := []clientv3.Op{put, clientv3.OpPut(p+"g", strconv.Itoa(req.Limit), clientv3.WithLease(id)), clientv3.OpDelete(qk)}
+	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
 	if st != nil {
-		if i := st.index(st.holders, hk); i >= 0 { // our own retry: keep the fence
-			mine := st.holders[i]
-			cmps, ops = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hk), "=", mine.ModRevision)}, []clientv3.Op{put, clientv3.OpDelete(qk)}
-			g.Fence = uint64(mine.CreateRevision)
-		} else {
-			ends, now := s.sights.ends(st.holders), time.Now()
-			pos := st.index(st.queue, qk)
-			ahead := len(st.queue)
-			if pos >= 0 {
-				ahead = pos
-			}
-			for i, kv := range st.holders { // seen unchanged for their TTL: taken over
-				if !ends[i].After(now) {
-					dead = append(dead, kv)
-					cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
-					ops = append(ops, clientv3.OpDelete(string(kv.Key)))
-				}
-			}
-			if ahead >= req.Limit-len(st.holders)+len(dead) {
-				return s.refuse(ctx, req, st, pos, ahead, ends)
-			}
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(hk), "=", 0))
+		g, dead, refused = s.judge(st, req, p)
+		if refused != nil && req.QueueTTL <= 0 {
+			return g, nil, refused
+		}
+		if refused != nil {
+			ttl = req.QueueTTL
 		}
 	}
+	id, err := s.sess.leases.get(ctx, ttl)
+	if err != nil {
+		return driver.Grant{}, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+	}
+	cmps, ops := st.permitTxn(p, req, id, g.Fence, dead, refused != nil)
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
 	switch {
 	case err != nil:
-		return driver.Grant{}, nil, s.wrap(ctx, "acquire permit", req.Key, err)
+		return driver.Grant{}, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, id)
 	case !resp.Succeeded:
 		return driver.Grant{}, semStateOf(resp), nil
-	}
-	for _, kv := range dead {
-		s.sights.forget(string(kv.Key))
-	}
-	if g.Fence == 0 {
+	case refused != nil:
+		return g, nil, refused
+	case g.Fence == 0:
 		g.Fence = uint64(resp.Header.Revision)
 	}
 	return g, nil, nil
 }
 
-// index returns the index of key k in kvs, or -1.
-func (st *semState) index(kvs []*mvccpb.KeyValue, k string) int {
+// judge decides on st: our own permit again (its fence), a grant that takes
+// over the holders in dead (seen unchanged for their TTL), or a refusal
+// (ErrNotAcquired) and what to say of it.
+func (s *Store) judge(st *semState, req driver.PermitRequest, p string) (g driver.Grant, dead []*mvccpb.KeyValue, err error) {
+	if i := index(st.holders, p+"h/"+req.Token); i >= 0 {
+		return driver.Grant{Fence: uint64(st.holders[i].CreateRevision)}, nil, nil
+	}
+	ends, now := s.sights.ends(st.holders), time.Now()
+	first := 0 // the holder whose TTL ends first
+	for i, kv := range st.holders {
+		if !ends[i].After(now) {
+			dead = append(dead, kv)
+		}
+		if ends[i].Before(ends[first]) {
+			first = i
+		}
+	}
+	g.Ahead = len(st.queue)
+	if i := index(st.queue, p+"q/"+req.Token); i >= 0 {
+		g.Ahead = i
+	}
+	if g.Ahead < req.Limit-len(st.holders)+len(dead) {
+		return driver.Grant{}, dead, nil
+	}
+	if len(st.holders) >= req.Limit {
+		_, g.Holder = permitFields(st.holders[first].Value)
+		g.Remaining = max(time.Until(ends[first]), time.Millisecond)
+	}
+	return g, nil, leasehold.ErrNotAcquired
+}
+
+// permitTxn returns the transaction that carries out judge's answer on st
+// (nil: empty): a refused waiter's new queue entry (which rewrites the
+// guard, so that no grant read before overtakes it) or refresh (on lease
+// id, keeping its create revision: its place), our own permit again (fence),
+// or a grant.
+func (st *semState) permitTxn(p string, req driver.PermitRequest, id clientv3.LeaseID, fence uint64, dead []*mvccpb.KeyValue, refused bool) ([]clientv3.Cmp, []clientv3.Op) {
+	hk, qk := p+"h/"+req.Token, p+"q/"+req.Token
+	guard := clientv3.OpPut(p+"g", strconv.Itoa(req.Limit), clientv3.WithLease(id))
+	if refused {
+		if i := index(st.queue, qk); i >= 0 {
+			return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", st.queue[i].CreateRevision)},
+				[]clientv3.Op{clientv3.OpPut(qk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id))}
+		}
+		return append(st.unchangedCmps(p), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)),
+			[]clientv3.Op{clientv3.OpPut(qk, req.Holder, clientv3.WithLease(id)), guard}
+	}
+	ops := []clientv3.Op{clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), guard, clientv3.OpDelete(qk)}
+	if fence > 0 {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hk), "=", int64(fence))}, ops
+	}
+	cmps := append(st.unchangedCmps(p), clientv3.Compare(clientv3.CreateRevision(hk), "=", 0))
+	for _, kv := range dead {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+	}
+	return cmps, ops
+}
+
+func index(kvs []*mvccpb.KeyValue, k string) int {
 	for i, kv := range kvs {
 		if string(kv.Key) == k {
 			return i
 		}
 	}
 	return -1
-}
-
-// refuse queues a waiting token (QueueTTL > 0) at index pos of st's queue
-// (-1: not queued) and describes the contention; ends are the holders'
-// ends by this store's sights.
-func (s *Store) refuse(ctx context.Context, req driver.PermitRequest, st *semState, pos, ahead int, ends []time.Time) (driver.Grant, *semState, error) {
-	if req.QueueTTL > 0 {
-		qid, err := s.sess.leases.get(ctx, req.QueueTTL)
-		if err != nil {
-			return driver.Grant{}, nil, s.wrap(ctx, "acquire permit", req.Key, err)
-		}
-		p := s.SemaphorePrefix(req.Key)
-		qk := p + "q/" + req.Token
-		// A new entry rewrites the guard, so that no grant read before
-		// overtakes it; a refresh moves the entry to the current lease,
-		// keeping its create revision: its place.
-		cmps := append(st.unchangedCmps(p), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))
-		ops := []clientv3.Op{clientv3.OpPut(qk, req.Holder, clientv3.WithLease(qid)), clientv3.OpPut(p+"g", strconv.Itoa(req.Limit), clientv3.WithLease(qid))}
-		if pos >= 0 {
-			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", st.queue[pos].CreateRevision)}
-			ops = []clientv3.Op{clientv3.OpPut(qk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(qid))}
-		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(semReads(p)...).Commit()
-		switch {
-		case err != nil:
-			return driver.Grant{}, nil, s.wrapLease(ctx, "acquire permit", req.Key, err, qid)
-		case !resp.Succeeded:
-			return driver.Grant{}, semStateOf(resp), nil
-		}
-	}
-	g := driver.Grant{Ahead: ahead}
-	if len(st.holders) >= req.Limit {
-		first := 0 // the holder whose TTL ends first
-		for i := range ends {
-			if ends[i].Before(ends[first]) {
-				first = i
-			}
-		}
-		_, g.Holder = permitFields(st.holders[first].Value)
-		g.Remaining = max(time.Until(ends[first]), time.Millisecond)
-	}
-	return g, nil, leasehold.ErrNotAcquired
 }
 
 // permitValue is a holder key's value: NUL ttl-in-ms NUL holder.
@@ -251,12 +227,11 @@ func permitFields(v []byte) (ttl time.Duration, holder string) {
 	return time.Duration(max(n, 0)) * time.Millisecond, holder
 }
 
-// permitSights are when this store first saw each holder key at its
-// current mod revision. Every renewal writes the key, so a holder seen
-// unchanged for its TTL has stopped renewing, and its own expiry guard
-// (from before it sent its last renewal) has stopped trusting it: an
-// acquire takes its permit over in the grant's transaction, guarded by that
-// mod revision, before etcd's expiry (up to 1.5 s later).
+// permitSights are when this store first saw each holder key at its mod
+// revision. Every renewal writes the key, so a holder seen unchanged for
+// its TTL has stopped renewing and its own expiry guard no longer trusts
+// it: a grant takes it over, guarded by that mod revision, before etcd's
+// expiry (up to 1.5 s later).
 type permitSights struct {
 	mu sync.Mutex
 	m  map[string]sight
@@ -267,11 +242,12 @@ type sight struct {
 	at  time.Time
 }
 
-// maxSights bounds the memory of permitSights: past it, it starts afresh.
+// maxSights bounds permitSights; a deleted key's sight stays until then,
+// harmless: a new key of that name has another mod revision.
 const maxSights = 4096
 
-// ends records the sights of holders and returns when each one's TTL ends
-// by them (far ahead for a holder without a TTL).
+// ends records sights of holders and returns when each one's TTL ends by
+// them (far ahead for a holder without a TTL).
 func (ps *permitSights) ends(holders []*mvccpb.KeyValue) []time.Time {
 	now := time.Now()
 	ps.mu.Lock()
@@ -281,25 +257,17 @@ func (ps *permitSights) ends(holders []*mvccpb.KeyValue) []time.Time {
 	}
 	out := make([]time.Time, len(holders))
 	for i, kv := range holders {
-		k := string(kv.Key)
-		x, ok := ps.m[k]
-		if !ok || x.mod < kv.ModRevision {
+		x := ps.m[string(kv.Key)]
+		if x.mod != kv.ModRevision {
 			x = sight{kv.ModRevision, now}
-			ps.m[k] = x
+			ps.m[string(kv.Key)] = x
 		}
-		ttl, _ := permitFields(kv.Value)
 		out[i] = now.Add(time.Hour)
-		if x.mod == kv.ModRevision && ttl > 0 {
+		if ttl, _ := permitFields(kv.Value); ttl > 0 {
 			out[i] = x.at.Add(ttl)
 		}
 	}
 	return out
-}
-
-func (ps *permitSights) forget(k string) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	delete(ps.m, k)
 }
 
 // RenewPermit implements driver.Semaphorer: one transaction moves the
@@ -319,29 +287,21 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 		return s.wrap(ctx, "renew permit", key, err)
 	}
 	hk := s.SemaphorePrefix(key) + "h/" + token
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(hk), ">", 0)).
-		Then(clientv3.OpPut(hk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())).
-		Commit()
-	if err != nil {
-		return s.wrapLease(ctx, "renew permit", key, err, id)
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hk), ">", 0)).
+		Then(clientv3.OpPut(hk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())).Commit()
+	if err == nil && resp.Succeeded {
+		was, holder := permitFields(resp.Responses[0].GetResponsePut().GetPrevKv().GetValue())
+		if was == ttl {
+			return nil
+		}
+		resp, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(hk), "=", resp.Header.Revision)).
+			Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(id))).Commit()
 	}
-	if !resp.Succeeded {
-		return leasehold.ErrNotOwned
-	}
-	was, holder := permitFields(resp.Responses[0].GetResponsePut().GetPrevKv().GetValue())
-	if was == ttl {
-		return nil
-	}
-	resp, err = s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(hk), "=", resp.Header.Revision)).
-		Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(id))).
-		Commit()
 	switch {
 	case err != nil:
 		return s.wrapLease(ctx, "renew permit", key, err, id)
 	case !resp.Succeeded:
-		return leasehold.ErrNotOwned // released or taken over meanwhile
+		return leasehold.ErrNotOwned // released, expired or taken over
 	}
 	return nil
 }
@@ -357,12 +317,11 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 		return err
 	}
 	defer end()
-	hk := s.SemaphorePrefix(key) + "h/" + token
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(hk), clientv3.OpDelete(s.SemaphorePrefix(key)+"q/"+token)).Commit()
+	p := s.SemaphorePrefix(key)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(p+"h/"+token), clientv3.OpDelete(p+"q/"+token)).Commit()
 	if err != nil {
 		return s.wrap(ctx, "release permit", key, err)
 	}
-	s.sights.forget(hk)
 	if resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 0 {
 		return leasehold.ErrNotHeld
 	}
@@ -370,18 +329,20 @@ func (s *Store) ReleasePermit(ctx context.Context, key, token string) error {
 }
 
 // Permits implements driver.Semaphorer: one read, then one TimeToLive per
-// holder for its remaining TTL (whole seconds, rounded down).
+// holder for its remaining TTL (whole seconds, rounded down); holders by
+// create revision, their fence.
 func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return driver.PermitInfo{}, err
 	}
 	defer end()
-	st, err := s.readSem(ctx, key)
+	p := s.SemaphorePrefix(key)
+	resp, err := s.cli.Txn(ctx).Then(semReads(p)...).Commit()
 	if err != nil {
 		return driver.PermitInfo{}, s.wrap(ctx, "permits", key, err)
 	}
-	p := s.SemaphorePrefix(key)
+	st := semStateOf(resp)
 	info := driver.PermitInfo{Key: key, Limit: st.limit, Waiting: len(st.queue)}
 	if len(st.queue) > 0 {
 		info.NextHolder = string(st.queue[0].Value)
@@ -389,38 +350,34 @@ func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, err
 	for _, kv := range st.holders {
 		ttl, holder := permitFields(kv.Value)
 		info.Holders = append(info.Holders, driver.LockInfo{
-			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder,
-			Fence:     uint64(kv.CreateRevision),
+			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder, Fence: uint64(kv.CreateRevision),
 			Remaining: s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, time.Millisecond),
 			Facts:     map[string]string{"store": "etcd", "etcd_key": string(kv.Key), "lease": fmt.Sprintf("%x", kv.Lease)},
 		})
 	}
-	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Fence < info.Holders[j].Fence })
 	return info, nil
 }
 
 // WaitPermit implements driver.PermitNotifier with a watch on the
-// semaphore, started after one read. The channel gets a value each time
-// token's turn comes (fewer waiters ahead of it, all while it has not
-// joined, than permits free under the guard's limit), again when someone
-// leaves while it is its turn, on every delete while no guard was seen, and
-// when the watch breaks, and once at once for a waiter (token not empty).
-// It returns once etcd confirmed the watch; stop cancels it and waits for
-// its goroutine.
+// semaphore from one read, confirmed by etcd before it returns. It wakes
+// when token's turn comes (fewer waiters ahead than permits free under the
+// guard's limit), again when someone leaves during it, on every delete
+// while no guard was seen, when the watch breaks, and at once for a waiter
+// (token not empty). stop cancels the watch and waits for its goroutine.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	startTimeout := s.startTimeout()
+	p, startTimeout := s.SemaphorePrefix(key), s.startTimeout()
 	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
-	st, err := s.readSem(rctx, key)
+	resp, err := s.cli.Txn(rctx).Then(semReads(p)...).Commit()
 	rcancel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
-	m := newPermitModel(s.SemaphorePrefix(key), token, st)
+	m := newPermitModel(p, token, semStateOf(resp))
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, s.SemaphorePrefix(key), clientv3.WithPrefix(), clientv3.WithRev(st.rev+1), clientv3.WithCreatedNotify())
+	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithCreatedNotify())
 	if err := awaitCreated(wctx, wch, startTimeout); err != nil {
 		cancel()
 		drain(wch)
@@ -434,7 +391,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 		}
 	}
 	if m.was || token != "" {
-		wake() // the turn has already come, or a waiter re-checks once
+		wake()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -505,13 +462,13 @@ func (m *permitModel) turn() bool {
 }
 
 // apply applies watch events (a holder's write is a sight) and reports
-// whether the token's turn came with them (or, with no limit known, whether
-// anything was deleted).
+// whether to wake: the turn came, or someone left during it (a waiter
+// that lost its grant to a newcomer is not left asleep); with no limit
+// known, whether anything was deleted.
 func (m *permitModel) apply(evs []*clientv3.Event, sights *permitSights) bool {
-	freed := false // a holder or a waiter left
+	freed := false
 	for _, ev := range evs {
-		k := string(ev.Kv.Key)
-		switch {
+		switch k := string(ev.Kv.Key); {
 		case k == m.p+"g":
 			if ev.Type == mvccpb.PUT {
 				m.limit, _ = strconv.Atoi(string(ev.Kv.Value))
@@ -529,8 +486,6 @@ func (m *permitModel) apply(evs []*clientv3.Event, sights *permitSights) bool {
 	if m.limit <= 0 {
 		return freed
 	}
-	// Wake when the turn comes, and again when someone leaves during it: a
-	// waiter that lost its grant to a newcomer is not left asleep.
 	now := m.turn()
 	m.was, now = now, now && (!m.was || freed)
 	return now
