@@ -359,7 +359,7 @@ func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, err
 }
 
 // WaitPermit implements driver.PermitNotifier with a watch on the
-// semaphore from one read, confirmed by etcd before it returns. It wakes
+// semaphore from the revision after one read (so it misses nothing). It wakes
 // when token's turn comes (fewer waiters ahead than permits free under the
 // guard's limit), again when someone leaves during it, on every delete
 // while no guard was seen, when the watch breaks, and at once for a waiter
@@ -368,8 +368,8 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	p, startTimeout := s.SemaphorePrefix(key), s.startTimeout()
-	rctx, rcancel := context.WithTimeout(ctx, startTimeout)
+	p := s.SemaphorePrefix(key)
+	rctx, rcancel := context.WithTimeout(ctx, s.startTimeout())
 	resp, err := s.cli.Txn(rctx).Then(semReads(p)...).Commit()
 	rcancel()
 	if err != nil {
@@ -377,12 +377,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	}
 	m := newPermitModel(p, token, semStateOf(resp))
 	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithCreatedNotify())
-	if err := awaitCreated(wctx, wch, startTimeout); err != nil {
-		cancel()
-		drain(wch)
-		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
-	}
+	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	ch := make(chan driver.Wake, 1)
 	wake := func() {
 		select {
@@ -407,24 +402,6 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	}()
 	var once sync.Once
 	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
-}
-
-// awaitCreated waits for etcd's confirmation of a watch.
-func awaitCreated(wctx context.Context, wch clientv3.WatchChan, timeout time.Duration) error {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case wr, ok := <-wch:
-		if ok && wr.Created && wr.Err() == nil {
-			return nil
-		}
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		return context.Cause(wctx)
-	case <-t.C:
-		return fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, timeout)
-	}
 }
 
 // permitModel is one WaitPermit's view of a semaphore, kept from its watch
