@@ -193,7 +193,10 @@ func (st *semState) permitTxn(p string, req driver.PermitRequest, id clientv3.Le
 		return append(st.unchangedCmps(p), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)),
 			[]clientv3.Op{clientv3.OpPut(qk, req.Holder, clientv3.WithLease(id)), guard}
 	}
-	ops := []clientv3.Op{clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), guard, clientv3.OpDelete(qk)}
+	ops := []clientv3.Op{clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), guard}
+	if st != nil {
+		ops = append(ops, clientv3.OpDelete(qk))
+	}
 	if fence > 0 {
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hk), "=", int64(fence))}, ops
 	}
