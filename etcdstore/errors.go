@@ -47,15 +47,11 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
 }
 
-// classify is the one place where the store classifies etcd errors. It
-// returns nil for an error already marked ErrUnavailable, the caller's
-// cancellation and a closed store; leasehold.ErrAccessDenied for refused
-// credentials or permissions; leasehold.ErrUnavailable for an outage (a
-// refused, reset or timed-out connection, gRPC Unavailable or
-// DeadlineExceeded without a handshake failure, outageErrors); and
-// leasehold.ErrMisconfigured for everything else: TLS, a port that does
-// not speak etcd, a TTL or transaction etcd refuses, any error not known to
-// be an outage.
+// classify is the one place where the store classifies etcd errors
+// (docs/etcd.md, "Failures"): nil for an error already marked
+// ErrUnavailable, the caller's cancellation and a closed store; else
+// leasehold.ErrAccessDenied, leasehold.ErrUnavailable (an outage) or, for
+// anything not known to be one of those, leasehold.ErrMisconfigured.
 func classify(err error) error {
 	switch {
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):

@@ -75,21 +75,9 @@ func ParseURL(rawURL string) (clientv3.Config, string, error) {
 		rest = rest[i+1:]
 	}
 	hosts, query, _ := strings.Cut(rest, "?")
-	hosts = strings.TrimSuffix(hosts, "/")
-	if strings.Contains(hosts, "/") {
-		return cfg, "", fmt.Errorf("%w: etcd URL takes no path; set the key prefix with ?prefix=", ErrInvalidOptions)
-	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h == "" {
-			continue
-		}
-		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
-			return cfg, "", fmt.Errorf("%w: etcd endpoint %q needs host:port", ErrInvalidOptions, h)
-		}
-		cfg.Endpoints = append(cfg.Endpoints, h)
-	}
-	if len(cfg.Endpoints) == 0 {
-		return cfg, "", fmt.Errorf("%w: etcd URL has no host:port", ErrInvalidOptions)
+	var err error
+	if cfg.Endpoints, err = parseHosts(hosts); err != nil {
+		return cfg, "", err
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
@@ -102,6 +90,28 @@ func ParseURL(rawURL string) (clientv3.Config, string, error) {
 		}
 	}
 	return cfg, prefix, nil
+}
+
+// parseHosts parses the comma-separated host:port list of an etcd:// URL.
+func parseHosts(hosts string) ([]string, error) {
+	hosts = strings.TrimSuffix(hosts, "/")
+	if strings.Contains(hosts, "/") {
+		return nil, fmt.Errorf("%w: etcd URL takes no path; set the key prefix with ?prefix=", ErrInvalidOptions)
+	}
+	var out []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			continue
+		}
+		if _, port, ok := strings.Cut(h, ":"); !ok || port == "" {
+			return nil, fmt.Errorf("%w: etcd endpoint %q needs host:port", ErrInvalidOptions, h)
+		}
+		out = append(out, h)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: etcd URL has no host:port", ErrInvalidOptions)
+	}
+	return out, nil
 }
 
 func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
@@ -187,15 +197,20 @@ func probeTLS(cfg clientv3.Config) error {
 			tc.ServerName = host
 		}
 	}
-	c := tls.Client(conn, tc)
-	err = c.Handshake()
+	return handshakeError(tls.Client(conn, tc), ep, cfg.TLS != nil)
+}
+
+// handshakeError shakes hands on c with endpoint ep and returns what the
+// handshake proves wrong, if anything; withTLS: the client uses TLS.
+func handshakeError(c *tls.Conn, ep string, withTLS bool) error {
+	err := c.Handshake()
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return nil
-	case err != nil && cfg.TLS != nil:
+	case err != nil && withTLS:
 		return fmt.Errorf("TLS handshake with %s: %w", ep, err)
-	case err == nil && cfg.TLS == nil:
+	case err == nil && !withTLS:
 		return fmt.Errorf("%s speaks TLS (https): use etcds:// with its CA", ep)
 	case err == nil && c.ConnectionState().Version == tls.VersionTLS13:
 		// TLS 1.3 refuses a client certificate after the handshake.

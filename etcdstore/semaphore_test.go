@@ -39,12 +39,11 @@ func TestSemaphoreConformance(t *testing.T) {
 	})
 }
 
-// An uncontended permit cycle costs two requests once the store has seen
-// the semaphore, as a lock cycle does: the grant's transaction (no read
-// first: the store's bound, see semBounds; no LeaseGrant: the permit is on
-// the store's shared lease) and the release's transaction. It was three (a
-// LeaseGrant for each permit's own lease), and four before that (a read
-// first on every acquire).
+// An uncontended permit cycle costs two requests, as a lock cycle does: the
+// grant's transaction (no read first: it grants on an empty semaphore; no
+// LeaseGrant: the permit is on the store's shared lease) and the release's
+// transaction. It was three (a LeaseGrant for each permit's own lease), and
+// four before that (a read first on every acquire).
 func TestPermitCycleRequests(t *testing.T) {
 	c := testetcd.Start(t)
 	cli, n := countingClient(t, c)
@@ -63,7 +62,7 @@ func TestPermitCycleRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cycle() // reads the semaphore once
+	cycle() // grants the store's lease
 	n.take()
 	const cycles = 20
 	for range cycles {
@@ -76,8 +75,8 @@ func TestPermitCycleRequests(t *testing.T) {
 	}
 }
 
-// The bound that spares the read never admits a permit another store's
-// grant took since: its transaction compares the guard and reads again.
+// The first transaction, which grants without a read, never admits a
+// permit that another store's grant took: it requires no holder at all.
 func TestPermitBoundSeesOtherStoresGrants(t *testing.T) {
 	c := testetcd.Start(t)
 	a, b := newStore(t, c), newStore(t, c)
@@ -143,6 +142,11 @@ func TestPermitRetriesRunOutAsContention(t *testing.T) {
 	}
 	defer s.Close()
 	guard.Store(s.SemaphorePrefix("sem") + "g")
+	// A holder first: the first transaction, which grants on an empty
+	// semaphore without comparing the guard, finds it not empty.
+	if _, err := s.AcquirePermit(ctxFor(t, 10*time.Second), driver.PermitRequest{Key: "sem", Token: "first", TTL: 10 * time.Second, Limit: 2, Holder: "h"}); err != nil {
+		t.Fatal(err)
+	}
 	armed.Store(true)
 	_, err = s.AcquirePermit(ctxFor(t, 60*time.Second), driver.PermitRequest{Key: "sem", Token: "t", TTL: 10 * time.Second, Limit: 2, Holder: "h"})
 	if !errors.Is(err, leasehold.ErrNotAcquired) {

@@ -57,7 +57,7 @@ type Store struct {
 	timeout time.Duration // per request; <= 0: none
 	sess    *session
 	watches watches
-	sems    semBounds // see semaphore.go
+	sights  permitSights // see semaphore.go
 	rel     relBatch
 
 	closeOnce sync.Once
