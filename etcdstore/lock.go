@@ -55,7 +55,9 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
 		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
-		st.mayOwn = st.mayOwn || forced
+		if forced {
+			st.mayOwn, st.grantMod = true, 0
+		}
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
@@ -115,8 +117,14 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	if !st.mayOwn || !inner.GetSucceeded() {
 		return g, false, nil
 	}
-	// Our own lock: a retry.
+	// Our own lock: a retry, or a grant this store saw (rewritten whole).
 	s.sess.track(s.sess.held, r, req.TTL)
+	if st.grantMod > 0 {
+		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
+		s.sess.untrack(s.sess.waiting, r) // the grant deleted our entry
+		s.sess.untrack(s.sess.grants, r)
+		return driver.Grant{Fence: uint64(st.fence)}, true, nil
+	}
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
 	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
@@ -269,10 +277,13 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	if !st.mayOwn {
 		return s.txn(ctx, req.Key, free, take, lost)
 	}
-	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(mine(k, req.Token),
-		// The value stays: it may carry the fence.
-		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
-		lost)})
+	// The value stays: it may carry the fence.
+	ours, keep := mine(k, req.Token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
+	if st.grantMod > 0 { // a grant as the watch saw it: rewritten whole (its TTL), and the next head read
+		ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", st.grantMod)}
+		keep = []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, st.fence), clientv3.WithLease(l)), headRead(qs, qe)}
+	}
+	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(ours, keep, lost)})
 }
 
 // keyView is what a read of a key's range shows: the lock and the queue.
