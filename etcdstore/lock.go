@@ -513,15 +513,8 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
 			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})}
 	case plain:
-	case mod > 0 && len(own) == 0:
-		// The lock as our acquire or a grant wrote it at mod, no waiter
-		// then: every key of the range last written at or before mod. A
-		// lock gone since passes (an empty range compares as 0), deletes
-		// nothing, and releasedBy answers ErrNotHeld.
-		ks, ke := s.keyRange(key)
-		cmps, els = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)}, reads()
 	default: // nobody waits: delete; else read (the token is checked on the answer)
-		if mod > 0 {
+		if mod > 0 { // the lock as our acquire or a grant wrote it
 			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
 		cmps, els = append(cmps, empty()), append(reads(), own...)
@@ -539,9 +532,6 @@ func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granti
 	rs := resp.Responses
 	if !granting && !plain {
 		if resp.Succeeded {
-			if rs[0].GetResponseDeleteRange().GetDeleted() == 0 {
-				return released{done: true, err: leasehold.ErrNotHeld} // gone (by mod revision)
-			}
 			return released{done: true} // nobody waited: deleted
 		}
 		kvs := rs[0].GetResponseRange().GetKvs()
