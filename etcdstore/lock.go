@@ -55,7 +55,9 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 	forced := false // the lock held the token though the store did not know
 	for attempt := 0; ; attempt++ {
 		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
-		st.mayOwn = st.mayOwn || forced
+		if forced {
+			st.mayOwn, st.grantMod = true, 0
+		}
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
@@ -115,8 +117,14 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	if !st.mayOwn || !inner.GetSucceeded() {
 		return g, false, nil
 	}
-	// Our own lock: a retry.
+	// Our own lock: a retry, or a grant this store saw (rewritten whole).
 	s.sess.track(s.sess.held, r, req.TTL)
+	if st.grantMod > 0 {
+		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
+		s.sess.untrack(s.sess.waiting, r) // the grant deleted our entry
+		s.sess.untrack(s.sess.grants, r)
+		return driver.Grant{Fence: uint64(st.fence)}, true, nil
+	}
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
 	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
@@ -267,12 +275,15 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 		take = append(take, headRead(qs, qe))
 	}
 	if !st.mayOwn {
-		return s.txn(ctx, req.Key, free, take, lost)
+		return s.txn(ctx, req.Key, free, take, lost, false)
 	}
-	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(mine(k, req.Token),
-		// The value stays: it may carry the fence.
-		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())},
-		lost)})
+	// The value stays: it may carry the fence.
+	ours, keep := mine(k, req.Token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
+	if st.grantMod > 0 { // a grant as the watch saw it: rewritten whole (its TTL), and the next head read
+		ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", st.grantMod)}
+		keep = []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, st.fence), clientv3.WithLease(l)), headRead(qs, qe)}
+	}
+	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(ours, keep, lost)}, st.grantMod > 0) // a grant's: first
 }
 
 // keyView is what a read of a key's range shows: the lock and the queue.
@@ -456,7 +467,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	mod, next := s.sess.headOf(r)
 	plain := false
 	for attempt := 0; ; attempt++ {
-		out, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3)
+		out, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
 		if err != nil {
 			return s.wrap(ctx, "release", key, err)
 		}
@@ -483,7 +494,7 @@ type released struct {
 // releaseOnce sends one release transaction, token-checked: it grants the
 // lock to next (when known, guarded by mod), or deletes it if the queue is
 // empty (or plain), or else reads the lock and the queue head.
-func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain bool) (released, error) {
+func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain, again bool) (released, error) {
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
@@ -492,34 +503,24 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	notMine := func() []clientv3.Op {
 		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	}
-	var resp *clientv3.TxnResponse
-	var err error
 	granting := !plain && mod > 0 && next != nil && next.token != token
+	cmps, then, els := mine(k, token), free, notMine()
 	switch {
 	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		resp, err = s.txn(ctx, key, mine(k, token),
-			[]clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
-				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})},
-			notMine())
+		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
+			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})}
 	case plain:
-		resp, err = s.txn(ctx, key, mine(k, token), free, notMine())
-	case mod > 0 && len(own) == 0:
-		// The lock as our acquire or a grant wrote it at mod, no waiter
-		// then: every key of the range last written at or before mod. A
-		// lock gone since passes (an empty range compares as 0), deletes
-		// nothing, and releasedBy answers ErrNotHeld.
-		ks, ke := s.keyRange(key)
-		resp, err = s.txn(ctx, key, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ks), "<", mod+1).WithRange(ke)}, free, reads())
 	default: // nobody waits: delete; else read (the token is checked on the answer)
-		ours := mine(k, token)
-		if mod > 0 {
-			ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
+		if mod > 0 { // the lock as our acquire or a grant wrote it
+			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		resp, err = s.txn(ctx, key, append(ours, empty()), free, append(reads(), own...))
+		cmps, els = append(cmps, empty()), append(reads(), own...)
 	}
+	// A grant after a read goes first: its release waited once already.
+	resp, err := s.txn(ctx, key, cmps, then, els, again)
 	if err != nil {
 		return released{}, err
 	}
@@ -531,9 +532,6 @@ func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granti
 	rs := resp.Responses
 	if !granting && !plain {
 		if resp.Succeeded {
-			if rs[0].GetResponseDeleteRange().GetDeleted() == 0 {
-				return released{done: true, err: leasehold.ErrNotHeld} // gone (by mod revision)
-			}
 			return released{done: true} // nobody waited: deleted
 		}
 		kvs := rs[0].GetResponseRange().GetKvs()

@@ -503,7 +503,7 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	if kv := kw.headKV(s.entryKey(r.key, r.token)); kv != nil {
 		next = s.entryHead(r.key, kv)
 	}
-	req, ok := s.sess.granted(r, ttl, kv.ModRevision, next)
+	req, ok := s.sess.granted(r, ttl, kv.ModRevision, int64(fenceOf(kv)), next)
 	if !ok {
 		return driver.Wake{}
 	}

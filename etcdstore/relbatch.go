@@ -36,6 +36,7 @@ type relCall struct {
 	cmps      []clientv3.Cmp
 	then, els []clientv3.Op
 	done      chan struct{}
+	first     bool // queued at the front
 	lead      bool
 	header    *etcdserverpb.ResponseHeader
 	succeeded bool
@@ -60,7 +61,11 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach fun
 		return err
 	}
 	c.done = make(chan struct{}) // only a queued call is answered through it
-	b.queue = append(b.queue, c)
+	if c.first {
+		b.queue = slices.Insert(b.queue, 0, c)
+	} else {
+		b.queue = append(b.queue, c)
+	}
 	b.mu.Unlock()
 	select {
 	case <-c.done:
@@ -132,11 +137,12 @@ func (b *relBatch) next() {
 }
 
 // txn commits If(cmps).Then(then).Else(els), whose writes are all within
-// key's range, alone or batched with other keys' (relBatch). The answer's
+// key's range, alone or batched with other keys' (relBatch; at the front of
+// its queue when first). The answer's
 // header is the request's: a batch writes at one revision, so a write's
 // revision is still the header's.
-func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
-	c := &relCall{key: key, cmps: cmps, then: then, els: els}
+func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op, first bool) (*clientv3.TxnResponse, error) {
+	c := &relCall{key: key, cmps: cmps, then: then, els: els, first: first}
 	if err := s.rel.do(ctx, c, s.sendTxns, s.detachTxn); err != nil {
 		return nil, err
 	}

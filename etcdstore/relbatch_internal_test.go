@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -128,5 +130,59 @@ func TestRelBatchError(t *testing.T) {
 	}
 	if b.inFlight != 0 || len(b.queue) != 0 {
 		t.Fatalf("expected nothing in flight or queued, got %d, %d", b.inFlight, len(b.queue))
+	}
+}
+
+// A call queued first (the grant of a release that read its queue's head)
+// goes in the next request, ahead of a full batch queued before it.
+func TestRelBatchFirst(t *testing.T) {
+	var b relBatch
+	f := &fakeSends{gate: make(chan struct{}), started: make(chan int, 2*maxRelBatch)}
+	results := make(chan error, 2*maxRelBatch)
+	run := func(c *relCall) {
+		go func() { results <- b.do(t.Context(), c, f.send, noDetach) }()
+	}
+	for i := range maxRelInFlight + maxRelBatch {
+		run(&relCall{key: fmt.Sprint("k", i)})
+		if i < maxRelInFlight {
+			<-f.started
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		l := len(b.queue)
+		b.mu.Unlock()
+		if l == maxRelBatch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected %d queued, got %d", maxRelBatch, l)
+		}
+	}
+	run(&relCall{key: "grant", first: true})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		l := len(b.queue)
+		b.mu.Unlock()
+		if l == maxRelBatch+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected %d queued, got %d", maxRelBatch+1, l)
+		}
+	}
+	f.gate <- struct{}{} // one request in flight returns: the next batch goes
+	<-f.started
+	f.mu.Lock()
+	next := f.batches[maxRelInFlight]
+	f.mu.Unlock()
+	close(f.gate)
+	for range maxRelBatch + maxRelInFlight + 1 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Contains(next, "grant") {
+		t.Fatalf("expected the call queued first in the next batch, got %v", next)
 	}
 }

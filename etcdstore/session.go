@@ -41,9 +41,10 @@ type tracked struct {
 	lockTTL  time.Duration
 	reqTTL   time.Duration
 	// Locks: the mod revision the acquire wrote (0: unknown) and the queue
-	// head it saw (nil: none), for the grant in Release.
-	mod  int64
-	next *headEntry
+	// head it saw (nil: none), for the grant in Release; a grant's fence.
+	mod   int64
+	next  *headEntry
+	fence int64
 }
 
 // headEntry is the head of a key's queue as a read showed it, for a grant.
@@ -112,18 +113,18 @@ func (ss *session) untrack(m map[ref]*tracked, r ref) {
 }
 
 // granted records that a release granted waiter r the lock for ttl, at mod
-// revision mod with next the queue head after it (for r's own release),
+// revision mod with fence, next the queue head after it (for r's release),
 // and returns the TTL r asked for; false when r is not waiting here. The
 // waiter's queue entry stays tracked: its Locker may not take the grant
 // (it acquires again, or leaves with Release, which deletes the entry).
-func (ss *session) granted(r ref, ttl time.Duration, mod int64, next *headEntry) (time.Duration, bool) {
+func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *headEntry) (time.Duration, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	w := ss.waiting[r]
 	if w == nil {
 		return 0, false
 	}
-	ss.grants[r] = &tracked{deadline: time.Now().Add(ttl), mod: mod, next: next}
+	ss.grants[r] = &tracked{deadline: time.Now().Add(ttl), mod: mod, next: next, fence: fence}
 	return w.reqTTL, true
 }
 
@@ -189,6 +190,8 @@ type standing struct {
 	mayOwn   bool  // it holds, may hold (a lost reply) or waits (may be granted)
 	mayQueue bool  // it may have a queue entry this store wrote
 	rev      int64 // its queue entry's create revision, 0 if unknown
+	// A grant to it this store saw: the lock's mod revision (0: none) and fence.
+	grantMod, fence int64
 }
 
 // standingOf returns what the store knows of r, under one lock.
@@ -199,6 +202,9 @@ func (ss *session) standingOf(r ref) standing {
 	st.mayOwn = st.mayQueue || ss.held[r] != nil
 	if t := ss.waiting[r]; t != nil {
 		st.rev = t.rev
+	}
+	if g := ss.grants[r]; g != nil && g.fence > 0 {
+		st.mayOwn, st.grantMod, st.fence = true, g.mod, g.fence
 	}
 	return st
 }

@@ -142,6 +142,71 @@ func TestTwoRequestsPerCycle(t *testing.T) {
 	}
 }
 
+// A waiter granted the key by a release (capped at its queue TTL) takes it
+// with one transaction, which restores its full TTL, and releases it with one
+// more, granting it to the next waiter: the grant told it the queue's head.
+func TestGrantedWaiterOneRequestEach(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	holder, next := newStore(t, c), newStore(t, c)
+	s, n := countingStore(t, c)
+	key := uniqueKey(t, "granted")
+	req := func(tok string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
+	}
+	if _, err := holder.Acquire(ctx, req("h")); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(s *etcdstore.Store, tok string) <-chan driver.Wake {
+		if _, err := s.Acquire(ctx, req(tok)); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("%s: expected ErrNotAcquired, got %v", tok, err)
+		}
+		wake, stop, err := s.WaitRelease(ctx, key, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		return wake
+	}
+	granted := func(wake <-chan driver.Wake) driver.Wake {
+		for {
+			select {
+			case w := <-wake:
+				if w.Fence != 0 {
+					return w
+				}
+			case <-ctx.Done():
+				t.Fatal("no grant")
+			}
+		}
+	}
+	wake, nextWake := wait(s, "w"), wait(next, "x")
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	w := granted(wake)
+	n.take()
+	g, err := s.Acquire(ctx, req("w"))
+	if err != nil || g.Fence != w.Fence {
+		t.Fatalf("the granted waiter's Acquire: expected fence %d, got %v, %v", w.Fence, g, err)
+	}
+	if got := n.take(); total(got) != 1 {
+		t.Fatalf("the granted waiter's Acquire: expected one transaction, got %v", got)
+	}
+	if info, err := holder.Inspect(ctx, key); err != nil || info.Remaining <= 3*time.Second {
+		t.Fatalf("expected the lock's lease past the queue TTL after the Acquire, got %v, %v", info, err)
+	}
+	if err := s.Release(ctx, key, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.take(); total(got) != 1 {
+		t.Fatalf("the granted waiter's Release: expected one transaction, got %v", got)
+	}
+	if x := granted(nextWake); x.Fence <= w.Fence {
+		t.Fatalf("the next waiter's fence %d is not above %d", x.Fence, w.Fence)
+	}
+}
+
 // A lock whose holder stops renewing it is deleted by etcd soon after its
 // TTL, although the store's other lock of the same TTL is renewed.
 func TestAbandonedLockEndsAtItsTTL(t *testing.T) {
