@@ -405,10 +405,11 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 }
 
 // RefreshQueue implements driver.QueueRefresher: the refresh script (TIME,
-// then HGET, HSET, PEXPIRE GT of the queue and its order, and EXISTS per place) in one pipeline (one
-// round trip per node on a Cluster). On a single node (or Sentinel) one
-// call refreshes up to refreshChunk places; on a Cluster or Ring, where the
-// keys of one call must share a slot, each place is its own call.
+// then HGET, HSET, PEXPIRE GT of the queue and of its order, and EXISTS per
+// place) in one pipeline (one round trip per node on a Cluster). On a single
+// node (or Sentinel) one call refreshes up to refreshChunk places; on a
+// Cluster or Ring, where the keys of one call must share a slot, each place
+// is its own call.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
 	var ok []int // the requests sent
