@@ -96,6 +96,11 @@ if fresh then
 end
 
 -- The general path: the key goes only to the head of its queue.
+local cur = redis.call('GET', KEYS[1])
+if cur and owns(cur, token) then
+  drop(KEYS[3], KEYS[4], token)
+  return again()
+end
 local now, nowms = clock()
 local first, mine = head(KEYS[3], KEYS[4], nowms)
 if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms) end
@@ -108,11 +113,6 @@ local function ahead()
   return redis.call('ZCARD', KEYS[4])
 end
 
-local cur = redis.call('GET', KEYS[1])
-if cur and owns(cur, token) then
-  drop(KEYS[3], KEYS[4], token)
-  return again()
-end
 if cur then
   local pttl = pttl_of()
   if not pttl then return bad(KEYS[1], 'has no expiry') end
