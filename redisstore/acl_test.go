@@ -18,7 +18,7 @@ import (
 // aclRule is the ACL documented in README.md (minus the user name
 // and password).
 const aclRule = "resetkeys ~leasehold:* resetchannels &leasehold:* -@all " +
-	"+evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time " +
+	"+evalsha +eval +get +set +pexpire +pttl +del +exists +hget +hgetall +hset +hdel +hincrby +zadd +zcard +zrange +zrank +zrem +publish +spublish +time " +
 	"+scan +subscribe +unsubscribe +ssubscribe +sunsubscribe +ping"
 
 // TestACLRestrictedUser runs the conformance suite as a user that may only

@@ -1,21 +1,23 @@
 -- acquire: the queue rule, SET PX with the holder, and the fence, in one round trip.
 -- KEYS[1] lock key  (string "token|holder", PX = TTL)
 -- KEYS[2] fence key (string: the last fence minted for the key, a decimal uint64)
--- KEYS[3] queue key (hash: token -> "seq|deadline ms|TTL ms|wake|holder", "#" -> last seq;
---                    PEXPIRE = the latest deadline, so it vanishes with its last waiter)
--- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3] fence key
--- expiry ms, ARGV[4] "QUEUE_TTL_MS|WAKE": the queue TTL (0: never queue) and
--- the suffix of the waiter's process channel (CHANNEL:WAKE). (Ten words in all: Redis
+-- KEYS[3] queue key (hash: token -> "seq|deadline ms|TTL ms|wake|holder")
+-- KEYS[4] order key (sorted set: token -> seq; lib.lua). Both keys expire
+--         at their latest deadline, so they vanish with their last waiter.
+-- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3]
+-- "FENCE_EXPIRY_MS|QUEUE_TTL_MS|WAKE": the fence key's expiry, the queue TTL
+-- (0: never queue) and the suffix of the waiter's process channel
+-- (CHANNEL:WAKE). (Ten words in all: Redis
 -- answers a longer command from a client that has not authenticated with a
 -- protocol error instead of NOAUTH.)
 -- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
 -- pttl is the holder's remaining TTL (0 when the key is free but waiters are ahead).
-local value, ttl, fexp = ARGV[1], ARGV[2], ARGV[3]
+local value, ttl, fexp = ARGV[1], ARGV[2], string.match(ARGV[3], '^%d+')
 
 -- The fast path, with no helper defined yet (each closure costs on every
 -- call): no queue, a free key, a fence counter behind the clock.
 local fresh -- the clock when SET NX took the lock but the fence needs the careful path
-if redis.call('EXISTS', KEYS[3]) == 0 then
+if redis.call('EXISTS', KEYS[4]) == 0 then
   local old = redis.call('SET', KEYS[1], value, 'NX', 'PX', ttl, 'GET')
   if not old then
     local t = redis.call('TIME')
@@ -34,7 +36,7 @@ end
 -- @lib
 
 local token = string.match(value, '^[^|]*')
-local qttl, wake = string.match(ARGV[4], '^(%d+)|?(%x*)$')
+local qttl, wake = string.match(ARGV[3], '^%d+|(%d+)|(%x*)$')
 qttl = tonumber(qttl) or 0
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
@@ -60,16 +62,26 @@ local function again()
   return f
 end
 
--- enqueue adds token to the queue (or refreshes its place) until now + qttl.
-local function enqueue(live, pos, nowms)
-  local dl = nowms + qttl
-  local seq
-  if pos then seq = live[pos][2] else seq = redis.call('HINCRBY', KEYS[3], '#', 1) end
-  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, dl, ttl, wake) .. holder_of(value))
-  for _, e in ipairs(live) do
-    if e[3] > dl then dl = e[3] end
+-- keep makes key k live at least ms more.
+local function keep(k, ms)
+  if redis.call('PEXPIRE', k, ms, 'GT') == 0 and redis.call('PTTL', k) == -1 then
+    redis.call('PEXPIRE', k, ms)
   end
-  redis.call('PEXPIRE', KEYS[3], dl - nowms)
+end
+
+-- enqueue adds token behind the last entry (or refreshes its place, its
+-- live entry mine) until now + qttl.
+local function enqueue(mine, nowms)
+  local seq
+  if mine then
+    seq = string.match(mine, '^%d+')
+  else
+    seq = (tonumber(redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]) or 0) + 1
+    redis.call('ZADD', KEYS[4], seq, token)
+  end
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, nowms + qttl, ttl, wake) .. holder_of(value))
+  keep(KEYS[3], qttl)
+  keep(KEYS[4], qttl)
 end
 
 local function pttl_of()
@@ -84,26 +96,35 @@ if fresh then
 end
 
 -- The general path: the key goes only to the head of its queue.
-local now, nowms = clock()
-local live = load_queue(KEYS[3], nowms, true)
-local pos, ahead = find(live, token)
 local cur = redis.call('GET', KEYS[1])
 if cur and owns(cur, token) then
-  if pos then redis.call('HDEL', KEYS[3], token) end
+  drop(KEYS[3], KEYS[4], token)
   return again()
 end
+local now, nowms = clock()
+local first, mine = head(KEYS[3], KEYS[4], nowms)
+if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms) end
+
+-- ahead is the number of entries ahead of token (all of them when it has
+-- no live entry); dead entries behind the head count until they reach it.
+local function ahead()
+  if not first or first == token then return 0 end
+  if mine then return redis.call('ZRANK', KEYS[4], token) end
+  return redis.call('ZCARD', KEYS[4])
+end
+
 if cur then
   local pttl = pttl_of()
   if not pttl then return bad(KEYS[1], 'has no expiry') end
-  if qttl > 0 then enqueue(live, pos, nowms) end
-  return {0, pttl, holder_of(cur), ahead}
+  local n = ahead()
+  if qttl > 0 then enqueue(mine, nowms) end
+  return {0, pttl, holder_of(cur), n}
 end
-if #live == 0 or (pos and ahead == 0) then
-  if pos then
-    if #live == 1 then redis.call('DEL', KEYS[3]) else redis.call('HDEL', KEYS[3], token) end
-  end
+if not first or first == token then
+  if first then drop(KEYS[3], KEYS[4], token) end
   redis.call('SET', KEYS[1], value, 'PX', ttl)
   return grant(now)
 end
-if qttl > 0 then enqueue(live, pos, nowms) end
-return {0, 0, '', ahead}
+local n = ahead()
+if qttl > 0 then enqueue(mine, nowms) end
+return {0, 0, '', n}

@@ -1,5 +1,5 @@
 -- forcerelease: delete a lock whoever holds it (break glass) and wake the head.
--- KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue key
+-- KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue key, KEYS[4] order key
 -- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub
 -- Returns nil when no lock exists, else what was deleted:
 -- {value, pttl, fence or nil, waiting, next holder, repaired}. A fence key
@@ -14,14 +14,13 @@ if info[3] and (not fence_ok(info[3]) or info[3] == MAXFENCE) then
   redis.call('DEL', KEYS[2])
   info[6] = 1
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if redis.call('EXISTS', KEYS[4]) == 1 then
   local _, nowms = clock()
-  local live = load_queue(KEYS[3], nowms, true)
-  if #live > 0 then
-    local head = head_of(live)
-    local holder, _, wake = details(head)
-    info[4], info[5] = #live, holder
-    notify(head[1], wake)
+  local n, first, fv = survey(KEYS[3], KEYS[4], nowms)
+  if n > 0 then
+    local holder, _, wake = details(fv)
+    info[4], info[5] = n, holder
+    notify(first, wake)
     return info
   end
 end

@@ -20,11 +20,11 @@ import (
 // the operator (ls, inspect, force release) may also SCAN.
 const (
 	serviceACL = "resetkeys ~leasehold:* resetchannels &leasehold:* -@all " +
-		"+fcall +fcall_ro +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time " +
+		"+fcall +fcall_ro +get +set +pexpire +pttl +del +exists +hget +hgetall +hset +hdel +hincrby +zadd +zcard +zrange +zrank +zrem +publish +spublish +time " +
 		"+subscribe +ssubscribe"
 	operatorACL = serviceACL + " +scan"
 	// semaphoreACL is what semaphores (Locker.Semaphore) add.
-	semaphoreACL = " +hget +lrange +lrem +rpush +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
+	semaphoreACL = " +lrange +lrem +rpush +zrangebyscore +zremrangebyscore +zscore"
 )
 
 func aclUser(t *testing.T, srv *testredis.Server, name, rule string) *redis.Client {

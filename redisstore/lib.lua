@@ -47,68 +47,56 @@ local function clock()
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- load_queue returns the live entries of the queue hash (token ->
--- "seq|deadline ms|ttl ms|wake|holder", field "#" the last seq), in no
--- particular order, as {token, seq, deadline, value}: only seq and deadline
--- are parsed here (head_of, find and details read the rest when needed), so
--- that a script that needs only the head pays for no more. An entry of an
--- older client reads "seq|deadline ms|holder".
--- With prune it deletes dead or unreadable entries (and the hash when none is left).
-local function load_queue(qk, nowms, prune)
-  local raw = redis.call('HGETALL', qk)
-  local live, dead = {}, {}
-  for i = 1, #raw, 2 do
-    local f = raw[i]
-    if f ~= '#' then
-      local v = raw[i + 1]
-      local seq, dl = string.match(v, '^(%d+)|(%d+)|')
-      if seq and tonumber(dl) > nowms then
-        live[#live + 1] = {f, tonumber(seq), tonumber(dl), v}
-      else
-        dead[#dead + 1] = f
-      end
-    end
-  end
-  if prune then
-    if #live == 0 then
-      if #raw > 0 then redis.call('DEL', qk) end
-    elseif #dead > 0 then
-      redis.call('HDEL', qk, unpack(dead))
-    end
-  end
-  return live
+-- The queue of a key is two keys in its hash slot: the hash
+-- PREFIX{TAG}:queue, token -> "seq|deadline ms|ttl ms|wake|holder", and the
+-- sorted set PREFIX{TAG}:order, token -> seq, whose first member is the
+-- head. An entry is live until its deadline (Redis TIME); the scripts skip
+-- and delete dead entries as they reach the head. An entry of an older
+-- client reads "seq|deadline ms|holder".
+
+-- live returns entry v and its deadline when v is live at nowms.
+local function live(v, nowms)
+  local dl = v and tonumber(string.match(v, '^%d+|(%d+)|'))
+  if dl and dl > nowms then return v, dl end
 end
 
--- head_of returns the entry of live with the lowest seq (nil when empty).
-local function head_of(live)
-  local h = live[1]
-  for i = 2, #live do
-    if live[i][2] < h[2] then h = live[i] end
-  end
-  return h
+-- drop removes token t from the queue.
+local function drop(qk, ok, t)
+  if redis.call('ZREM', ok, t) == 1 then redis.call('HDEL', qk, t) end
 end
 
--- find returns token's index in live (nil when absent) and the number of
--- live entries ahead of it (all of them when absent).
-local function find(live, token)
-  for i, e in ipairs(live) do
-    if e[1] == token then
-      local ahead = 0
-      for _, x in ipairs(live) do
-        if x[2] < e[2] then ahead = ahead + 1 end
-      end
-      return i, ahead
+-- head returns the first live entry (token, value, deadline; nil when
+-- none is left), deleting the dead ones before it.
+local function head(qk, ok, nowms)
+  while true do
+    local t = redis.call('ZRANGE', ok, 0, 0)[1]
+    if not t then return nil end
+    local v, dl = live(redis.call('HGET', qk, t), nowms)
+    if v then return t, v, dl end
+    drop(qk, ok, t)
+  end
+end
+
+-- survey returns the number of live entries and the first of them (token,
+-- value), reading every entry (inspect, forcerelease).
+local function survey(qk, ok, nowms)
+  local n, first, fv = 0, nil, nil
+  for _, t in ipairs(redis.call('ZRANGE', ok, 0, -1)) do
+    local v = live(redis.call('HGET', qk, t), nowms)
+    if v then
+      if n == 0 then first, fv = t, v end
+      n = n + 1
     end
   end
-  return nil, #live
+  return n, first, fv
 end
 
--- details returns an entry's holder, the lock TTL it asked for (ms) and the
--- suffix of its process's channel; TTL and suffix are nil in an entry of an
--- older client.
-local function details(e)
-  local ttl, wake, h = string.match(e[4], '^%d+|%d+|(%d+)|(%x*)|(.*)$')
-  if not ttl then return string.match(e[4], '^%d+|%d+|(.*)$'), nil, nil end
+-- details returns the holder of entry v, the lock TTL it asked for (ms) and
+-- the suffix of its process's channel; TTL and suffix are nil in an entry
+-- of an older client.
+local function details(v)
+  local ttl, wake, h = string.match(v, '^%d+|%d+|(%d+)|(%x*)|(.*)$')
+  if not ttl then return string.match(v, '^%d+|%d+|(.*)$'), nil, nil end
   return h, tonumber(ttl), wake
 end
 

@@ -1,6 +1,7 @@
 -- release: compare-and-DEL, leave the queue, and hand the key to the head
 -- waiter, in one round trip.
--- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key, KEYS[4] released key
+-- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key, KEYS[4] released key,
+-- KEYS[5] order key (see acquire.lua)
 -- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub, ARGV[3] token,
 -- ARGV[4] fence key retention ms (added to the granted TTL), ARGV[5] how long
 -- the released key remembers the token (ms)
@@ -32,7 +33,7 @@ if v then
   end
 end
 if res ~= 1 and redis.call('GET', KEYS[4]) == token then return 1 end -- a retry of an applied release
-if redis.call('EXISTS', KEYS[2]) == 0 then
+if redis.call('EXISTS', KEYS[5]) == 0 then
   if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
     if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
   end
@@ -43,26 +44,24 @@ end
 
 if res == 1 then redis.call('SET', KEYS[4], token, 'PX', ARGV[5]) end
 local now, nowms = clock()
-local live = load_queue(KEYS[2], nowms, true)
-local pos, ahead = find(live, token)
-if pos then
-  table.remove(live, pos)
-  if #live == 0 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], token) end
-end
-if #live == 0 or not (res == 1 or (res == 0 and pos and ahead == 0)) then return res end
+local first, ev, dl = head(KEYS[2], KEYS[5], nowms)
+local was_head = first == token
+drop(KEYS[2], KEYS[5], token)
+if not (res == 1 or (res == 0 and was_head)) then return res end
+if was_head then first, ev, dl = head(KEYS[2], KEYS[5], nowms) end
+if not first then return res end
 
-local head = head_of(live)
-local holder, ttl, wake = details(head)
+local holder, ttl, wake = details(ev)
 if ttl and ttl > 0 then
   local f = mint_fence(KEYS[3], now, ttl + tonumber(ARGV[4]))
   if f then
-    local hv = head[1]
+    local hv = first
     if holder ~= '' then hv = hv .. '|' .. holder end
-    redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, head[3] - nowms))
-    if #live == 1 then redis.call('DEL', KEYS[2]) else redis.call('HDEL', KEYS[2], head[1]) end
-    notify(head[1] .. '|' .. f .. '|' .. ttl, wake)
+    redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, dl - nowms))
+    drop(KEYS[2], KEYS[5], first)
+    notify(first .. '|' .. f .. '|' .. ttl, wake)
     return res
   end
 end
-notify(head[1], wake)
+notify(first, wake)
 return res

@@ -223,10 +223,11 @@ func (s *Store) LockKey(key string) string { return s.base(key) + ":lock" }
 func (s *Store) FenceKey(key string) string { return s.base(key) + ":fence" }
 
 // QueueKey returns the Redis key of key's waiter queue: PREFIX{TAG}:queue, a
-// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER" (FIFO by SEQ; TTL_MS
-// is the lock TTL the waiter asked for, which a release grants it, and WAKE
-// the id of its process's WaiterChannel; field "#" holds the last SEQ). It
-// expires with its last live waiter.
+// hash of TOKEN -> "SEQ|DEADLINE_MS|TTL_MS|WAKE|HOLDER" (TTL_MS is the lock
+// TTL the waiter asked for, which a release grants it, and WAKE the id of
+// its process's WaiterChannel). Its order is PREFIX{TAG}:order, a sorted set
+// of TOKEN scored by SEQ, so the scripts find the head without reading every
+// entry. Both expire with their last live waiter.
 func (s *Store) QueueKey(key string) string { return s.base(key) + ":queue" }
 
 // Channel returns key's notification channel, PREFIX{TAG}:wake, which every
@@ -298,8 +299,8 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 		value += "|" + req.Holder
 	}
 	base := s.base(req.Key)
-	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue"},
-		value, ms, ms+s.retention.Milliseconds(), strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
+	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue", base + ":order"},
+		value, ms, strconv.FormatInt(ms+s.retention.Milliseconds(), 10)+"|"+strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
 	if err != nil {
 		return driver.Grant{}, s.fail("acquire", req.Key, err)
 	}
@@ -404,10 +405,11 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 }
 
 // RefreshQueue implements driver.QueueRefresher: the refresh script (TIME,
-// then HGETALL, HSET, PEXPIRE GT and EXISTS per place) in one pipeline (one
-// round trip per node on a Cluster). On a single node (or Sentinel) one
-// call refreshes up to refreshChunk places; on a Cluster or Ring, where the
-// keys of one call must share a slot, each place is its own call.
+// then HGET, HSET, PEXPIRE GT of the queue and of its order, and EXISTS per
+// place) in one pipeline (one round trip per node on a Cluster). On a single
+// node (or Sentinel) one call refreshes up to refreshChunk places; on a
+// Cluster or Ring, where the keys of one call must share a slot, each place
+// is its own call.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
 	var ok []int // the requests sent
@@ -435,10 +437,11 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 		calls, ok = append(calls, ok[:n]), ok[n:]
 	}
 	cmds, cerrs := s.runBatch(ctx, refreshScript, len(calls), func(c int) ([]string, []any, error) {
-		keys := make([]string, 0, 2*len(calls[c]))
+		keys := make([]string, 0, 3*len(calls[c]))
 		args := []any{reqs[calls[c][0]].QueueTTL.Milliseconds()}
 		for _, i := range calls[c] {
-			keys = append(keys, s.LockKey(reqs[i].Key), s.QueueKey(reqs[i].Key))
+			base := s.base(reqs[i].Key)
+			keys = append(keys, base+":lock", base+":queue", base+":order")
 			args = append(args, reqs[i].Token)
 		}
 		return keys, args, nil
@@ -513,7 +516,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	base := s.base(key)
-	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released"},
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released", base + ":order"},
 		base+":wake", s.sharded, token, s.retention.Milliseconds(), releasedMemory.Milliseconds()).Int64()
 	if err != nil {
 		return s.fail("release", key, err)
@@ -542,7 +545,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, 
 		return driver.LockInfo{}, err
 	}
 	base := s.base(key)
-	res, err := s.run(ctx, forceReleaseScript, []string{base + ":lock", base + ":fence", base + ":queue"}, base+":wake", s.sharded).Slice()
+	res, err := s.run(ctx, forceReleaseScript, s.inspectKeys(key), base+":wake", s.sharded).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return driver.LockInfo{}, driver.ErrNotHeld
@@ -576,7 +579,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error
 
 func (s *Store) inspectKeys(key string) []string {
 	base := s.base(key)
-	return []string{base + ":lock", base + ":fence", base + ":queue"}
+	return []string{base + ":lock", base + ":fence", base + ":queue", base + ":order"}
 }
 
 // info decodes the {value, pttl, fence, waiting, next holder} reply of

@@ -56,7 +56,7 @@ func TestSetupRedisThenFunctions(t *testing.T) {
 	srv := testredis.Start(t)
 	admin := srv.Client(t)
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "svc", "on", ">QZJ/pw#1", "resetkeys", "~leasehold:*", "resetchannels", "&leasehold:*", "-@all",
-		"+fcall", "+get", "+set", "+pexpire", "+pttl", "+del", "+exists", "+hgetall", "+hset", "+hdel", "+hincrby",
+		"+fcall", "+get", "+set", "+pexpire", "+pttl", "+del", "+exists", "+hget", "+hgetall", "+hset", "+hdel", "+hincrby", "+zadd", "+zcard", "+zrange", "+zrank", "+zrem",
 		"+publish", "+spublish", "+time", "+subscribe", "+ssubscribe").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func TestRedisRestrictedUser(t *testing.T) {
 	for _, acl := range [][]any{
 		// The service user's ACL of redisstore/README.md.
 		append([]any{"ACL", "SETUSER", "svc", "on", ">svc-pass"}, anys(strings.Fields("resetkeys ~leasehold:* resetchannels &leasehold:* -@all "+
-			"+evalsha +eval +get +set +pexpire +pttl +del +exists +hgetall +hset +hdel +hincrby +publish +spublish +time +scan "+
+			"+evalsha +eval +get +set +pexpire +pttl +del +exists +hget +hgetall +hset +hdel +hincrby +zadd +zcard +zrange +zrank +zrem +publish +spublish +time +scan "+
 			"+subscribe +unsubscribe +ssubscribe +sunsubscribe +ping"))...),
 		{"ACL", "SETUSER", "info", "on", ">info-pass", "~leasehold:*", "-@all", "+info", "+time", "+ping"},
 	} {

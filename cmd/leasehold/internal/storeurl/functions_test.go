@@ -20,7 +20,7 @@ func TestRedisFunctions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	rule := []any{"ACL", "SETUSER", "svc", "on", ">svc-QZJpw", "resetkeys", "~leasehold:*", "resetchannels", "&leasehold:*", "-@all",
-		"+fcall", "+get", "+set", "+pexpire", "+pttl", "+del", "+exists", "+hgetall", "+hset", "+hdel", "+hincrby",
+		"+fcall", "+get", "+set", "+pexpire", "+pttl", "+del", "+exists", "+hget", "+hgetall", "+hset", "+hdel", "+hincrby", "+zadd", "+zcard", "+zrange", "+zrank", "+zrem",
 		"+publish", "+spublish", "+time", "+subscribe", "+ssubscribe"}
 	if err := srv.Client(t).Do(ctx, rule...).Err(); err != nil {
 		t.Fatal(err)
