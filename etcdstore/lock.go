@@ -72,7 +72,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			rs = rs[0].GetResponseTxn().GetResponses()
 		}
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
-		if !st.mayOwn && v.lock != nil && ownedBy(v.lock, req.Token) {
+		if !st.mayOwn && ownedBy(v.lock, req.Token) {
 			forced = true // ask again with the retry check
 			if ql != 0 {  // and delete, at Release, the entry this answer put
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
@@ -83,7 +83,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		if ql != 0 {
 			t := s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
-			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
+			if v.lock == nil && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
 				continue // we head the queue of a free key: take it now
 			}
 		}
@@ -289,8 +289,7 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 // keyView is what a read of a key's range shows: the lock and the queue.
 type keyView struct {
 	rev     int64
-	held    bool
-	lock    *mvccpb.KeyValue
+	lock    *mvccpb.KeyValue            // nil: free
 	myRev   int64                       // the token's queue entry, 0 if none
 	ahead   map[string]bool             // entries older than the token's (all, if none)
 	queue   map[string]int64            // every entry: key -> create revision
@@ -304,7 +303,7 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 	for _, kv := range kvs {
 		switch string(kv.Key) {
 		case k:
-			v.held, v.lock = true, kv
+			v.lock = kv
 		case e:
 			v.myRev = kv.CreateRevision
 		}
@@ -326,7 +325,7 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 // left by this store's clock for a waiter (session.setQueue), < 0 unknown.
 func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyView, left time.Duration) driver.Grant {
 	g := driver.Grant{Ahead: len(v.ahead)}
-	if !v.held {
+	if v.lock == nil {
 		return g
 	}
 	_, ttl, holder, _, _ := lockFields(v.lock.Value)

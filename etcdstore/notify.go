@@ -69,8 +69,8 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	sb.was = kw.can(sb)
 	if sb.was {
 		sb.signal() // it may take the key now
-	} else if kw.held && token != "" && kw.lockTok == token && kw.lockKV != nil {
-		sb.hand(kw.handoff(sb.r, kw.lockKV)) // granted before the watch started
+	} else if token != "" && ownedBy(kw.lock, token) {
+		sb.hand(kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
 	var once sync.Once
@@ -123,18 +123,14 @@ type keyWatch struct {
 	err   error
 	// Under watches.mu:
 	subs    map[*subscriber]struct{}
-	rev     int64 // the model's revision: events at or before it are in it
-	held    bool
+	rev     int64                       // the model's revision: events at or before it are in it
 	queue   map[string]int64            // entry key -> create revision
 	entries map[string]*mvccpb.KeyValue // where known (for a grant's next head)
 	empty   time.Time                   // when subs became empty
-	// The held lock: mod revision, when the watch first saw it there, TTL
-	// (0: unknown). The head is woken at lockAt+lockTTL (takeover).
-	lockMod int64
-	lockAt  time.Time
-	lockTTL time.Duration
-	lockTok string // the holder's token, "" when free or unknown
-	lockKV  *mvccpb.KeyValue
+	// The held lock (nil: free) and when the watch first saw it at its mod
+	// revision: the head is woken at lockAt plus its TTL (takeover).
+	lock   *mvccpb.KeyValue
+	lockAt time.Time
 }
 
 // subscriber is one WaitRelease.
@@ -171,7 +167,7 @@ func (sb *subscriber) hand(w driver.Wake) {
 }
 
 // join adds sb to key's watch, starting it (seeded with snap, when known).
-func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *keyWatch {
+func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *keyWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.keys == nil {
@@ -205,7 +201,7 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
+	return kw.lock == nil && (sb.observer || headIs(kw.queue, sb.entry))
 }
 
 // heads reports whether sb's entry is the oldest of the queue; watches.mu is
@@ -235,7 +231,7 @@ func headIs(queue map[string]int64, entry string) bool {
 // run is the key watch's goroutine: it starts the watch (its model from
 // snap, or a read), follows it, restarts it after a break, and ends when the store
 // closes or nobody subscribed for watchLinger.
-func (kw *keyWatch) run(snap *queueSnap) {
+func (kw *keyWatch) run(snap *keyView) {
 	ctx := kw.s.sess.ctx
 	for first := true; ; first = false {
 		wch, cancel, err := kw.start(ctx, snap)
@@ -292,7 +288,7 @@ func (kw *keyWatch) signalAll() {
 // the history since the oldest one; thousands of keys waited on made that
 // seconds late and most of etcd's CPU.) Events at or before the model's
 // revision are then skipped.
-func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
+func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchChan, context.CancelFunc, error) {
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
@@ -318,19 +314,15 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 			if err != nil {
 				return fail(err)
 			}
-			snap = snapOf(kw.s.view(kw.key, "", get.Kvs, wr.Header.Revision))
+			v := kw.s.view(kw.key, "", get.Kvs, wr.Header.Revision)
+			snap = &v
 		}
 	case <-bctx.Done():
 		return fail(fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.rev, kw.held, kw.queue, kw.entries = snap.rev, snap.held, snap.queue, snap.entries
-	if kw.entries == nil {
-		kw.entries = map[string]*mvccpb.KeyValue{}
-	}
-	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
-	kw.lockTok, kw.lockKV = snap.lockTok, snap.lockKV
+	kw.rev, kw.lock, kw.lockAt, kw.queue, kw.entries = snap.rev, snap.lock, time.Now(), snap.queue, snap.entries
 	w.mu.Unlock()
 	return wch, cancel, nil
 }
@@ -384,12 +376,13 @@ func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !kw.held || kw.lockMod == 0 || kw.lockTTL <= 0 || len(kw.queue) == 0 {
+	if kw.lock == nil || len(kw.queue) == 0 {
 		return time.Time{}
 	}
+	_, ttl, _, _, _ := lockFields(kw.lock.Value)
 	for sb := range kw.subs {
-		if kw.heads(sb) {
-			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
+		if ttl > 0 && kw.heads(sb) {
+			return kw.lockAt.Add(ttl - takeoverEarly)
 		}
 	}
 	return time.Time{}
@@ -400,11 +393,8 @@ func (kw *keyWatch) wakeHead() {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !kw.held {
-		return
-	}
 	for sb := range kw.subs {
-		if kw.heads(sb) {
+		if kw.lock != nil && kw.heads(sb) {
 			sb.signal()
 		}
 	}
@@ -439,16 +429,12 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		k := string(ev.Kv.Key)
 		switch {
 		case k == lockKey:
-			kw.held = ev.Type == mvccpb.PUT
-			kw.lockMod, kw.lockTTL = 0, 0
-			was := kw.lockTok
-			kw.lockTok, kw.lockKV = "", nil
-			if kw.held {
-				kw.lockKV = ev.Kv
-				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
-				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
+			was := kw.lock
+			kw.lock = nil
+			if ev.Type == mvccpb.PUT {
+				kw.lock, kw.lockAt, wrote = ev.Kv, time.Now(), true
 				grants = append(grants, ev.Kv)
-				if kw.lockTok != was {
+				if tok, _, _, _, _ := lockFields(ev.Kv.Value); !ownedBy(was, tok) {
 					kw.newHolder()
 				}
 			}
@@ -465,14 +451,18 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		kw.granted(tok, kv)
 	}
 	var sights []sighting
+	var ttl time.Duration
+	if wrote = wrote && kw.lock != nil; wrote {
+		_, ttl, _, _, _ = lockFields(kw.lock.Value)
+	}
 	for sb := range kw.subs {
 		now := kw.can(sb)
 		if now && !sb.was {
 			sb.signal()
 		}
 		sb.was = now
-		if e := kw.queue[sb.entry]; wrote && kw.held && e > 0 && e < kw.lockMod {
-			sights = append(sights, sighting{sb.r, e, kw.lockMod, kw.lockAt, kw.lockTTL})
+		if e := kw.queue[sb.entry]; wrote && e > 0 && e < kw.lock.ModRevision {
+			sights = append(sights, sighting{sb.r, e, kw.lock.ModRevision, kw.lockAt, ttl})
 		}
 	}
 	return sights
