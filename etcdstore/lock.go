@@ -211,9 +211,7 @@ func (s *Store) takeOver(ctx context.Context, req driver.AcquireRequest, l clien
 	qs, qe := s.queueRange(r.key)
 	fence := mod + 1
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
-			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
-			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
+		If(headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), e, entry, qs, qe)...).
 		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l)),
 			clientv3.OpDelete(e)).
 		Commit()
@@ -256,11 +254,7 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	// Free: no lock and no queue, one comparison over the key's range.
 	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ks), "=", 0).WithRange(ke)}
 	if myRev > 0 { // or no lock, and we head the queue: every entry is ours or younger
-		free = []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(qs), ">", myRev-1).WithRange(qe),
-			clientv3.Compare(clientv3.CreateRevision(e), "=", myRev),
-		}
+		free = headCmps(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), e, myRev, qs, qe)
 	}
 	var lost []clientv3.Op
 	if ql != 0 { // a rewrite keeps the entry's create revision: its place
@@ -497,79 +491,56 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
-	reads := func() []clientv3.Op { return []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)} }
-	empty := func() clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe) }
-	notMine := func() []clientv3.Op {
-		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
-	}
+	reads := []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)}
+	empty := clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)
 	granting := !plain && mod > 0 && next != nil && next.token != token
-	cmps, then, els := mine(k, token), free, notMine()
+	cmps, then, els := mine(k, token), free, append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	switch {
 	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
-			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})}
-	case plain:
-	default: // nobody waits: delete; else read (the token is checked on the answer)
+		guard := headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe)
+		then = []clientv3.Op{clientv3.OpTxn(guard, grant, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})}
+	case !plain: // nobody waits: delete; else read (the token is checked on the answer)
 		if mod > 0 { // the lock as our acquire or a grant wrote it
 			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		cmps, els = append(cmps, empty()), append(reads(), own...)
+		cmps, els = append(cmps, empty), append(reads, own...)
 	}
 	// A grant after a read goes first: its release waited once already.
 	resp, err := s.txn(ctx, key, cmps, then, els, again)
 	if err != nil {
 		return released{}, err
 	}
-	return s.releasedBy(key, token, resp, granting, plain), nil
+	return s.releasedBy(key, token, resp, granting || plain), nil
 }
 
-// releasedBy decodes the answer of releaseOnce.
-func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granting, plain bool) released {
+// releasedBy decodes the answer of releaseOnce; checked: its compare was
+// the token's.
+func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, checked bool) released {
 	rs := resp.Responses
-	if !granting && !plain {
-		if resp.Succeeded {
-			return released{done: true} // nobody waited: deleted
-		}
-		kvs := rs[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
+	if !resp.Succeeded { // rs[0] read the lock
+		lock := rs[0].GetResponseRange()
+		switch {
+		case lock.GetCount() == 0:
 			return released{done: true, err: leasehold.ErrNotHeld}
-		}
-		if tok, _, _, _, _ := lockFields(kvs[0].Value); tok != token {
+		case checked || !ownedBy(lock.GetKvs()[0], token):
 			return released{done: true, err: leasehold.ErrNotOwned}
 		}
-		return readRelease(s, key, rs) // ours, and someone waits
+		return s.readRelease(key, rs) // ours, and someone waits
 	}
-	if !resp.Succeeded {
-		return notMineRelease(rs)
+	if inner := rs[0].GetResponseTxn(); inner != nil && !inner.GetSucceeded() { // not granted
+		if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
+			return s.readRelease(key, rest.GetResponses())
+		}
 	}
-	if plain {
-		return released{done: true}
-	}
-	inner := rs[0].GetResponseTxn()
-	if inner.GetSucceeded() {
-		return released{done: true} // granted to the head
-	}
-	if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
-		return readRelease(s, key, rest.GetResponses())
-	}
-	return released{done: true} // nobody waited: deleted
-}
-
-// notMineRelease is the outcome of a release whose token did not hold the
-// lock: rs[0] counted the lock.
-func notMineRelease(rs []*etcdserverpb.ResponseOp) released {
-	if rs[0].GetResponseRange().GetCount() == 0 {
-		return released{done: true, err: leasehold.ErrNotHeld}
-	}
-	return released{done: true, err: leasehold.ErrNotOwned}
+	return released{done: true} // deleted, or granted to the head
 }
 
 // readRelease is the outcome of a release that found waiters: rs read the
 // lock and the queue head, to grant in the next transaction.
-func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
+func (s *Store) readRelease(key string, rs []*etcdserverpb.ResponseOp) released {
 	out := released{next: s.headOf(key, rs)}
 	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		out.mod = kvs[0].ModRevision
@@ -577,13 +548,12 @@ func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
 	return out
 }
 
-// headCmps guard the grant of lock k (at mod revision mod) to the queue
-// entry h: unchanged lock, h still there and still the oldest entry.
-func headCmps(k string, mod int64, h *headEntry, qs, qe string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(k), "=", mod),
-		clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev),
-		clientv3.Compare(clientv3.CreateRevision(qs), ">", h.rev-1).WithRange(qe),
+// headCmps guard a write for queue entry e at create revision rev: the lock
+// compare c, e still there and still the oldest entry of [qs, qe).
+func headCmps(c clientv3.Cmp, e string, rev int64, qs, qe string) []clientv3.Cmp {
+	return []clientv3.Cmp{c,
+		clientv3.Compare(clientv3.CreateRevision(e), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(qs), ">", rev-1).WithRange(qe),
 	}
 }
 
