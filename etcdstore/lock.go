@@ -83,7 +83,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		if ql != 0 {
 			t := s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
-			if v.lock == nil && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
+			if v.lock == nil && v.myRev > 0 && v.ahead == 0 && attempt == 0 {
 				continue // we head the queue of a free key: take it now
 			}
 		}
@@ -175,50 +175,35 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 	return true
 }
 
-// tryTakeOver runs takeOver and records the outcome when it took the lock
-// or failed (done).
-func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (driver.Grant, bool, error) {
-	r := ref{req.Key, req.Token}
-	g, ok, err := s.takeOver(ctx, req, l)
-	switch {
-	case err != nil: // it may have applied: tracked as after an acquire
-		s.sess.track(s.sess.held, r, req.TTL)
-		return driver.Grant{}, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
-	case ok:
-		s.sess.track(s.sess.held, r, req.TTL)
-		s.sess.untrack(s.sess.waiting, r)
-		return g, true, nil
-	}
-	return driver.Grant{}, false, nil
-}
-
-// takeOver takes the lock when req's token heads its queue and has seen the
-// lock unchanged for its TTL (session.takeoverAt), in one transaction
+// tryTakeOver takes the lock when req's token heads its queue and has seen
+// the lock unchanged for its TTL (session.takeoverAt), in one transaction
 // guarded by the lock's mod revision, the token's entry and its place at the
 // head. The new lock's fence, in its value, is that mod revision plus one:
-// above every earlier fence of the key. ok is false when the lock is not
+// above every earlier fence of the key. done is false when the lock is not
 // known to be expired (nothing sent) or the guard failed.
-func (s *Store) takeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (g driver.Grant, ok bool, err error) {
+func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (g driver.Grant, done bool, err error) {
 	r := ref{req.Key, req.Token}
 	mod, entry, at, known := s.sess.takeoverAt(r)
-	if !known {
-		return g, false, nil
-	}
-	if time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
+	if !known || time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
 		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)
-	fence := mod + 1
 	resp, err := s.cli.Txn(ctx).
 		If(headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), e, entry, qs, qe)...).
-		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l)),
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, mod+1), clientv3.WithLease(l)),
 			clientv3.OpDelete(e)).
 		Commit()
-	if err != nil {
-		return g, false, err
+	switch {
+	case err != nil: // it may have applied: tracked as after an acquire
+		s.sess.track(s.sess.held, r, req.TTL)
+		return g, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
+	case !resp.Succeeded:
+		return g, false, nil
 	}
-	return driver.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
+	s.sess.track(s.sess.held, r, req.TTL)
+	s.sess.untrack(s.sess.waiting, r)
+	return driver.Grant{Fence: uint64(mod + 1)}, true, nil
 }
 
 // retried finishes an acquire or renewal that moved the token's lock (prev)
@@ -285,31 +270,25 @@ type keyView struct {
 	rev     int64
 	lock    *mvccpb.KeyValue            // nil: free
 	myRev   int64                       // the token's queue entry, 0 if none
-	ahead   map[string]bool             // entries older than the token's (all, if none)
-	queue   map[string]int64            // every entry: key -> create revision
-	entries map[string]*mvccpb.KeyValue // every entry (for a grant)
+	ahead   int                         // entries older than the token's (all, if none)
+	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
-	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}, entries: map[string]*mvccpb.KeyValue{}}
-	k, e := s.lockKey(key), s.entryKey(key, token)
-	for _, kv := range kvs {
-		switch string(kv.Key) {
-		case k:
-			v.lock = kv
-		case e:
-			v.myRev = kv.CreateRevision
-		}
-	}
+	v := keyView{rev: rev, entries: map[string]*mvccpb.KeyValue{}}
+	k := s.lockKey(key)
 	for _, kv := range kvs {
 		if string(kv.Key) == k {
-			continue
+			v.lock = kv
+		} else {
+			v.entries[string(kv.Key)] = kv
 		}
-		v.queue[string(kv.Key)] = kv.CreateRevision
-		v.entries[string(kv.Key)] = kv
+	}
+	v.myRev = v.entries[s.entryKey(key, token)].GetCreateRevision()
+	for _, kv := range v.entries {
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
-			v.ahead[string(kv.Key)] = true
+			v.ahead++
 		}
 	}
 	return v
@@ -318,7 +297,7 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 // contended builds the Grant of a lost acquire. left is the lock's time
 // left by this store's clock for a waiter (session.setQueue), < 0 unknown.
 func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyView, left time.Duration) driver.Grant {
-	g := driver.Grant{Ahead: len(v.ahead)}
+	g := driver.Grant{Ahead: v.ahead}
 	if v.lock == nil {
 		return g
 	}

@@ -124,8 +124,7 @@ type keyWatch struct {
 	// Under watches.mu:
 	subs    map[*subscriber]struct{}
 	rev     int64                       // the model's revision: events at or before it are in it
-	queue   map[string]int64            // entry key -> create revision
-	entries map[string]*mvccpb.KeyValue // where known (for a grant's next head)
+	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
 	empty   time.Time                   // when subs became empty
 	// The held lock (nil: free) and when the watch first saw it at its mod
 	// revision: the head is woken at lockAt plus its TTL (takeover).
@@ -201,31 +200,14 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return kw.lock == nil && (sb.observer || headIs(kw.queue, sb.entry))
+	return kw.lock == nil && (sb.observer || len(kw.entries) == 0 || kw.heads(sb))
 }
 
 // heads reports whether sb's entry is the oldest of the queue; watches.mu is
 // held.
 func (kw *keyWatch) heads(sb *subscriber) bool {
-	_, queued := kw.queue[sb.entry]
-	return queued && headIs(kw.queue, sb.entry)
-}
-
-// headIs reports whether entry is the oldest of queue, or queue is empty.
-func headIs(queue map[string]int64, entry string) bool {
-	if len(queue) == 0 {
-		return true
-	}
-	rev, ok := queue[entry]
-	if !ok {
-		return false
-	}
-	for _, r := range queue {
-		if r < rev {
-			return false
-		}
-	}
-	return true
+	h := kw.oldest("")
+	return h != nil && string(h.Key) == sb.entry
 }
 
 // run is the key watch's goroutine: it starts the watch (its model from
@@ -322,7 +304,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.rev, kw.lock, kw.lockAt, kw.queue, kw.entries = snap.rev, snap.lock, time.Now(), snap.queue, snap.entries
+	kw.rev, kw.lock, kw.lockAt, kw.entries = snap.rev, snap.lock, time.Now(), snap.entries
 	w.mu.Unlock()
 	return wch, cancel, nil
 }
@@ -376,7 +358,7 @@ func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if kw.lock == nil || len(kw.queue) == 0 {
+	if kw.lock == nil || len(kw.entries) == 0 {
 		return time.Time{}
 	}
 	_, ttl, _, _, _ := lockFields(kw.lock.Value)
@@ -439,10 +421,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 				}
 			}
 		case ev.Type == mvccpb.DELETE:
-			delete(kw.queue, k)
 			delete(kw.entries, k)
 		default:
-			kw.queue[k] = ev.Kv.CreateRevision
 			kw.entries[k] = ev.Kv
 		}
 	}
@@ -461,7 +441,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			sb.signal()
 		}
 		sb.was = now
-		if e := kw.queue[sb.entry]; wrote && e > 0 && e < kw.lock.ModRevision {
+		if e := kw.entries[sb.entry].GetCreateRevision(); wrote && e > 0 && e < kw.lock.ModRevision {
 			sights = append(sights, sighting{sb.r, e, kw.lock.ModRevision, kw.lockAt, ttl})
 		}
 	}
@@ -490,7 +470,7 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 		return driver.Wake{}
 	}
 	var next *headEntry
-	if kv := kw.headKV(s.entryKey(r.key, r.token)); kv != nil {
+	if kv := kw.oldest(s.entryKey(r.key, r.token)); kv != nil {
 		next = s.entryHead(r.key, kv)
 	}
 	req, ok := s.sess.granted(r, ttl, kv.ModRevision, int64(fenceOf(kv)), next)
@@ -510,16 +490,16 @@ func (kw *keyWatch) newHolder() {
 	}
 }
 
-// headKV returns the key-value of the oldest queue entry other than skip,
-// nil if none or the watch does not know it; watches.mu is held.
-func (kw *keyWatch) headKV(skip string) *mvccpb.KeyValue {
-	head, at := "", int64(0)
-	for k, rev := range kw.queue {
-		if k != skip && (at == 0 || rev < at) {
-			head, at = k, rev
+// oldest returns the oldest queue entry other than skip, nil if none;
+// watches.mu is held.
+func (kw *keyWatch) oldest(skip string) *mvccpb.KeyValue {
+	var head *mvccpb.KeyValue
+	for k, kv := range kw.entries {
+		if k != skip && (head == nil || kv.CreateRevision < head.CreateRevision) {
+			head = kv
 		}
 	}
-	return kw.entries[head]
+	return head
 }
 
 // Live implements driver.LiveNotifier: whether key's watch runs in this store

@@ -258,7 +258,6 @@ func (ss *session) snapshot(r ref) *keyView {
 	defer ss.mu.Unlock()
 	if t := ss.waiting[r]; t != nil && t.snap != nil {
 		cp := *t.snap
-		cp.queue = maps.Clone(t.snap.queue)
 		cp.entries = maps.Clone(t.snap.entries)
 		return &cp
 	}
