@@ -107,9 +107,7 @@ func (s *Store) acquireFailed(ctx context.Context, req driver.AcquireRequest, er
 func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g driver.Grant, done bool, err error) {
 	r := ref{req.Key, req.Token}
 	if resp.Succeeded { // taken
-		s.sess.track(s.sess.held, r, req.TTL)
-		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
-		s.sess.untrack(s.sess.waiting, r)
+		s.sess.took(r, req.TTL, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
 		// All puts of a transaction carry its revision, the header's.
 		return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 	}
@@ -117,14 +115,12 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	if !st.mayOwn || !inner.GetSucceeded() {
 		return g, false, nil
 	}
-	// Our own lock: a retry, or a grant this store saw (rewritten whole).
-	s.sess.track(s.sess.held, r, req.TTL)
-	if st.grantMod > 0 {
-		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
-		s.sess.untrack(s.sess.waiting, r) // the grant deleted our entry
+	if st.grantMod > 0 { // a grant this store saw, rewritten whole; it deleted our entry
+		s.sess.took(r, req.TTL, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
 		s.sess.untrack(s.sess.grants, r)
 		return driver.Grant{Fence: uint64(st.fence)}, true, nil
 	}
+	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
 	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
@@ -201,8 +197,7 @@ func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l cl
 	case !resp.Succeeded:
 		return g, false, nil
 	}
-	s.sess.track(s.sess.held, r, req.TTL)
-	s.sess.untrack(s.sess.waiting, r)
+	s.sess.took(r, req.TTL, 0, nil)
 	return driver.Grant{Fence: uint64(mod + 1)}, true, nil
 }
 

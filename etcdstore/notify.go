@@ -227,7 +227,7 @@ func (kw *keyWatch) run(snap *keyView) {
 				kw.remove()
 				return
 			}
-			kw.signalAll()
+			kw.signal(anyone)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -240,7 +240,7 @@ func (kw *keyWatch) run(snap *keyView) {
 		if done {
 			return
 		}
-		kw.signalAll() // the watch broke: every waiter re-checks
+		kw.signal(anyone) // the watch broke: every waiter re-checks
 	}
 }
 
@@ -254,14 +254,19 @@ func (kw *keyWatch) remove() {
 	}
 }
 
-func (kw *keyWatch) signalAll() {
+// signal signals the subscribers for which f holds, under watches.mu.
+func (kw *keyWatch) signal(f func(*subscriber) bool) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for sb := range kw.subs {
-		sb.signal()
+		if f(sb) {
+			sb.signal()
+		}
 	}
 }
+
+func anyone(*subscriber) bool { return true }
 
 // start starts the watch from etcd's current revision and loads the model
 // as of that revision or later: from snap when it is that recent, else
@@ -330,7 +335,7 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 				return true
 			}
 		case <-expiry.C:
-			kw.wakeHead()
+			kw.signal(func(sb *subscriber) bool { return kw.lock != nil && kw.heads(sb) }) // the takeover
 			kw.arm(expiry, time.Time{})
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
@@ -368,18 +373,6 @@ func (kw *keyWatch) headExpiry() time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// wakeHead wakes the subscribers heading the queue of a held lock.
-func (kw *keyWatch) wakeHead() {
-	w := &kw.s.watches
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for sb := range kw.subs {
-		if kw.lock != nil && kw.heads(sb) {
-			sb.signal()
-		}
-	}
 }
 
 // idleOut removes kw when nobody subscribed for watchLinger.

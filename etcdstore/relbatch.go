@@ -138,9 +138,8 @@ func (b *relBatch) next() {
 
 // txn commits If(cmps).Then(then).Else(els), whose writes are all within
 // key's range, alone or batched with other keys' (relBatch; at the front of
-// its queue when first). The answer's
-// header is the request's: a batch writes at one revision, so a write's
-// revision is still the header's.
+// its queue when first). The answer's header is the request's: a batch
+// writes at one revision, so a write's revision is still the header's.
 func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op, first bool) (*clientv3.TxnResponse, error) {
 	c := &relCall{key: key, cmps: cmps, then: then, els: els, first: first}
 	if err := s.rel.do(ctx, c, s.sendTxns, s.detachTxn); err != nil {

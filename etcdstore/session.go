@@ -87,7 +87,7 @@ func (ss *session) track(m map[ref]*tracked, r ref, ttl time.Duration) *tracked 
 		ss.prune()
 	}
 	t.deadline = time.Now().Add(ttl)
-	t.mod, t.next = 0, nil // a later write: setHead again
+	t.mod, t.next = 0, nil // a later write: unknown until took
 	return t
 }
 
@@ -127,13 +127,15 @@ func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *hea
 	return w.reqTTL, true
 }
 
-// setHead records the mod revision and queue head an acquire of lock r saw.
-func (ss *session) setHead(r ref, mod int64, next *headEntry) {
+// took records that r holds its lock until ttl from now, written at mod
+// revision mod with next the queue head after it (0, nil: unknown), and no
+// longer waits.
+func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
+	t := ss.track(ss.held, r, ttl)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil {
-		t.mod, t.next = mod, next
-	}
+	t.mod, t.next = mod, next
+	delete(ss.waiting, r)
 }
 
 // moved records that r's holder rewrote its lock at revision mod (0:
@@ -149,7 +151,7 @@ func (ss *session) moved(r ref, mod int64) {
 	}
 }
 
-// headOf returns what setHead recorded for lock r (0, nil if nothing).
+// headOf returns what took or granted recorded for lock r (0, nil if nothing).
 func (ss *session) headOf(r ref) (int64, *headEntry) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
