@@ -289,12 +289,8 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	select {
 	case wr, ok := <-wch:
 		if !ok || !wr.Created || wr.Err() != nil {
-			cancel()
-			err := wr.Err()
-			if err == nil {
-				err = context.Cause(wctx)
-			}
-			return fail(err)
+			cancel() // wctx's cause, when the watch gave no error
+			return fail(cmp.Or(wr.Err(), context.Cause(wctx)))
 		}
 		if snap == nil || snap.rev < wr.Header.Revision {
 			get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke), clientv3.WithRev(wr.Header.Revision))
@@ -395,7 +391,6 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wrote := false
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= kw.rev {
@@ -407,11 +402,9 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			was := kw.lock
 			kw.lock = nil
 			if ev.Type == mvccpb.PUT {
-				kw.lock, kw.lockAt, wrote = ev.Kv, time.Now(), true
+				kw.lock, kw.lockAt = ev.Kv, time.Now()
 				grants = append(grants, ev.Kv)
-				if tok, _, _, _, _ := lockFields(ev.Kv.Value); !ownedBy(was, tok) {
-					kw.newHolder()
-				}
+				kw.newHolder(was, ev.Kv)
 			}
 		case ev.Type == mvccpb.DELETE:
 			delete(kw.entries, k)
@@ -424,8 +417,10 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		kw.granted(tok, kv)
 	}
 	var sights []sighting
+	var mod int64 // the lock written by these events, if it is still there
 	var ttl time.Duration
-	if wrote = wrote && kw.lock != nil; wrote {
+	if len(grants) > 0 && kw.lock != nil {
+		mod = kw.lock.ModRevision
 		_, ttl, _, _, _ = lockFields(kw.lock.Value)
 	}
 	for sb := range kw.subs {
@@ -434,8 +429,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 			sb.signal()
 		}
 		sb.was = now
-		if e := kw.entries[sb.entry].GetCreateRevision(); wrote && e > 0 && e < kw.lock.ModRevision {
-			sights = append(sights, sighting{sb.r, e, kw.lock.ModRevision, kw.lockAt, ttl})
+		if e := kw.entries[sb.entry].GetCreateRevision(); e > 0 && e < mod {
+			sights = append(sights, sighting{sb.r, e, mod, kw.lockAt, ttl})
 		}
 	}
 	return sights
@@ -473,9 +468,12 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	return driver.Wake{Fence: fenceOf(kv), TTL: req.Truncate(time.Millisecond)}
 }
 
-// newHolder wakes the observers when the lock changed holder without being
-// free in between; watches.mu is held.
-func (kw *keyWatch) newHolder() {
+// newHolder wakes the observers when lock kv names another holder than was
+// (nil when it was free); watches.mu is held.
+func (kw *keyWatch) newHolder(was, kv *mvccpb.KeyValue) {
+	if tok, _, _, _, _ := lockFields(kv.Value); ownedBy(was, tok) {
+		return
+	}
 	for sb := range kw.subs {
 		if sb.observer {
 			sb.signal()
