@@ -268,12 +268,10 @@ func (kw *keyWatch) signal(f func(*subscriber) bool) {
 
 func anyone(*subscriber) bool { return true }
 
-// start starts the watch from etcd's current revision and loads the model
-// as of that revision or later: from snap when it is that recent, else
-// from one read at the watch's revision. (A watch from a past revision is
-// "unsynced" in etcd: caught up 512 watches per 100 ms, each pass rereading
-// the history since the oldest one; thousands of keys waited on made that
-// seconds late and most of etcd's CPU.) Events at or before the model's
+// start starts the watch from etcd's current revision (one from a past
+// revision is "unsynced", slow to catch up: docs/etcd.md) and loads the
+// model as of that revision or later: from snap when it is that recent, else
+// from one read at the watch's revision. Events at or before the model's
 // revision are then skipped.
 func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchChan, context.CancelFunc, error) {
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
