@@ -226,15 +226,14 @@ func (s *Store) retried(ctx context.Context, req driver.AcquireRequest, l client
 // acquireTxn sends req's acquire transaction, shaped by what the store
 // knows of the token (st): the retry check only when it may own the lock.
 func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
-	myRev := st.rev
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
 	// Free: no lock and no queue, one comparison over the key's range.
 	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ks), "=", 0).WithRange(ke)}
-	if myRev > 0 { // or no lock, and we head the queue: every entry is ours or younger
-		free = headCmps(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), e, myRev, qs, qe)
+	if st.rev > 0 { // or no lock, and we head the queue: every entry is ours or younger
+		free = headCmps(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), e, st.rev, qs, qe)
 	}
 	var lost []clientv3.Op
 	if ql != 0 { // a rewrite keeps the entry's create revision: its place
@@ -242,22 +241,27 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, 0), clientv3.WithLease(l))}
-	if myRev > 0 || st.mayQueue {
+	if st.mayQueue {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
-	if myRev > 0 { // others may wait behind us: the next head, for Release
+	if st.rev > 0 { // others may wait behind us: the next head, for Release
 		take = append(take, headRead(qs, qe))
 	}
 	if !st.mayOwn {
 		return s.txn(ctx, req.Key, free, take, lost, false)
 	}
-	// The value stays: it may carry the fence.
-	ours, keep := mine(k, req.Token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
+	ours, keep := moveLock(k, req.Token, l)
 	if st.grantMod > 0 { // a grant as the watch saw it: rewritten whole (its TTL), and the next head read
 		ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", st.grantMod)}
 		keep = []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, st.fence), clientv3.WithLease(l)), headRead(qs, qe)}
 	}
 	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(ours, keep, lost)}, st.grantMod > 0) // a grant's: first
+}
+
+// moveLock moves lock k, when it holds token, to lease l (a retried acquire
+// or a renewal); the value stays: it may carry the fence.
+func moveLock(k, token string, l clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
+	return mine(k, token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
 }
 
 // keyView is what a read of a key's range shows: the lock and the queue.
@@ -385,9 +389,8 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			}
 			ids[r.TTL] = id
 		}
-		k := s.lockKey(r.Key)
-		ops[j] = clientv3.OpTxn(mine(k, r.Token),
-			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())}, nil)
+		ours, move := moveLock(s.lockKey(r.Key), r.Token, id)
+		ops[j] = clientv3.OpTxn(ours, move, nil)
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
