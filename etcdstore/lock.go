@@ -72,7 +72,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			rs = rs[0].GetResponseTxn().GetResponses()
 		}
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
-		if !st.mayOwn && v.lock != nil && ownedBy(v.lock, req.Token) {
+		if !st.mayOwn && ownedBy(v.lock, req.Token) {
 			forced = true // ask again with the retry check
 			if ql != 0 {  // and delete, at Release, the entry this answer put
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
@@ -83,7 +83,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		if ql != 0 {
 			t := s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
-			if !v.held && v.myRev > 0 && len(v.ahead) == 0 && attempt == 0 {
+			if v.lock == nil && v.myRev > 0 && v.ahead == 0 && attempt == 0 {
 				continue // we head the queue of a free key: take it now
 			}
 		}
@@ -107,9 +107,7 @@ func (s *Store) acquireFailed(ctx context.Context, req driver.AcquireRequest, er
 func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g driver.Grant, done bool, err error) {
 	r := ref{req.Key, req.Token}
 	if resp.Succeeded { // taken
-		s.sess.track(s.sess.held, r, req.TTL)
-		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
-		s.sess.untrack(s.sess.waiting, r)
+		s.sess.took(r, req.TTL, resp.Header.Revision, s.headOf(req.Key, resp.Responses))
 		// All puts of a transaction carry its revision, the header's.
 		return driver.Grant{Fence: uint64(resp.Header.Revision)}, true, nil
 	}
@@ -117,14 +115,12 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	if !st.mayOwn || !inner.GetSucceeded() {
 		return g, false, nil
 	}
-	// Our own lock: a retry, or a grant this store saw (rewritten whole).
-	s.sess.track(s.sess.held, r, req.TTL)
-	if st.grantMod > 0 {
-		s.sess.setHead(r, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
-		s.sess.untrack(s.sess.waiting, r) // the grant deleted our entry
+	if st.grantMod > 0 { // a grant this store saw, rewritten whole; it deleted our entry
+		s.sess.took(r, req.TTL, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
 		s.sess.untrack(s.sess.grants, r)
 		return driver.Grant{Fence: uint64(st.fence)}, true, nil
 	}
+	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
 	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
@@ -175,52 +171,34 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 	return true
 }
 
-// tryTakeOver runs takeOver and records the outcome when it took the lock
-// or failed (done).
-func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (driver.Grant, bool, error) {
-	r := ref{req.Key, req.Token}
-	g, ok, err := s.takeOver(ctx, req, l)
-	switch {
-	case err != nil: // it may have applied: tracked as after an acquire
-		s.sess.track(s.sess.held, r, req.TTL)
-		return driver.Grant{}, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
-	case ok:
-		s.sess.track(s.sess.held, r, req.TTL)
-		s.sess.untrack(s.sess.waiting, r)
-		return g, true, nil
-	}
-	return driver.Grant{}, false, nil
-}
-
-// takeOver takes the lock when req's token heads its queue and has seen the
-// lock unchanged for its TTL (session.takeoverAt), in one transaction
+// tryTakeOver takes the lock when req's token heads its queue and has seen
+// the lock unchanged for its TTL (session.takeoverAt), in one transaction
 // guarded by the lock's mod revision, the token's entry and its place at the
 // head. The new lock's fence, in its value, is that mod revision plus one:
-// above every earlier fence of the key. ok is false when the lock is not
+// above every earlier fence of the key. done is false when the lock is not
 // known to be expired (nothing sent) or the guard failed.
-func (s *Store) takeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (g driver.Grant, ok bool, err error) {
+func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID) (g driver.Grant, done bool, err error) {
 	r := ref{req.Key, req.Token}
 	mod, entry, at, known := s.sess.takeoverAt(r)
-	if !known {
-		return g, false, nil
-	}
-	if time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
+	if !known || time.Until(at) > takeoverSlack || !waitUntil(ctx, at) {
 		return g, false, nil
 	}
 	k, e := s.lockKey(r.key), s.entryKey(r.key, r.token)
 	qs, qe := s.queueRange(r.key)
-	fence := mod + 1
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod),
-			clientv3.Compare(clientv3.CreateRevision(e), "=", entry),
-			clientv3.Compare(clientv3.CreateRevision(qs), ">", entry-1).WithRange(qe)).
-		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, fence), clientv3.WithLease(l)),
+		If(headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), e, entry, qs, qe)...).
+		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, mod+1), clientv3.WithLease(l)),
 			clientv3.OpDelete(e)).
 		Commit()
-	if err != nil {
-		return g, false, err
+	switch {
+	case err != nil: // it may have applied: tracked as after an acquire
+		s.sess.track(s.sess.held, r, req.TTL)
+		return g, true, s.wrapLease(ctx, "acquire", req.Key, err, l)
+	case !resp.Succeeded:
+		return g, false, nil
 	}
-	return driver.Grant{Fence: uint64(fence)}, resp.Succeeded, nil
+	s.sess.took(r, req.TTL, 0, nil)
+	return driver.Grant{Fence: uint64(mod + 1)}, true, nil
 }
 
 // retried finishes an acquire or renewal that moved the token's lock (prev)
@@ -248,19 +226,14 @@ func (s *Store) retried(ctx context.Context, req driver.AcquireRequest, l client
 // acquireTxn sends req's acquire transaction, shaped by what the store
 // knows of the token (st): the retry check only when it may own the lock.
 func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID, st standing) (*clientv3.TxnResponse, error) {
-	myRev := st.rev
 	k := s.lockKey(req.Key)
 	e := s.entryKey(req.Key, req.Token)
 	qs, qe := s.queueRange(req.Key)
 	ks, ke := s.keyRange(req.Key)
 	// Free: no lock and no queue, one comparison over the key's range.
 	free := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ks), "=", 0).WithRange(ke)}
-	if myRev > 0 { // or no lock, and we head the queue: every entry is ours or younger
-		free = []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(qs), ">", myRev-1).WithRange(qe),
-			clientv3.Compare(clientv3.CreateRevision(e), "=", myRev),
-		}
+	if st.rev > 0 { // or no lock, and we head the queue: every entry is ours or younger
+		free = headCmps(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), e, st.rev, qs, qe)
 	}
 	var lost []clientv3.Op
 	if ql != 0 { // a rewrite keeps the entry's create revision: its place
@@ -268,17 +241,16 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, 0), clientv3.WithLease(l))}
-	if myRev > 0 || st.mayQueue {
+	if st.mayQueue {
 		take = append(take, clientv3.OpDelete(e)) // our queue entry, if any
 	}
-	if myRev > 0 { // others may wait behind us: the next head, for Release
+	if st.rev > 0 { // others may wait behind us: the next head, for Release
 		take = append(take, headRead(qs, qe))
 	}
 	if !st.mayOwn {
 		return s.txn(ctx, req.Key, free, take, lost, false)
 	}
-	// The value stays: it may carry the fence.
-	ours, keep := mine(k, req.Token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
+	ours, keep := moveLock(k, req.Token, l)
 	if st.grantMod > 0 { // a grant as the watch saw it: rewritten whole (its TTL), and the next head read
 		ours = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", st.grantMod)}
 		keep = []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, st.fence), clientv3.WithLease(l)), headRead(qs, qe)}
@@ -286,37 +258,36 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	return s.txn(ctx, req.Key, free, take, []clientv3.Op{clientv3.OpTxn(ours, keep, lost)}, st.grantMod > 0) // a grant's: first
 }
 
+// moveLock moves lock k, when it holds token, to lease l (a retried acquire
+// or a renewal); the value stays: it may carry the fence.
+func moveLock(k, token string, l clientv3.LeaseID) ([]clientv3.Cmp, []clientv3.Op) {
+	return mine(k, token), []clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l), clientv3.WithPrevKV())}
+}
+
 // keyView is what a read of a key's range shows: the lock and the queue.
 type keyView struct {
 	rev     int64
-	held    bool
-	lock    *mvccpb.KeyValue
+	lock    *mvccpb.KeyValue            // nil: free
 	myRev   int64                       // the token's queue entry, 0 if none
-	ahead   map[string]bool             // entries older than the token's (all, if none)
-	queue   map[string]int64            // every entry: key -> create revision
-	entries map[string]*mvccpb.KeyValue // every entry (for a grant)
+	ahead   int                         // entries older than the token's (all, if none)
+	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
 }
 
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
-	v := keyView{rev: rev, ahead: map[string]bool{}, queue: map[string]int64{}, entries: map[string]*mvccpb.KeyValue{}}
-	k, e := s.lockKey(key), s.entryKey(key, token)
-	for _, kv := range kvs {
-		switch string(kv.Key) {
-		case k:
-			v.held, v.lock = true, kv
-		case e:
-			v.myRev = kv.CreateRevision
-		}
-	}
+	v := keyView{rev: rev, entries: map[string]*mvccpb.KeyValue{}}
+	k := s.lockKey(key)
 	for _, kv := range kvs {
 		if string(kv.Key) == k {
-			continue
+			v.lock = kv
+		} else {
+			v.entries[string(kv.Key)] = kv
 		}
-		v.queue[string(kv.Key)] = kv.CreateRevision
-		v.entries[string(kv.Key)] = kv
+	}
+	v.myRev = v.entries[s.entryKey(key, token)].GetCreateRevision()
+	for _, kv := range v.entries {
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
-			v.ahead[string(kv.Key)] = true
+			v.ahead++
 		}
 	}
 	return v
@@ -325,8 +296,8 @@ func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyVi
 // contended builds the Grant of a lost acquire. left is the lock's time
 // left by this store's clock for a waiter (session.setQueue), < 0 unknown.
 func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyView, left time.Duration) driver.Grant {
-	g := driver.Grant{Ahead: len(v.ahead)}
-	if !v.held {
+	g := driver.Grant{Ahead: v.ahead}
+	if v.lock == nil {
 		return g
 	}
 	_, ttl, holder, _, _ := lockFields(v.lock.Value)
@@ -418,9 +389,8 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			}
 			ids[r.TTL] = id
 		}
-		k := s.lockKey(r.Key)
-		ops[j] = clientv3.OpTxn(mine(k, r.Token),
-			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())}, nil)
+		ours, move := moveLock(s.lockKey(r.Key), r.Token, id)
+		ops[j] = clientv3.OpTxn(ours, move, nil)
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -498,79 +468,56 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
-	reads := func() []clientv3.Op { return []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)} }
-	empty := func() clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe) }
-	notMine := func() []clientv3.Op {
-		return append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
-	}
+	reads := []clientv3.Op{clientv3.OpGet(k), headRead(qs, qe)}
+	empty := clientv3.Compare(clientv3.CreateRevision(qs), "=", 0).WithRange(qe)
 	granting := !plain && mod > 0 && next != nil && next.token != token
-	cmps, then, els := mine(k, token), free, notMine()
+	cmps, then, els := mine(k, token), free, append([]clientv3.Op{clientv3.OpGet(k, clientv3.WithCountOnly())}, own...)
 	switch {
 	case granting:
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		then = []clientv3.Op{clientv3.OpTxn(headCmps(k, mod, next, qs, qe), grant,
-			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty()}, free, reads())})}
-	case plain:
-	default: // nobody waits: delete; else read (the token is checked on the answer)
+		guard := headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe)
+		then = []clientv3.Op{clientv3.OpTxn(guard, grant, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})}
+	case !plain: // nobody waits: delete; else read (the token is checked on the answer)
 		if mod > 0 { // the lock as our acquire or a grant wrote it
 			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}
 		}
-		cmps, els = append(cmps, empty()), append(reads(), own...)
+		cmps, els = append(cmps, empty), append(reads, own...)
 	}
 	// A grant after a read goes first: its release waited once already.
 	resp, err := s.txn(ctx, key, cmps, then, els, again)
 	if err != nil {
 		return released{}, err
 	}
-	return s.releasedBy(key, token, resp, granting, plain), nil
+	return s.releasedBy(key, token, resp, granting || plain), nil
 }
 
-// releasedBy decodes the answer of releaseOnce.
-func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, granting, plain bool) released {
+// releasedBy decodes the answer of releaseOnce; checked: its compare was
+// the token's.
+func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, checked bool) released {
 	rs := resp.Responses
-	if !granting && !plain {
-		if resp.Succeeded {
-			return released{done: true} // nobody waited: deleted
-		}
-		kvs := rs[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
+	if !resp.Succeeded { // rs[0] read the lock
+		lock := rs[0].GetResponseRange()
+		switch {
+		case lock.GetCount() == 0:
 			return released{done: true, err: leasehold.ErrNotHeld}
-		}
-		if tok, _, _, _, _ := lockFields(kvs[0].Value); tok != token {
+		case checked || !ownedBy(lock.GetKvs()[0], token):
 			return released{done: true, err: leasehold.ErrNotOwned}
 		}
-		return readRelease(s, key, rs) // ours, and someone waits
+		return s.readRelease(key, rs) // ours, and someone waits
 	}
-	if !resp.Succeeded {
-		return notMineRelease(rs)
+	if inner := rs[0].GetResponseTxn(); inner != nil && !inner.GetSucceeded() { // not granted
+		if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
+			return s.readRelease(key, rest.GetResponses())
+		}
 	}
-	if plain {
-		return released{done: true}
-	}
-	inner := rs[0].GetResponseTxn()
-	if inner.GetSucceeded() {
-		return released{done: true} // granted to the head
-	}
-	if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
-		return readRelease(s, key, rest.GetResponses())
-	}
-	return released{done: true} // nobody waited: deleted
-}
-
-// notMineRelease is the outcome of a release whose token did not hold the
-// lock: rs[0] counted the lock.
-func notMineRelease(rs []*etcdserverpb.ResponseOp) released {
-	if rs[0].GetResponseRange().GetCount() == 0 {
-		return released{done: true, err: leasehold.ErrNotHeld}
-	}
-	return released{done: true, err: leasehold.ErrNotOwned}
+	return released{done: true} // deleted, or granted to the head
 }
 
 // readRelease is the outcome of a release that found waiters: rs read the
 // lock and the queue head, to grant in the next transaction.
-func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
+func (s *Store) readRelease(key string, rs []*etcdserverpb.ResponseOp) released {
 	out := released{next: s.headOf(key, rs)}
 	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		out.mod = kvs[0].ModRevision
@@ -578,13 +525,12 @@ func readRelease(s *Store, key string, rs []*etcdserverpb.ResponseOp) released {
 	return out
 }
 
-// headCmps guard the grant of lock k (at mod revision mod) to the queue
-// entry h: unchanged lock, h still there and still the oldest entry.
-func headCmps(k string, mod int64, h *headEntry, qs, qe string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(k), "=", mod),
-		clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev),
-		clientv3.Compare(clientv3.CreateRevision(qs), ">", h.rev-1).WithRange(qe),
+// headCmps guard a write for queue entry e at create revision rev: the lock
+// compare c, e still there and still the oldest entry of [qs, qe).
+func headCmps(c clientv3.Cmp, e string, rev int64, qs, qe string) []clientv3.Cmp {
+	return []clientv3.Cmp{c,
+		clientv3.Compare(clientv3.CreateRevision(e), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(qs), ">", rev-1).WithRange(qe),
 	}
 }
 

@@ -69,8 +69,8 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	sb.was = kw.can(sb)
 	if sb.was {
 		sb.signal() // it may take the key now
-	} else if kw.held && token != "" && kw.lockTok == token && kw.lockKV != nil {
-		sb.hand(kw.handoff(sb.r, kw.lockKV)) // granted before the watch started
+	} else if token != "" && ownedBy(kw.lock, token) {
+		sb.hand(kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
 	var once sync.Once
@@ -123,18 +123,13 @@ type keyWatch struct {
 	err   error
 	// Under watches.mu:
 	subs    map[*subscriber]struct{}
-	rev     int64 // the model's revision: events at or before it are in it
-	held    bool
-	queue   map[string]int64            // entry key -> create revision
-	entries map[string]*mvccpb.KeyValue // where known (for a grant's next head)
+	rev     int64                       // the model's revision: events at or before it are in it
+	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
 	empty   time.Time                   // when subs became empty
-	// The held lock: mod revision, when the watch first saw it there, TTL
-	// (0: unknown). The head is woken at lockAt+lockTTL (takeover).
-	lockMod int64
-	lockAt  time.Time
-	lockTTL time.Duration
-	lockTok string // the holder's token, "" when free or unknown
-	lockKV  *mvccpb.KeyValue
+	// The held lock (nil: free) and when the watch first saw it at its mod
+	// revision: the head is woken at lockAt plus its TTL (takeover).
+	lock   *mvccpb.KeyValue
+	lockAt time.Time
 }
 
 // subscriber is one WaitRelease.
@@ -171,7 +166,7 @@ func (sb *subscriber) hand(w driver.Wake) {
 }
 
 // join adds sb to key's watch, starting it (seeded with snap, when known).
-func (w *watches) join(s *Store, key string, sb *subscriber, snap *queueSnap) *keyWatch {
+func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *keyWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.keys == nil {
@@ -205,37 +200,20 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return !kw.held && (sb.observer || headIs(kw.queue, sb.entry))
+	return kw.lock == nil && (sb.observer || len(kw.entries) == 0 || kw.heads(sb))
 }
 
 // heads reports whether sb's entry is the oldest of the queue; watches.mu is
 // held.
 func (kw *keyWatch) heads(sb *subscriber) bool {
-	_, queued := kw.queue[sb.entry]
-	return queued && headIs(kw.queue, sb.entry)
-}
-
-// headIs reports whether entry is the oldest of queue, or queue is empty.
-func headIs(queue map[string]int64, entry string) bool {
-	if len(queue) == 0 {
-		return true
-	}
-	rev, ok := queue[entry]
-	if !ok {
-		return false
-	}
-	for _, r := range queue {
-		if r < rev {
-			return false
-		}
-	}
-	return true
+	h := kw.oldest("")
+	return h != nil && string(h.Key) == sb.entry
 }
 
 // run is the key watch's goroutine: it starts the watch (its model from
 // snap, or a read), follows it, restarts it after a break, and ends when the store
 // closes or nobody subscribed for watchLinger.
-func (kw *keyWatch) run(snap *queueSnap) {
+func (kw *keyWatch) run(snap *keyView) {
 	ctx := kw.s.sess.ctx
 	for first := true; ; first = false {
 		wch, cancel, err := kw.start(ctx, snap)
@@ -249,7 +227,7 @@ func (kw *keyWatch) run(snap *queueSnap) {
 				kw.remove()
 				return
 			}
-			kw.signalAll()
+			kw.signal(anyone)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -262,7 +240,7 @@ func (kw *keyWatch) run(snap *queueSnap) {
 		if done {
 			return
 		}
-		kw.signalAll() // the watch broke: every waiter re-checks
+		kw.signal(anyone) // the watch broke: every waiter re-checks
 	}
 }
 
@@ -276,23 +254,26 @@ func (kw *keyWatch) remove() {
 	}
 }
 
-func (kw *keyWatch) signalAll() {
+// signal signals the subscribers for which f holds, under watches.mu.
+func (kw *keyWatch) signal(f func(*subscriber) bool) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for sb := range kw.subs {
-		sb.signal()
+		if f(sb) {
+			sb.signal()
+		}
 	}
 }
 
-// start starts the watch from etcd's current revision and loads the model
-// as of that revision or later: from snap when it is that recent, else
-// from one read at the watch's revision. (A watch from a past revision is
-// "unsynced" in etcd: caught up 512 watches per 100 ms, each pass rereading
-// the history since the oldest one; thousands of keys waited on made that
-// seconds late and most of etcd's CPU.) Events at or before the model's
+func anyone(*subscriber) bool { return true }
+
+// start starts the watch from etcd's current revision (one from a past
+// revision is "unsynced", slow to catch up: docs/etcd.md) and loads the
+// model as of that revision or later: from snap when it is that recent, else
+// from one read at the watch's revision. Events at or before the model's
 // revision are then skipped.
-func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchChan, context.CancelFunc, error) {
+func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchChan, context.CancelFunc, error) {
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
@@ -306,31 +287,23 @@ func (kw *keyWatch) start(ctx context.Context, snap *queueSnap) (clientv3.WatchC
 	select {
 	case wr, ok := <-wch:
 		if !ok || !wr.Created || wr.Err() != nil {
-			cancel()
-			err := wr.Err()
-			if err == nil {
-				err = context.Cause(wctx)
-			}
-			return fail(err)
+			cancel() // wctx's cause, when the watch gave no error
+			return fail(cmp.Or(wr.Err(), context.Cause(wctx)))
 		}
 		if snap == nil || snap.rev < wr.Header.Revision {
 			get, err := kw.s.cli.Get(bctx, ks, clientv3.WithRange(ke), clientv3.WithRev(wr.Header.Revision))
 			if err != nil {
 				return fail(err)
 			}
-			snap = snapOf(kw.s.view(kw.key, "", get.Kvs, wr.Header.Revision))
+			v := kw.s.view(kw.key, "", get.Kvs, wr.Header.Revision)
+			snap = &v
 		}
 	case <-bctx.Done():
 		return fail(fmt.Errorf("%w: etcd did not confirm the watch: %w", ErrUnavailable, context.Cause(bctx)))
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.rev, kw.held, kw.queue, kw.entries = snap.rev, snap.held, snap.queue, snap.entries
-	if kw.entries == nil {
-		kw.entries = map[string]*mvccpb.KeyValue{}
-	}
-	kw.lockMod, kw.lockAt, kw.lockTTL = snap.lockMod, time.Now(), snap.lockTTL
-	kw.lockTok, kw.lockKV = snap.lockTok, snap.lockKV
+	kw.rev, kw.lock, kw.lockAt, kw.entries = snap.rev, snap.lock, time.Now(), snap.entries
 	w.mu.Unlock()
 	return wch, cancel, nil
 }
@@ -356,7 +329,7 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 				return true
 			}
 		case <-expiry.C:
-			kw.wakeHead()
+			kw.signal(func(sb *subscriber) bool { return kw.lock != nil && kw.heads(sb) }) // the takeover
 			kw.arm(expiry, time.Time{})
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
@@ -384,30 +357,16 @@ func (kw *keyWatch) headExpiry() time.Time {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !kw.held || kw.lockMod == 0 || kw.lockTTL <= 0 || len(kw.queue) == 0 {
+	if kw.lock == nil || len(kw.entries) == 0 {
 		return time.Time{}
 	}
+	_, ttl, _, _, _ := lockFields(kw.lock.Value)
 	for sb := range kw.subs {
-		if kw.heads(sb) {
-			return kw.lockAt.Add(kw.lockTTL - takeoverEarly)
+		if ttl > 0 && kw.heads(sb) {
+			return kw.lockAt.Add(ttl - takeoverEarly)
 		}
 	}
 	return time.Time{}
-}
-
-// wakeHead wakes the subscribers heading the queue of a held lock.
-func (kw *keyWatch) wakeHead() {
-	w := &kw.s.watches
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !kw.held {
-		return
-	}
-	for sb := range kw.subs {
-		if kw.heads(sb) {
-			sb.signal()
-		}
-	}
 }
 
 // idleOut removes kw when nobody subscribed for watchLinger.
@@ -430,7 +389,6 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wrote := false
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= kw.rev {
@@ -439,24 +397,16 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		k := string(ev.Kv.Key)
 		switch {
 		case k == lockKey:
-			kw.held = ev.Type == mvccpb.PUT
-			kw.lockMod, kw.lockTTL = 0, 0
-			was := kw.lockTok
-			kw.lockTok, kw.lockKV = "", nil
-			if kw.held {
-				kw.lockKV = ev.Kv
-				kw.lockTok, kw.lockTTL, _, _, _ = lockFields(ev.Kv.Value)
-				kw.lockMod, kw.lockAt, wrote = ev.Kv.ModRevision, time.Now(), true
+			was := kw.lock
+			kw.lock = nil
+			if ev.Type == mvccpb.PUT {
+				kw.lock, kw.lockAt = ev.Kv, time.Now()
 				grants = append(grants, ev.Kv)
-				if kw.lockTok != was {
-					kw.newHolder()
-				}
+				kw.newHolder(was, ev.Kv)
 			}
 		case ev.Type == mvccpb.DELETE:
-			delete(kw.queue, k)
 			delete(kw.entries, k)
 		default:
-			kw.queue[k] = ev.Kv.CreateRevision
 			kw.entries[k] = ev.Kv
 		}
 	}
@@ -465,14 +415,20 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		kw.granted(tok, kv)
 	}
 	var sights []sighting
+	var mod int64 // the lock written by these events, if it is still there
+	var ttl time.Duration
+	if len(grants) > 0 && kw.lock != nil {
+		mod = kw.lock.ModRevision
+		_, ttl, _, _, _ = lockFields(kw.lock.Value)
+	}
 	for sb := range kw.subs {
 		now := kw.can(sb)
 		if now && !sb.was {
 			sb.signal()
 		}
 		sb.was = now
-		if e := kw.queue[sb.entry]; wrote && kw.held && e > 0 && e < kw.lockMod {
-			sights = append(sights, sighting{sb.r, e, kw.lockMod, kw.lockAt, kw.lockTTL})
+		if e := kw.entries[sb.entry].GetCreateRevision(); e > 0 && e < mod {
+			sights = append(sights, sighting{sb.r, e, mod, kw.lockAt, ttl})
 		}
 	}
 	return sights
@@ -500,7 +456,7 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 		return driver.Wake{}
 	}
 	var next *headEntry
-	if kv := kw.headKV(s.entryKey(r.key, r.token)); kv != nil {
+	if kv := kw.oldest(s.entryKey(r.key, r.token)); kv != nil {
 		next = s.entryHead(r.key, kv)
 	}
 	req, ok := s.sess.granted(r, ttl, kv.ModRevision, int64(fenceOf(kv)), next)
@@ -510,9 +466,12 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	return driver.Wake{Fence: fenceOf(kv), TTL: req.Truncate(time.Millisecond)}
 }
 
-// newHolder wakes the observers when the lock changed holder without being
-// free in between; watches.mu is held.
-func (kw *keyWatch) newHolder() {
+// newHolder wakes the observers when lock kv names another holder than was
+// (nil when it was free); watches.mu is held.
+func (kw *keyWatch) newHolder(was, kv *mvccpb.KeyValue) {
+	if tok, _, _, _, _ := lockFields(kv.Value); ownedBy(was, tok) {
+		return
+	}
 	for sb := range kw.subs {
 		if sb.observer {
 			sb.signal()
@@ -520,16 +479,16 @@ func (kw *keyWatch) newHolder() {
 	}
 }
 
-// headKV returns the key-value of the oldest queue entry other than skip,
-// nil if none or the watch does not know it; watches.mu is held.
-func (kw *keyWatch) headKV(skip string) *mvccpb.KeyValue {
-	head, at := "", int64(0)
-	for k, rev := range kw.queue {
-		if k != skip && (at == 0 || rev < at) {
-			head, at = k, rev
+// oldest returns the oldest queue entry other than skip, nil if none;
+// watches.mu is held.
+func (kw *keyWatch) oldest(skip string) *mvccpb.KeyValue {
+	var head *mvccpb.KeyValue
+	for k, kv := range kw.entries {
+		if k != skip && (head == nil || kv.CreateRevision < head.CreateRevision) {
+			head = kv
 		}
 	}
-	return kw.entries[head]
+	return head
 }
 
 // Live implements driver.LiveNotifier: whether key's watch runs in this store

@@ -9,14 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// A key's transactions (acquires, releases, grants: Store.txn) are sent
-// alone while fewer than maxRelInFlight requests are in flight; beyond that
-// they queue, and when a request returns the first queued one sends the
-// queue as one transaction of nested ones (at most maxRelBatch, one per
-// key). So K keys acquired or released at once cost K/maxRelBatch requests
-// and raft entries, not K requests each bounded by RequestTimeout.
-// etcd's --max-txn-ops (default 128) bounds the outer transaction's ops plus
-// those of each nested level below it (128 keys are refused), hence 100.
+// A key's transactions (Store.txn) go alone while fewer than
+// maxRelInFlight requests are in flight; beyond that they queue, and when a
+// request returns the first queued one sends the queue as one transaction of
+// nested ones (at most maxRelBatch, one per key, under etcd's
+// --max-txn-ops): K keys at once cost K/maxRelBatch requests (docs/etcd.md).
 const (
 	maxRelInFlight = 2
 	maxRelBatch    = 100
@@ -138,9 +135,8 @@ func (b *relBatch) next() {
 
 // txn commits If(cmps).Then(then).Else(els), whose writes are all within
 // key's range, alone or batched with other keys' (relBatch; at the front of
-// its queue when first). The answer's
-// header is the request's: a batch writes at one revision, so a write's
-// revision is still the header's.
+// its queue when first). The answer's header is the request's: a batch
+// writes at one revision, so a write's revision is still the header's.
 func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op, first bool) (*clientv3.TxnResponse, error) {
 	c := &relCall{key: key, cmps: cmps, then: then, els: els, first: first}
 	if err := s.rel.do(ctx, c, s.sendTxns, s.detachTxn); err != nil {

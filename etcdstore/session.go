@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -32,7 +31,7 @@ type ref struct{ key, token string }
 type tracked struct {
 	deadline time.Time // its TTL (or queue TTL) after the last write
 	rev      int64     // queue entries: the entry's create revision (0: unknown)
-	snap     *queueSnap
+	snap     *keyView  // what the last acquire of a queue entry saw, for WaitRelease
 	// Queue entries: the lock they wait for (mod revision, 0: free or
 	// unknown), when this store first saw it there, and its TTL (takeoverAt);
 	// the TTL the waiter asked for (a grant's Handoff.TTL).
@@ -88,7 +87,7 @@ func (ss *session) track(m map[ref]*tracked, r ref, ttl time.Duration) *tracked 
 		ss.prune()
 	}
 	t.deadline = time.Now().Add(ttl)
-	t.mod, t.next = 0, nil // a later write: setHead again
+	t.mod, t.next = 0, nil // a later write: unknown until took
 	return t
 }
 
@@ -128,13 +127,15 @@ func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *hea
 	return w.reqTTL, true
 }
 
-// setHead records the mod revision and queue head an acquire of lock r saw.
-func (ss *session) setHead(r ref, mod int64, next *headEntry) {
+// took records that r holds its lock until ttl from now, written at mod
+// revision mod with next the queue head after it (0, nil: unknown), and no
+// longer waits.
+func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
+	t := ss.track(ss.held, r, ttl)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil {
-		t.mod, t.next = mod, next
-	}
+	t.mod, t.next = mod, next
+	delete(ss.waiting, r)
 }
 
 // moved records that r's holder rewrote its lock at revision mod (0:
@@ -150,7 +151,7 @@ func (ss *session) moved(r ref, mod int64) {
 	}
 }
 
-// headOf returns what setHead recorded for lock r (0, nil if nothing).
+// headOf returns what took or granted recorded for lock r (0, nil if nothing).
 func (ss *session) headOf(r ref) (int64, *headEntry) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -161,28 +162,6 @@ func (ss *session) headOf(r ref) (int64, *headEntry) {
 		return g.mod, g.next
 	}
 	return 0, nil
-}
-
-// queueSnap is what a waiter's last Acquire saw of its key, for WaitRelease.
-type queueSnap struct {
-	rev     int64 // the revision of the answer
-	held    bool
-	lockMod int64
-	lockTTL time.Duration // 0: unknown
-	lockTok string
-	lockKV  *mvccpb.KeyValue
-	queue   map[string]int64 // entry key -> create revision
-	entries map[string]*mvccpb.KeyValue
-}
-
-// snapOf makes the queueSnap of a view.
-func snapOf(v keyView) *queueSnap {
-	q := &queueSnap{rev: v.rev, held: v.held, queue: v.queue, entries: v.entries}
-	if v.held {
-		q.lockMod, q.lockKV = v.lock.ModRevision, v.lock
-		q.lockTok, q.lockTTL, _, _, _ = lockFields(v.lock.Value)
-	}
-	return q
 }
 
 // standing is what a store knows of a token on a key, for its next acquire.
@@ -219,7 +198,7 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	t.reqTTL = reqTTL
 	var mod int64
 	var ttl time.Duration
-	if v.held && v.myRev > 0 {
+	if v.lock != nil && v.myRev > 0 {
 		_, ttl, _, _, _ = lockFields(v.lock.Value)
 		if ttl > 0 {
 			mod = v.lock.ModRevision
@@ -229,7 +208,7 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 		t.lockMod, t.lockSeen, t.lockTTL = mod, seen, ttl
 	}
 	t.rev = v.myRev
-	t.snap = snapOf(v)
+	t.snap = &v
 	if mod == 0 {
 		return -1
 	}
@@ -276,12 +255,11 @@ func (ss *session) takeoverAt(r ref) (mod, entry int64, at time.Time, ok bool) {
 }
 
 // snapshot returns what r's last acquire saw, nil if unknown.
-func (ss *session) snapshot(r ref) *queueSnap {
+func (ss *session) snapshot(r ref) *keyView {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if t := ss.waiting[r]; t != nil && t.snap != nil {
 		cp := *t.snap
-		cp.queue = maps.Clone(t.snap.queue)
 		cp.entries = maps.Clone(t.snap.entries)
 		return &cp
 	}

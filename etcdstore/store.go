@@ -240,6 +240,6 @@ func checkNames(key, token, holder string) error {
 
 // ownedBy reports whether lock kv holds token.
 func ownedBy(kv *mvccpb.KeyValue, token string) bool {
-	tok, _, _, _, _ := lockFields(kv.Value)
+	tok, _, _, _, _ := lockFields(kv.GetValue()) // "" for nil
 	return tok == token
 }
