@@ -47,7 +47,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
-	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), observer: token == "", wake: make(chan driver.Wake, 1)}
+	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), wake: make(chan driver.Wake, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.startTimeout()
 	t := time.NewTimer(start)
@@ -134,12 +134,15 @@ type keyWatch struct {
 
 // subscriber is one WaitRelease.
 type subscriber struct {
-	r        ref
-	entry    string // the token's queue entry key
-	observer bool   // token "": woken whenever the lock becomes free
-	wake     chan driver.Wake
-	was      bool // could take the key at the last check
+	r     ref
+	entry string // the token's queue entry key
+	wake  chan driver.Wake
+	was   bool // could take the key at the last check
 }
+
+// observer reports a subscriber without a token, woken whenever the lock
+// becomes free.
+func (sb *subscriber) observer() bool { return sb.r.token == "" }
 
 func (sb *subscriber) signal() { sb.hand(driver.Wake{}) }
 
@@ -200,7 +203,7 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 
 // can reports whether sb may take the key in the model; watches.mu is held.
 func (kw *keyWatch) can(sb *subscriber) bool {
-	return kw.lock == nil && (sb.observer || len(kw.entries) == 0 || kw.heads(sb))
+	return kw.lock == nil && (sb.observer() || len(kw.entries) == 0 || kw.heads(sb))
 }
 
 // heads reports whether sb's entry is the oldest of the queue; watches.mu is
@@ -224,7 +227,7 @@ func (kw *keyWatch) run(snap *keyView) {
 		}
 		if err != nil {
 			if first || ctx.Err() != nil {
-				kw.remove()
+				kw.remove(false)
 				return
 			}
 			kw.signal(anyone)
@@ -244,14 +247,19 @@ func (kw *keyWatch) run(snap *keyView) {
 	}
 }
 
-// remove takes kw out of the store's watches.
-func (kw *keyWatch) remove() {
+// remove takes kw out of the store's watches; idle: only when nobody
+// subscribed for watchLinger. It reports whether it did.
+func (kw *keyWatch) remove(idle bool) bool {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if idle && (len(kw.subs) > 0 || time.Since(kw.empty) < watchLinger) {
+		return false
+	}
 	if w.keys[kw.key] == kw {
 		delete(w.keys, kw.key)
 	}
+	return true
 }
 
 // signal signals the subscribers for which f holds, under watches.mu.
@@ -322,10 +330,10 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	for {
 		select {
 		case <-ctx.Done():
-			kw.remove()
+			kw.remove(false)
 			return true
 		case <-idle.C:
-			if kw.idleOut() {
+			if kw.remove(true) {
 				return true
 			}
 		case <-expiry.C:
@@ -367,20 +375,6 @@ func (kw *keyWatch) headExpiry() time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// idleOut removes kw when nobody subscribed for watchLinger.
-func (kw *keyWatch) idleOut() bool {
-	w := &kw.s.watches
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(kw.subs) > 0 || time.Since(kw.empty) < watchLinger {
-		return false
-	}
-	if w.keys[kw.key] == kw {
-		delete(w.keys, kw.key)
-	}
-	return true
 }
 
 // apply applies watch events to the model, signals the subscribers that
@@ -439,7 +433,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 // inside it, never the other way round).
 func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
 	for sb := range kw.subs {
-		if sb.observer || sb.r.token != token {
+		if sb.observer() || sb.r.token != token {
 			continue
 		}
 		sb.hand(kw.handoff(sb.r, kv))
@@ -473,7 +467,7 @@ func (kw *keyWatch) newHolder(was, kv *mvccpb.KeyValue) {
 		return
 	}
 	for sb := range kw.subs {
-		if sb.observer {
+		if sb.observer() {
 			sb.signal()
 		}
 	}
