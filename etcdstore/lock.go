@@ -122,7 +122,7 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	}
 	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-	if err := s.retried(ctx, req, l, prev, resp.Header.Revision); err != nil {
+	if err := s.retried(ctx, req.Key, l, rewrite(req, prev), resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
 			err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
 		}
@@ -201,22 +201,31 @@ func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l cl
 	return driver.Grant{Fence: uint64(mod + 1)}, true, nil
 }
 
-// retried finishes an acquire or renewal that moved the token's lock (prev)
-// to l at revision rev: when the TTL changed, it rewrites the value, which
-// waiters time a takeover by, keeping its fence.
-func (s *Store) retried(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, prev *mvccpb.KeyValue, rev int64) error {
+// rewrite returns the value a retried acquire or renewal of req writes
+// over the token's lock (prev) when it changed the TTL, which waiters time a
+// takeover by, keeping its fence; "" when the TTL is the same.
+func rewrite(req driver.AcquireRequest, prev *mvccpb.KeyValue) string {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
 	if was == req.TTL {
+		return ""
+	}
+	return lockValue(req.Token, req.TTL, holder, fence)
+}
+
+// retried finishes an acquire or renewal that moved the token's lock to l
+// at revision rev: it writes v, the lock's rewrite, if any.
+func (s *Store) retried(ctx context.Context, key string, l clientv3.LeaseID, v string, rev int64) error {
+	if v == "" {
 		return nil
 	}
-	k := s.lockKey(req.Key)
+	k := s.lockKey(key)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
-		Then(clientv3.OpPut(k, lockValue(req.Token, req.TTL, holder, fence), clientv3.WithLease(l))).
+		Then(clientv3.OpPut(k, v, clientv3.WithLease(l))).
 		Commit()
 	switch {
 	case err != nil:
-		return s.wrapLease(ctx, "acquire", req.Key, err, l)
+		return s.wrapLease(ctx, "acquire", key, err, l)
 	case !resp.Succeeded:
 		return leasehold.ErrNotOwned // it changed meanwhile: released, expired or taken
 	}
@@ -405,13 +414,13 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			continue
 		}
 		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-		req := driver.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}
+		v := rewrite(driver.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}, prev)
 		mod := resp.Header.Revision // for Release; unknown after a rewrite
-		if _, was, _, _, _ := lockFields(prev.GetValue()); was != r.TTL {
+		if v != "" {
 			mod = 0
 		}
 		s.sess.moved(ref{r.Key, r.Token}, mod)
-		errs[i] = s.retried(ctx, req, ids[r.TTL], prev, resp.Header.Revision)
+		errs[i] = s.retried(ctx, r.Key, ids[r.TTL], v, resp.Header.Revision)
 	}
 }
 
