@@ -19,24 +19,14 @@ import (
 // and its queue, then LeaseTimeToLive for the remaining TTL (whole seconds,
 // rounded down, capped by the lock's TTL).
 func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return driver.LockInfo{}, err
-	}
-	defer end()
 	ks, ke := s.keyRange(key)
-	get, err := s.cli.Get(ctx, ks, clientv3.WithRange(ke))
-	if err != nil {
-		return driver.LockInfo{}, s.wrap(ctx, "inspect", key, err)
-	}
-	infos, bad, err := s.describe(ctx, get.Kvs)
-	if err != nil {
-		return driver.LockInfo{}, s.wrap(ctx, "inspect", key, err)
-	}
-	if len(bad) > 0 {
+	infos, bad, err := s.read(ctx, "inspect", key, ks, ke)
+	switch {
+	case err != nil:
+		return driver.LockInfo{}, err
+	case len(bad) > 0:
 		return driver.LockInfo{}, fmt.Errorf("etcdstore: inspect %q: %w: %s", key, leasehold.ErrBadEntry, bad[0])
-	}
-	if len(infos) == 0 || infos[0].Key != key {
+	case len(infos) == 0 || infos[0].Key != key:
 		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	return infos[0], nil
@@ -46,35 +36,32 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.LockInfo, error
 // queues under the prefix (etcd returns keys sorted), then one
 // LeaseTimeToLive per lease (the store's locks share a few).
 func (s *Store) List(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
 	p := s.prefix + prefix
-	get, err := s.cli.Get(ctx, p, clientv3.WithRange(clientv3.GetPrefixRangeEnd(p)))
-	if err != nil {
-		return nil, s.wrap(ctx, "list", prefix, err)
+	infos, bad, err := s.read(ctx, "list", prefix, p, clientv3.GetPrefixRangeEnd(p))
+	if err == nil && len(bad) > 0 {
+		err = fmt.Errorf("etcdstore: list %q: %w: skipped %d: %s", prefix, leasehold.ErrBadEntry, len(bad), strings.Join(bad, "; "))
 	}
-	infos, bad, err := s.describe(ctx, get.Kvs)
-	if err != nil {
-		return nil, s.wrap(ctx, "list", prefix, err)
-	}
-	if len(bad) > 0 {
-		return infos, fmt.Errorf("etcdstore: list %q: %w: skipped %d: %s", prefix, leasehold.ErrBadEntry, len(bad), strings.Join(bad, "; "))
-	}
-	return infos, nil
+	return infos, err
 }
 
-// describe turns sorted kvs of locks and queue entries into LockInfos,
-// leaving out locks whose lease expired and reporting undecodable ones in bad.
-func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []driver.LockInfo, bad []string, err error) {
+// read describes the locks and queue entries in [start, end), leaving out
+// locks whose lease expired and reporting undecodable ones in bad.
+func (s *Store) read(ctx context.Context, op, name, start, end string) (out []driver.LockInfo, bad []string, err error) {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	get, err := s.cli.Get(ctx, start, clientv3.WithRange(end))
+	if err != nil {
+		return nil, nil, s.wrap(ctx, op, name, err)
+	}
 	ttls := map[int64]int64{} // lease -> TTL
 	var cur *driver.LockInfo
 	var headAt int64
-	for _, kv := range kvs {
-		name := string(kv.Key[len(s.prefix):])
-		if lock, _, isEntry := strings.Cut(name, "\x00"); isEntry {
+	for _, kv := range get.Kvs {
+		k := string(kv.Key[len(s.prefix):])
+		if lock, _, isEntry := strings.Cut(k, "\x00"); isEntry {
 			if cur != nil && cur.Key == lock {
 				cur.Waiting++
 				if headAt == 0 || kv.CreateRevision < headAt {
@@ -84,12 +71,12 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []dri
 			}
 			continue
 		}
-		info, ok, err := s.lockInfo(ctx, name, kv, ttls)
+		info, ok, err := s.lockInfo(ctx, k, kv, ttls)
 		switch {
 		case err != nil:
-			return nil, nil, err
+			return nil, nil, s.wrap(ctx, op, name, err)
 		case !ok && info.Key != "":
-			bad = append(bad, fmt.Sprintf("%q: lock value without a token", name))
+			bad = append(bad, fmt.Sprintf("%q: lock value without a token", k))
 			cur = nil
 		case !ok:
 			cur = nil
@@ -104,12 +91,10 @@ func (s *Store) describe(ctx context.Context, kvs []*mvccpb.KeyValue) (out []dri
 // lockInfo describes one lock key. ok is false for a lock to skip: expired
 // (info.Key empty) or undecodable (info.Key set).
 func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (driver.LockInfo, bool, error) {
-	tok, ttl, holder, _, ok := lockFields(kv.Value)
-	info := driver.LockInfo{Key: name, Token: tok, Holder: holder, Fence: fenceOf(kv)}
+	info, ttl, ok := s.info(name, kv)
 	if !ok {
 		return info, false, nil
 	}
-	info.Facts = s.facts(kv)
 	if kv.Lease == 0 {
 		return info, true, nil
 	}
@@ -137,8 +122,10 @@ func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, 
 	return info, true, nil
 }
 
-func (s *Store) facts(kv *mvccpb.KeyValue) map[string]string {
-	return map[string]string{
+// info decodes lock key kv of key; ok is false for a value without a token.
+func (s *Store) info(key string, kv *mvccpb.KeyValue) (info driver.LockInfo, ttl time.Duration, ok bool) {
+	tok, ttl, holder, _, ok := lockFields(kv.Value)
+	facts := map[string]string{
 		"store":           "etcd",
 		"etcd_key":        string(kv.Key),
 		"lease":           strconv.FormatInt(kv.Lease, 16),
@@ -146,6 +133,7 @@ func (s *Store) facts(kv *mvccpb.KeyValue) map[string]string {
 		"mod_revision":    strconv.FormatInt(kv.ModRevision, 10),
 		"version":         strconv.FormatInt(kv.Version, 10),
 	}
+	return driver.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: facts}, ttl, ok
 }
 
 // ForceRelease implements driver.ForceReleaser: it deletes the lock
@@ -164,8 +152,7 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, 
 		return driver.LockInfo{}, leasehold.ErrNotHeld
 	}
 	kv := resp.PrevKvs[0]
-	tok, ttl, holder, _, _ := lockFields(kv.Value)
-	info := driver.LockInfo{Key: key, Token: tok, Holder: holder, Fence: fenceOf(kv), Facts: s.facts(kv)}
+	info, ttl, _ := s.info(key, kv)
 	if kv.Lease != 0 {
 		info.Remaining = s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, 0)
 	}
