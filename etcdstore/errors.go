@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -38,13 +39,19 @@ var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "serve
 // it ErrUnavailable unless the connection's last error says the handshake
 // failed.
 func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
+	what := fmt.Sprintf("%s %q", op, key)
 	if errors.Is(context.Cause(ctx), errTimeout) && !isHandshake(err) {
-		return fmt.Errorf("etcdstore: %s %q: %w: no answer within %v: %w", op, key, ErrUnavailable, s.timeout, err)
+		return fmt.Errorf("etcdstore: %s: %w: no answer within %v: %w", what, ErrUnavailable, s.timeout, err)
 	}
+	return classified(what, err)
+}
+
+// classified wraps the error of what with its classification.
+func classified(what string, err error) error {
 	if class := classify(err); class != nil {
-		return fmt.Errorf("etcdstore: %s %q: %w: %w%s", op, key, class, err, hint(err))
+		return fmt.Errorf("etcdstore: %s: %w: %w%s", what, class, err, hint(err))
 	}
-	return fmt.Errorf("etcdstore: %s %q: %w", op, key, err)
+	return fmt.Errorf("etcdstore: %s: %w", what, err)
 }
 
 // classify is the one place where the store classifies etcd errors
@@ -65,37 +72,22 @@ func classify(err error) error {
 }
 
 func isAccess(err error) bool {
-	for _, e := range accessErrors {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
 	c := status.Code(err)
-	return c == codes.PermissionDenied || c == codes.Unauthenticated
+	return isAny(err, accessErrors) || c == codes.PermissionDenied || c == codes.Unauthenticated
 }
 
 func isOutage(err error) bool {
-	if isHandshake(err) {
-		return false
-	}
-	for _, e := range outageErrors {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
 	c := status.Code(err)
-	return c == codes.Unavailable || c == codes.DeadlineExceeded || outage.Net(err)
+	return !isHandshake(err) && (isAny(err, outageErrors) || c == codes.Unavailable || c == codes.DeadlineExceeded || outage.Net(err))
+}
+
+func isAny(err error, targets []error) bool {
+	return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
 }
 
 // isHandshake reports an error that names a failed TLS or HTTP/2 handshake.
 func isHandshake(err error) bool {
-	msg := err.Error()
-	for _, t := range handshakeText {
-		if strings.Contains(msg, t) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(handshakeText, func(t string) bool { return strings.Contains(err.Error(), t) })
 }
 
 // hint says what to fix for a configuration error.

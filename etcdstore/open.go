@@ -1,12 +1,14 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +24,7 @@ const dialTimeout = 5 * time.Second
 // within ctx (or 5 s), and returns a Store whose Close also closes the
 // client. The client logs nothing.
 func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error) {
-	return open(ctx, clientv3.Config{Endpoints: endpoints}, opts)
+	return OpenConfig(ctx, clientv3.Config{Endpoints: endpoints}, opts)
 }
 
 // OpenConfig is Open with a client configuration of the caller's: its
@@ -32,7 +34,43 @@ func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error)
 // leasehold.ErrMisconfigured for anything else (TLS, a port that does not
 // speak etcd).
 func OpenConfig(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
-	return open(ctx, cfg, opts)
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no etcd endpoints", ErrInvalidOptions)
+	}
+	if slices.Contains(cfg.Endpoints, "") {
+		return nil, fmt.Errorf("%w: empty etcd endpoint", ErrInvalidOptions)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
+	}
+	cfg.Logger = zap.NewNop()
+	if dl, ok := ctx.Deadline(); ok && cfg.DialTimeout == 0 {
+		// With credentials, clientv3.New authenticates while it dials; without
+		// a dial timeout that blocks past ctx on an unreachable endpoint.
+		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, classified("connect to "+strings.Join(cfg.Endpoints, ","), err)
+	}
+	// A linearizable read proves a quorum answers (and that auth works, for
+	// a user whose role covers the prefix only).
+	if _, err := cli.Get(ctx, cmp.Or(opts.Prefix, DefaultPrefix), clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		if perr := probeTLS(cfg); perr != nil {
+			err = perr
+		}
+		return nil, classified("etcd at "+strings.Join(cfg.Endpoints, ",")+" does not answer", err)
+	}
+	s, err := New(cli, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
 }
 
 // OpenURL opens the store named by a URL of the form
@@ -49,7 +87,7 @@ func OpenURL(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if prefix != "" {
 		opts.Prefix = prefix
 	}
-	return open(ctx, cfg, opts)
+	return OpenConfig(ctx, cfg, opts)
 }
 
 // ParseURL parses an etcd:// store URL (see OpenURL) into a client
@@ -112,60 +150,6 @@ func parseHosts(hosts string) ([]string, error) {
 		return nil, fmt.Errorf("%w: etcd URL has no host:port", ErrInvalidOptions)
 	}
 	return out, nil
-}
-
-func open(ctx context.Context, cfg clientv3.Config, opts Options) (*Store, error) {
-	if len(cfg.Endpoints) == 0 {
-		return nil, fmt.Errorf("%w: no etcd endpoints", ErrInvalidOptions)
-	}
-	for _, e := range cfg.Endpoints {
-		if e == "" {
-			return nil, fmt.Errorf("%w: empty etcd endpoint", ErrInvalidOptions)
-		}
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dialTimeout)
-		defer cancel()
-	}
-	cfg.Logger = zap.NewNop()
-	if dl, ok := ctx.Deadline(); ok && cfg.DialTimeout == 0 {
-		// With credentials, clientv3.New authenticates while it dials; without
-		// a dial timeout that blocks past ctx on an unreachable endpoint.
-		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, openError("connect to "+strings.Join(cfg.Endpoints, ","), err)
-	}
-	// A linearizable read proves a quorum answers (and that auth works, for
-	// a user whose role covers the prefix only).
-	prefix := opts.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
-		_ = cli.Close()
-		if perr := probeTLS(cfg); perr != nil {
-			err = perr
-		}
-		return nil, openError("etcd at "+strings.Join(cfg.Endpoints, ",")+" does not answer", err)
-	}
-	s, err := New(cli, opts)
-	if err != nil {
-		_ = cli.Close()
-		return nil, err
-	}
-	s.owned = true
-	return s, nil
-}
-
-// openError wraps an error of Open with its classification.
-func openError(what string, err error) error {
-	if class := classify(err); class != nil {
-		return fmt.Errorf("etcdstore: %s: %w: %w%s", what, class, err, hint(err))
-	}
-	return fmt.Errorf("etcdstore: %s: %w", what, err)
 }
 
 // probeTLS explains a first read that failed: gRPC reports a failed TLS
