@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,12 +210,7 @@ func (st *semState) permitTxn(p string, req driver.PermitRequest, id clientv3.Le
 }
 
 func index(kvs []*mvccpb.KeyValue, k string) int {
-	for i, kv := range kvs {
-		if string(kv.Key) == k {
-			return i
-		}
-	}
-	return -1
+	return slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == k })
 }
 
 // permitValue is a holder key's value: NUL ttl-in-ms NUL holder.

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,16 +80,10 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOptions)
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
 	if strings.ContainsRune(opts.Prefix, 0) {
 		return nil, fmt.Errorf("%w: prefix contains a NUL byte", ErrInvalidOptions)
 	}
-	if opts.RequestTimeout == 0 {
-		opts.RequestTimeout = DefaultRequestTimeout
-	}
-	s := &Store{cli: client, prefix: opts.Prefix, timeout: opts.RequestTimeout}
+	s := &Store{cli: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), timeout: cmp.Or(opts.RequestTimeout, DefaultRequestTimeout)}
 	s.sess = newSession(s)
 	return s, nil
 }
