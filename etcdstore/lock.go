@@ -122,7 +122,7 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	}
 	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-	if err := s.retried(ctx, req.Key, l, rewrite(req, prev), resp.Header.Revision); err != nil {
+	if err := s.retried(ctx, req.Key, l, rewrite(req.Token, req.TTL, prev), resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
 			err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
 		}
@@ -201,15 +201,15 @@ func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l cl
 	return driver.Grant{Fence: uint64(mod + 1)}, true, nil
 }
 
-// rewrite returns the value a retried acquire or renewal of req writes
-// over the token's lock (prev) when it changed the TTL, which waiters time a
+// rewrite returns the value a retried acquire or renewal with ttl writes
+// over token's lock (prev) when it changed the TTL, which waiters time a
 // takeover by, keeping its fence; "" when the TTL is the same.
-func rewrite(req driver.AcquireRequest, prev *mvccpb.KeyValue) string {
+func rewrite(token string, ttl time.Duration, prev *mvccpb.KeyValue) string {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
-	if was == req.TTL {
+	if was == ttl {
 		return ""
 	}
-	return lockValue(req.Token, req.TTL, holder, fence)
+	return lockValue(token, ttl, holder, fence)
 }
 
 // retried finishes an acquire or renewal that moved the token's lock to l
@@ -414,7 +414,7 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			continue
 		}
 		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-		v := rewrite(driver.AcquireRequest{Key: r.Key, Token: r.Token, TTL: r.TTL}, prev)
+		v := rewrite(r.Token, r.TTL, prev)
 		mod := resp.Header.Revision // for Release; unknown after a rewrite
 		if v != "" {
 			mod = 0
