@@ -87,7 +87,8 @@ func isAny(err error, targets []error) bool {
 
 // isHandshake reports an error that names a failed TLS or HTTP/2 handshake.
 func isHandshake(err error) bool {
-	return slices.ContainsFunc(handshakeText, func(t string) bool { return strings.Contains(err.Error(), t) })
+	msg := err.Error()
+	return slices.ContainsFunc(handshakeText, func(t string) bool { return strings.Contains(msg, t) })
 }
 
 // hint says what to fix for a configuration error.
