@@ -92,15 +92,18 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach fun
 	// Our turn: send the queue (we were taken out of it), with us first.
 	b.mu.Lock()
 	batch, keys := []*relCall{c}, map[string]bool{c.key: true}
-	for i := 0; i < len(b.queue) && len(batch) < maxRelBatch; {
-		if q := b.queue[i]; !keys[q.key] {
+	rest := b.queue[:0] // one pass: the queue can hold thousands
+	for _, q := range b.queue {
+		// The same key twice in one transaction: etcd refuses it; next time.
+		if len(batch) < maxRelBatch && !keys[q.key] {
 			keys[q.key] = true
 			batch = append(batch, q)
-			b.queue = slices.Delete(b.queue, i, i+1)
 			continue
 		}
-		i++ // the same key twice in one transaction: etcd refuses it; next time
+		rest = append(rest, q)
 	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
 	b.mu.Unlock()
 	sctx, cancel := detach(ctx)
 	err := send(sctx, batch)
