@@ -34,16 +34,24 @@ var outageErrors = []error{
 // repeats them in the error of an RPC that waited for the connection.
 var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2", "speaks TLS"}
 
-// wrap makes err the error of op on key, classified by classify. The
-// request timeout (ctx's cause errTimeout, not the caller's context) marks
-// it ErrUnavailable unless the connection's last error says the handshake
-// failed.
+// wrap makes err the error of op on key, classified by classify; a
+// request that RequestTimeout ended (timedOut) is ErrUnavailable.
 func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	what := fmt.Sprintf("%s %q", op, key)
-	if errors.Is(context.Cause(ctx), errTimeout) && !isHandshake(err) {
+	if timedOut(ctx, err) {
 		return fmt.Errorf("etcdstore: %s: %w: no answer within %v: %w", what, ErrUnavailable, s.timeout, err)
 	}
 	return classified(what, err)
+}
+
+// timedOut reports whether err is the end of a request of operation ctx by
+// RequestTimeout (ctx's cause errTimeout): a deadline error while the
+// operation's caller (callerOf) lives, not a handshake's (gRPC repeats the
+// connection's last error), nor an answer that came after the deadline.
+func timedOut(ctx context.Context, err error) bool {
+	caller, _ := ctx.Value(callerKey{}).(context.Context)
+	deadline := errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+	return deadline && errors.Is(context.Cause(ctx), errTimeout) && (caller == nil || caller.Err() == nil) && !isHandshake(err)
 }
 
 // classified wraps the error of what with its classification.

@@ -2,6 +2,8 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -14,6 +16,9 @@ import (
 // request returns the first queued one sends the queue as one transaction of
 // nested ones (at most maxRelBatch, one per key, under etcd's
 // --max-txn-ops): K keys at once cost K/maxRelBatch requests (docs/etcd.md).
+// RequestTimeout bounds each request from when it is sent, not the wait in
+// the queue: 10,000 keys at once are 100 requests, 2 at a time, answered
+// over seconds by a healthy cluster. A request it ends fails the queue too.
 const (
 	maxRelInFlight = 2
 	maxRelBatch    = 100
@@ -45,16 +50,24 @@ type relCall struct {
 // sets their answers; ctx bounds it.
 type sendFunc func(ctx context.Context, calls []*relCall) error
 
+// requestFunc returns the context of a request sent now for the operation
+// of ctx: bounded by RequestTimeout from now (cause errTimeout), and ending
+// with the operation's caller unless detached (a batch carries others).
+type requestFunc func(ctx context.Context, detached bool) (context.Context, context.CancelFunc)
+
 // do sends c alone, or queues it until a request carries it or it is its
-// turn to send the queue, under a context from detach (not ending with
-// ctx). It returns ctx's error when ctx ends first (c may have applied).
-func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach func(context.Context) (context.Context, context.CancelFunc)) error {
+// turn to send the queue, detached. Queued, it waits as long as the
+// requests ahead are answered; it returns the caller's error when the
+// caller's context (callerOf) ends first (c may have applied).
+func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, request requestFunc) error {
 	b.mu.Lock()
 	if b.inFlight < maxRelInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		err := send(ctx, []*relCall{c})
-		b.next()
+		rctx, cancel := request(ctx, false)
+		err := send(rctx, []*relCall{c})
+		b.next(stalled(rctx))
+		cancel()
 		return err
 	}
 	c.done = make(chan struct{}) // only a queued call is answered through it
@@ -64,26 +77,27 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach fun
 		b.queue = append(b.queue, c)
 	}
 	b.mu.Unlock()
+	caller := callerOf(ctx)
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-caller.Done():
 		b.mu.Lock()
 		if i := slices.Index(b.queue, c); i >= 0 { // not sent: leave the queue
 			b.queue = slices.Delete(b.queue, i, i+1)
 			b.mu.Unlock()
-			return ctx.Err()
+			return caller.Err()
 		}
 		lead := c.lead
 		b.mu.Unlock()
 		if lead { // our turn came: pass it on
-			b.next()
-			return ctx.Err()
+			b.next(false)
+			return caller.Err()
 		}
 		select {
 		case <-c.done: // answered meanwhile
 			return c.err
 		default: // in a request in flight: its answer is lost to us
-			return ctx.Err()
+			return caller.Err()
 		}
 	}
 	if !c.lead {
@@ -105,27 +119,43 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, detach fun
 	clear(b.queue[len(rest):])
 	b.queue = rest
 	b.mu.Unlock()
-	sctx, cancel := detach(ctx)
+	sctx, cancel := request(ctx, true)
 	err := send(sctx, batch)
-	cancel()
 	for _, q := range batch[1:] {
 		if err != nil {
 			q.err = err
 		}
 		close(q.done)
 	}
-	b.next()
+	b.next(stalled(sctx))
+	cancel()
 	if err != nil {
 		return err
 	}
 	return c.err
 }
 
-// next is called when a request in flight was answered: the first queued
-// call (if any) gets the turn to send the queue, and the request's slot.
-func (b *relBatch) next() {
+// errStalled is the error of the calls queued behind a request that
+// RequestTimeout ended.
+var errStalled = fmt.Errorf("%w: a request ahead of this one in the store's queue had no answer within the request timeout", ErrUnavailable)
+
+// stalled reports whether RequestTimeout ended the request of rctx.
+func stalled(rctx context.Context) bool { return errors.Is(context.Cause(rctx), errTimeout) }
+
+// next is called when a request in flight was answered, or a queued call
+// passes its turn on: the first queued call (if any) gets the turn to send
+// the queue, and the request's slot. After a request that RequestTimeout
+// ended (stalled), every queued call fails: the cluster does not answer.
+func (b *relBatch) next(stalled bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if stalled {
+		for _, q := range b.queue {
+			q.err = errStalled
+			close(q.done)
+		}
+		b.queue = nil
+	}
 	if len(b.queue) == 0 {
 		b.inFlight--
 		return
@@ -142,7 +172,7 @@ func (b *relBatch) next() {
 // writes at one revision, so a write's revision is still the header's.
 func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, els []clientv3.Op, first bool) (*clientv3.TxnResponse, error) {
 	c := &relCall{key: key, cmps: cmps, then: then, els: els, first: first}
-	if err := s.rel.do(ctx, c, s.sendTxns, s.detachTxn); err != nil {
+	if err := s.rel.do(ctx, c, s.sendTxns, s.request); err != nil {
 		return nil, err
 	}
 	return &clientv3.TxnResponse{Header: c.header, Succeeded: c.succeeded, Responses: c.responses}, nil
@@ -175,12 +205,17 @@ func (s *Store) sendTxns(ctx context.Context, calls []*relCall) error {
 	return nil
 }
 
-// detachTxn is the context of a batch: it ends at RequestTimeout (or
-// Close, when there is none), not with the sender's ctx.
-func (s *Store) detachTxn(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := context.WithoutCancel(ctx)
-	if s.timeout > 0 {
-		return context.WithTimeoutCause(d, s.timeout, errTimeout)
+// request is the Store's requestFunc.
+func (s *Store) request(ctx context.Context, detached bool) (context.Context, context.CancelFunc) {
+	parent := callerOf(ctx)
+	if detached {
+		parent = context.WithoutCancel(ctx)
 	}
-	return context.WithCancel(s.sess.ctx)
+	switch {
+	case s.timeout > 0:
+		return context.WithTimeoutCause(parent, s.timeout, errTimeout)
+	case detached: // no timeout: a batch ends at Close
+		return context.WithCancel(s.sess.ctx)
+	}
+	return context.WithCancel(parent)
 }

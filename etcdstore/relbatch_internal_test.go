@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // fakeSends is a sendFunc whose requests block until released, recording
@@ -40,8 +43,11 @@ func (f *fakeSends) send(ctx context.Context, calls []*relCall) error {
 	return f.err
 }
 
-func noDetach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithCancel(context.WithoutCancel(ctx))
+func noDetach(ctx context.Context, detached bool) (context.Context, context.CancelFunc) {
+	if detached {
+		return context.WithCancel(context.WithoutCancel(ctx))
+	}
+	return context.WithCancel(ctx)
 }
 
 // Up to maxRelInFlight releases go alone; the rest queue and go as one
@@ -184,5 +190,119 @@ func TestRelBatchFirst(t *testing.T) {
 	}
 	if !slices.Contains(next, "grant") {
 		t.Fatalf("expected the call queued first in the next batch, got %v", next)
+	}
+}
+
+// timedStore returns a Store with RequestTimeout d, for begin and request
+// without a client.
+func timedStore(t *testing.T, d time.Duration) *Store {
+	s := &Store{timeout: d}
+	s.sess = newSession(s)
+	t.Cleanup(s.sess.cancel)
+	return s
+}
+
+// A transaction queued behind others longer than RequestTimeout is sent
+// when its turn comes, while every request ahead of it was answered within
+// its own timeout (10,000 keys at once: 100 requests, 2 at a time).
+func TestRelBatchQueuedPastTimeout(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	s := timedStore(t, timeout)
+	var b relBatch
+	var sent sync.WaitGroup
+	send := func(ctx context.Context, calls []*relCall) error { // each request: 0.6 × the timeout
+		select {
+		case <-time.After(timeout * 6 / 10):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	results := make(chan error, 5)
+	run := func(key string) {
+		ctx, end, err := s.begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent.Add(1)
+		go func() {
+			defer end()
+			sent.Done()
+			results <- b.do(ctx, &relCall{key: key}, send, s.request)
+		}()
+		sent.Wait()
+		time.Sleep(10 * time.Millisecond) // in this order
+	}
+	// a, b go at once; the three calls on k queue and go one a request
+	// (one key at most once in a request): the last at 1.2 × the timeout.
+	for _, k := range []string{"a", "b", "k", "k", "k"} {
+		run(k)
+	}
+	for range 5 {
+		if err := <-results; err != nil {
+			t.Fatalf("a call queued behind answered requests: expected it sent and answered, got %v", err)
+		}
+	}
+}
+
+// A request that RequestTimeout ended fails the calls queued behind it at
+// once, as ErrUnavailable, without sending them.
+func TestRelBatchStallFailsQueue(t *testing.T) {
+	s := timedStore(t, 100*time.Millisecond)
+	var b relBatch
+	var mu sync.Mutex
+	var sends int
+	send := func(ctx context.Context, calls []*relCall) error { // no answer
+		mu.Lock()
+		sends++
+		mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	results := make(chan error, 4)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		ctx, end, err := s.begin(context.Background()) // no deadline but the store's
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer end()
+			results <- b.do(ctx, &relCall{key: k}, send, s.request)
+		}()
+	}
+	unavailable := 0
+	for range 4 {
+		if err := <-results; errors.Is(err, ErrUnavailable) {
+			unavailable++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if unavailable != 2 || sends != 2 {
+		t.Fatalf("expected the 2 queued calls failed as ErrUnavailable and only the 2 requests in flight sent, got %d unavailable, %d sent", unavailable, sends)
+	}
+}
+
+// After an operation's RequestTimeout passed while it waited in the queue,
+// only a deadline error while its caller lives is the timeout: a refusal
+// answered later keeps its class, and a caller that gave up gets its own.
+func TestWrapAfterQueueWait(t *testing.T) {
+	s := timedStore(t, time.Millisecond)
+	caller, cancel := context.WithCancel(t.Context())
+	ctx, end, err := s.begin(caller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	<-ctx.Done()
+	if err := s.wrap(ctx, "acquire", "k", context.DeadlineExceeded); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a request the timeout ended: expected ErrUnavailable, got %v", err)
+	}
+	if err := s.wrap(ctx, "acquire", "k", rpctypes.ErrPermissionDenied); !errors.Is(err, leasehold.ErrAccessDenied) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a refusal answered after the timeout: expected ErrAccessDenied alone, got %v", err)
+	}
+	cancel()
+	if err := s.wrap(ctx, "acquire", "k", context.Canceled); errors.Is(err, leasehold.ErrUnavailable) {
+		t.Fatalf("a caller that gave up: expected its cancellation, not ErrUnavailable, got %v", err)
 	}
 }

@@ -40,9 +40,12 @@ type Options struct {
 	// that prefix only when auth is on.
 	Prefix string
 
-	// RequestTimeout bounds every store operation; a call it ends fails with
-	// ErrUnavailable. Default 1 s (a leader election with etcd's default
-	// timing); negative means no bound other than the caller's context.
+	// RequestTimeout bounds every store operation, and each request from
+	// when it is sent; a call it ends fails with ErrUnavailable. A
+	// transaction queued behind others of the store (thousands of keys at
+	// once) waits while they are answered. Default 1 s (a leader election
+	// with etcd's default timing); negative means no bound other than the
+	// caller's context.
 	RequestTimeout time.Duration
 }
 
@@ -128,8 +131,21 @@ func (s *Store) begin(ctx context.Context) (context.Context, context.CancelFunc,
 	if s.timeout <= 0 {
 		return ctx, func() {}, nil
 	}
-	octx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
+	octx, cancel := context.WithTimeoutCause(context.WithValue(ctx, callerKey{}, ctx), s.timeout, errTimeout)
 	return octx, cancel, nil
+}
+
+// callerKey is the context value, in an operation's context (begin), of
+// its caller's context: without the timeout that begin added.
+type callerKey struct{}
+
+// callerOf returns the caller's context of operation context ctx: what a
+// transaction queued behind others waits on (relBatch).
+func callerOf(ctx context.Context) context.Context {
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return caller
+	}
+	return ctx
 }
 
 // errTimeout is the cause of an operation context that hit RequestTimeout.
