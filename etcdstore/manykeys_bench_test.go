@@ -55,9 +55,11 @@ func BenchmarkEtcdManyKeys(b *testing.B) {
 // queued after the holder took it (so the holder knows no head), released
 // at once. It fails on a queueing or release error or a waiter served by the
 // lock's expiry (TTL 30 s) instead of the release; timings are logged, never
-// asserted. Its outcome depends on the machine's load (each request waits
-// in the store's batch queue within RequestTimeout), so it runs only with
-// LEASEHOLD_ETCD_RELEASEALL=K[,K...], as pgstore's TestReleaseAllScale.
+// asserted. Its outcome depends on the machine's load (the waiters' queue
+// refreshes, one write each per WaiterTTL/3, and the releases' ReleaseTimeout
+// of 2 s), so it runs only with LEASEHOLD_ETCD_RELEASEALL=K[,K...], as
+// pgstore's TestReleaseAllScale; LEASEHOLD_ETCD_WAITERTTL sets the waiters'
+// WaiterTTL (default leasehold's, 3 s).
 func TestReleaseAllManyKeys(t *testing.T) {
 	env := os.Getenv("LEASEHOLD_ETCD_RELEASEALL")
 	if env == "" {
@@ -94,7 +96,7 @@ func manyKeys(b testing.TB, c *testetcd.Cluster, k int) manyKeysResult {
 			b.Fatal(err)
 		}
 		lk, err := leasehold.New(s, leasehold.Options{
-			Name: "manykeys", TTL: 30 * time.Second,
+			Name: "manykeys", TTL: 30 * time.Second, WaiterTTL: waiterTTLEnv(),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
@@ -335,4 +337,10 @@ func sampleMax(ctx context.Context, url, name string) *maxSampler {
 		}
 	}()
 	return m
+}
+
+// waiterTTLEnv is LEASEHOLD_ETCD_WAITERTTL, 0 (the default) when unset.
+func waiterTTLEnv() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("LEASEHOLD_ETCD_WAITERTTL"))
+	return d
 }
