@@ -40,12 +40,11 @@ type Options struct {
 	// that prefix only when auth is on.
 	Prefix string
 
-	// RequestTimeout bounds every store operation, and each request from
-	// when it is sent; a call it ends fails with ErrUnavailable. A
-	// transaction queued behind others of the store (thousands of keys at
-	// once) waits while they are answered. Default 1 s (a leader election
-	// with etcd's default timing); negative means no bound other than the
-	// caller's context.
+	// RequestTimeout bounds each request to etcd from when it is sent; a
+	// call it ends fails with ErrUnavailable. A transaction queued behind
+	// others of the store (thousands of keys at once) waits while they are
+	// answered. Default 1 s (a leader election with etcd's default timing);
+	// negative means no bound other than the caller's context.
 	RequestTimeout time.Duration
 }
 
