@@ -219,7 +219,9 @@ func (s *Store) retried(ctx context.Context, key string, l clientv3.LeaseID, v s
 		return nil
 	}
 	k := s.lockKey(key)
-	resp, err := s.cli.Txn(ctx).
+	rctx, cancel := s.request(ctx, false) // after a wait in the batch queue
+	defer cancel()
+	resp, err := s.cli.Txn(rctx).
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
 		Then(clientv3.OpPut(k, v, clientv3.WithLease(l))).
 		Commit()
@@ -325,7 +327,9 @@ func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyV
 // remaining returns the time left on lease id (whole seconds, rounded
 // down), capped by ttl > 0: floor when under a second, 0 when gone or unknown.
 func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID, ttl, floor time.Duration) time.Duration {
-	r, err := s.cli.TimeToLive(ctx, id)
+	rctx, cancel := s.request(ctx, false) // after a wait in the batch queue
+	defer cancel()
+	r, err := s.cli.TimeToLive(rctx, id)
 	switch {
 	case err != nil || r.TTL < 0:
 		return 0
