@@ -72,17 +72,15 @@ func (s *Store) read(ctx context.Context, op, name, start, end string) (out []dr
 			continue
 		}
 		info, ok, err := s.lockInfo(ctx, k, kv, ttls)
+		cur = nil
 		switch {
 		case err != nil:
 			return nil, nil, s.wrap(ctx, op, name, err)
-		case !ok && info.Key != "":
-			bad = append(bad, fmt.Sprintf("%q: lock value without a token", k))
-			cur = nil
-		case !ok:
-			cur = nil
-		default:
+		case ok:
 			out = append(out, info)
 			cur, headAt = &out[len(out)-1], 0
+		case info.Key != "":
+			bad = append(bad, fmt.Sprintf("%q: lock value without a token", k))
 		}
 	}
 	return out, bad, nil

@@ -61,8 +61,12 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
-		if err != nil {
-			return driver.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
+		if err != nil { // it may have applied: the next acquire checks for the lock and entry
+			s.sess.track(s.sess.held, r, req.TTL)
+			if ql != 0 {
+				s.sess.track(s.sess.waiting, r, req.QueueTTL)
+			}
+			return driver.Grant{}, s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
 		}
 		if g, done, err := s.acquired(ctx, req, l, st, resp); done {
 			return g, err
@@ -89,17 +93,6 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		}
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
-}
-
-// acquireFailed returns the error of an acquire that may have applied: the
-// token's next acquire then checks for its lock and queue entry.
-func (s *Store) acquireFailed(ctx context.Context, req driver.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
-	r := ref{req.Key, req.Token}
-	s.sess.track(s.sess.held, r, req.TTL)
-	if ql != 0 {
-		s.sess.track(s.sess.waiting, r, req.QueueTTL)
-	}
-	return s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
 }
 
 // acquired finishes an acquire whose transaction took the lock, or found

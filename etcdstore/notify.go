@@ -50,16 +50,15 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), wake: make(chan driver.Wake, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.startTimeout()
-	t := time.NewTimer(start)
-	defer t.Stop()
+	tctx, cancel := context.WithTimeoutCause(ctx, start,
+		fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start))
+	defer cancel()
 	var err error
 	select {
 	case <-kw.ready:
 		err = kw.err
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	case <-t.C:
-		err = fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start)
+	case <-tctx.Done():
+		err = context.Cause(tctx)
 	}
 	if err != nil {
 		s.watches.leave(kw, sb)
@@ -73,8 +72,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 		sb.hand(kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
-	var once sync.Once
-	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
+	leave := sync.OnceFunc(func() { s.watches.leave(kw, sb) })
 	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
 	return sb.wake, func() { unhook(); leave() }, nil
 }
@@ -121,15 +119,13 @@ type keyWatch struct {
 	key   string
 	ready chan struct{} // closed when the watch started or failed (err)
 	err   error
-	// Under watches.mu:
-	subs    map[*subscriber]struct{}
-	rev     int64                       // the model's revision: events at or before it are in it
-	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
-	empty   time.Time                   // when subs became empty
-	// The held lock (nil: free) and when the watch first saw it at its mod
+	// Under watches.mu: the model (events at or before its rev are in it;
+	// no token), and when the watch first saw the held lock at its mod
 	// revision: the head is woken at lockAt plus its TTL (takeover).
-	lock   *mvccpb.KeyValue
+	keyView
 	lockAt time.Time
+	subs   map[*subscriber]struct{}
+	empty  time.Time // when subs became empty
 }
 
 // subscriber is one WaitRelease.
@@ -150,21 +146,19 @@ func (sb *subscriber) signal() { sb.hand(driver.Wake{}) }
 // replaces a plain wake-up already there. watches.mu is held, so no other
 // send races it.
 func (sb *subscriber) hand(w driver.Wake) {
-	select {
-	case sb.wake <- w:
-		return
-	default:
-	}
-	if w == (driver.Wake{}) {
-		return
-	}
-	select {
-	case <-sb.wake:
-	default:
-	}
-	select {
-	case sb.wake <- w:
-	default:
+	for {
+		select {
+		case sb.wake <- w:
+			return
+		default:
+		}
+		if w == (driver.Wake{}) {
+			return
+		}
+		select {
+		case <-sb.wake:
+		default:
+		}
 	}
 }
 
@@ -182,11 +176,7 @@ func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *key
 	} else if kw == nil {
 		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 		w.keys[key] = kw
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			kw.run(snap)
-		}()
+		w.wg.Go(func() { kw.run(snap) })
 	}
 	kw.subs[sb] = struct{}{}
 	return kw
@@ -311,7 +301,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.rev, kw.lock, kw.lockAt, kw.entries = snap.rev, snap.lock, time.Now(), snap.entries
+	kw.keyView, kw.lockAt = *snap, time.Now()
 	w.mu.Unlock()
 	return wch, cancel, nil
 }
@@ -326,7 +316,7 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 	defer idle.Stop()
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
-	kw.arm(expiry, kw.headExpiry())
+	kw.arm(expiry)
 	for {
 		select {
 		case <-ctx.Done():
@@ -338,52 +328,46 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 			}
 		case <-expiry.C:
 			kw.signal(func(sb *subscriber) bool { return kw.lock != nil && kw.heads(sb) }) // the takeover
-			kw.arm(expiry, time.Time{})
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				return false
 			}
-			sights := kw.apply(lockKey, wr.Events)
-			kw.s.sess.sawLock(sights)
-			kw.arm(expiry, kw.headExpiry())
+			kw.apply(lockKey, wr.Events)
+			kw.arm(expiry)
 		}
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at).
-func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
-	if at.IsZero() {
-		t.Stop()
-		return
-	}
-	t.Reset(time.Until(at))
-}
-
-// headExpiry returns when a subscribed head of the queue should be woken for
-// the takeover: takeoverEarly before the held lock's TTL; zero if never.
-func (kw *keyWatch) headExpiry() time.Time {
+// arm sets the expiry timer t to wake a subscribed head of the queue for
+// the takeover, takeoverEarly before the held lock's TTL, or stops it.
+func (kw *keyWatch) arm(t *time.Timer) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	t.Stop()
 	if kw.lock == nil || len(kw.entries) == 0 {
-		return time.Time{}
+		return
 	}
 	_, ttl, _, _, _ := lockFields(kw.lock.Value)
 	for sb := range kw.subs {
 		if ttl > 0 && kw.heads(sb) {
-			return kw.lockAt.Add(ttl - takeoverEarly)
+			t.Reset(time.Until(kw.lockAt.Add(ttl - takeoverEarly)))
+			return
 		}
 	}
-	return time.Time{}
 }
 
-// apply applies watch events to the model, signals the subscribers that
-// became able to take the key, and returns the waiters' sightings.
-func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
+// apply applies watch events to the model, wakes each subscribed waiter
+// that a lock write names (a grant) with the grant and the subscribers that
+// became able to take the key, and tells the session of the lock write the
+// waiters saw (session.sawLock). The session's lock is taken inside
+// watches.mu, never the other way round.
+func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
+	var mod int64                 // the lock written by these events, if it is still there
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= kw.rev {
 			continue // in the model already
@@ -392,9 +376,9 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		switch {
 		case k == lockKey:
 			was := kw.lock
-			kw.lock = nil
+			kw.lock, mod = nil, 0
 			if ev.Type == mvccpb.PUT {
-				kw.lock, kw.lockAt = ev.Kv, time.Now()
+				kw.lock, kw.lockAt, mod = ev.Kv, time.Now(), ev.Kv.ModRevision
 				grants = append(grants, ev.Kv)
 				kw.newHolder(was, ev.Kv)
 			}
@@ -405,16 +389,13 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		}
 	}
 	for _, kv := range grants { // after every event: the queue is the one after the grant
-		tok, _, _, _, _ := lockFields(kv.Value)
-		kw.granted(tok, kv)
+		for sb := range kw.subs {
+			if !sb.observer() && ownedBy(kv, sb.r.token) {
+				sb.hand(kw.handoff(sb.r, kv))
+			}
+		}
 	}
-	var sights []sighting
-	var mod int64 // the lock written by these events, if it is still there
-	var ttl time.Duration
-	if len(grants) > 0 && kw.lock != nil {
-		mod = kw.lock.ModRevision
-		_, ttl, _, _, _ = lockFields(kw.lock.Value)
-	}
+	_, ttl, _, _, _ := lockFields(kw.lock.GetValue())
 	for sb := range kw.subs {
 		now := kw.can(sb)
 		if now && !sb.was {
@@ -422,21 +403,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		}
 		sb.was = now
 		if e := kw.entries[sb.entry].GetCreateRevision(); e > 0 && e < mod {
-			sights = append(sights, sighting{sb.r, e, mod, kw.lockAt, ttl})
+			kw.s.sess.sawLock(sb.r, e, mod, kw.lockAt, ttl)
 		}
-	}
-	return sights
-}
-
-// granted wakes a subscribed waiter whose token a lock write names (a
-// grant) with the grant; watches.mu is held (the session's lock is taken
-// inside it, never the other way round).
-func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
-	for sb := range kw.subs {
-		if sb.observer() || sb.r.token != token {
-			continue
-		}
-		sb.hand(kw.handoff(sb.r, kv))
 	}
 }
 

@@ -120,11 +120,9 @@ func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *sem
 	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
 	if st != nil {
-		g, dead, refused = s.judge(st, req, p)
-		if refused != nil && req.QueueTTL <= 0 {
+		if g, dead, refused = s.judge(st, req, p); refused != nil && req.QueueTTL <= 0 {
 			return g, nil, refused
-		}
-		if refused != nil {
+		} else if refused != nil {
 			ttl = req.QueueTTL
 		}
 	}
@@ -399,8 +397,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 			wake()
 		}
 	}()
-	var once sync.Once
-	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
+	return ch, sync.OnceFunc(func() { cancel(); <-done }), nil
 }
 
 // permitModel is one WaitPermit's view of a semaphore, kept from its watch

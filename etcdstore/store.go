@@ -96,8 +96,9 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		s.sess.close()
-		s.watches.close() // they end with the session's context
+		s.sess.cancel() // the key watches end with the session's context
+		s.sess.leases.close()
+		s.watches.close()
 		if s.owned {
 			err = s.cli.Close()
 		}
