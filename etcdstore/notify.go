@@ -69,7 +69,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if sb.was {
 		sb.signal() // it may take the key now
 	} else if token != "" && ownedBy(kw.lock, token) {
-		sb.hand(kw.handoff(sb.r, kw.lock)) // granted before the watch started
+		hand(sb.wake, kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
 	leave := sync.OnceFunc(func() { s.watches.leave(kw, sb) })
@@ -140,15 +140,15 @@ type subscriber struct {
 // becomes free.
 func (sb *subscriber) observer() bool { return sb.r.token == "" }
 
-func (sb *subscriber) signal() { sb.hand(driver.Wake{}) }
+func (sb *subscriber) signal() { hand(sb.wake, driver.Wake{}) }
 
-// hand puts w on sb's channel without blocking; a hand-off (non-zero w)
-// replaces a plain wake-up already there. watches.mu is held, so no other
-// send races it.
-func (sb *subscriber) hand(w driver.Wake) {
+// hand puts w on ch without blocking; a hand-off (non-zero w) replaces a
+// plain wake-up already there. The caller's lock (watches.mu) keeps other
+// sends from racing it.
+func hand(ch chan driver.Wake, w driver.Wake) {
 	for {
 		select {
-		case sb.wake <- w:
+		case ch <- w:
 			return
 		default:
 		}
@@ -156,7 +156,7 @@ func (sb *subscriber) hand(w driver.Wake) {
 			return
 		}
 		select {
-		case <-sb.wake:
+		case <-ch:
 		default:
 		}
 	}
@@ -220,7 +220,7 @@ func (kw *keyWatch) run(snap *keyView) {
 				kw.remove(false)
 				return
 			}
-			kw.signal(anyone)
+			kw.signal(nil)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -233,7 +233,7 @@ func (kw *keyWatch) run(snap *keyView) {
 		if done {
 			return
 		}
-		kw.signal(anyone) // the watch broke: every waiter re-checks
+		kw.signal(nil) // the watch broke: every waiter re-checks
 	}
 }
 
@@ -252,19 +252,18 @@ func (kw *keyWatch) remove(idle bool) bool {
 	return true
 }
 
-// signal signals the subscribers for which f holds, under watches.mu.
+// signal signals the subscribers for which f holds (all: nil f), under
+// watches.mu.
 func (kw *keyWatch) signal(f func(*subscriber) bool) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for sb := range kw.subs {
-		if f(sb) {
+		if f == nil || f(sb) {
 			sb.signal()
 		}
 	}
 }
-
-func anyone(*subscriber) bool { return true }
 
 // start starts the watch from etcd's current revision (one from a past
 // revision is "unsynced", slow to catch up: docs/etcd.md) and loads the
@@ -311,7 +310,6 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 // done (the store closed, or nobody subscribed for watchLinger; kw is then
 // removed), false when the watch broke.
 func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
-	lockKey := kw.s.lockKey(kw.key)
 	idle := time.NewTicker(watchLinger / 2)
 	defer idle.Stop()
 	expiry := time.NewTimer(time.Hour)
@@ -332,7 +330,7 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 			if !ok || wr.Err() != nil {
 				return false
 			}
-			kw.apply(lockKey, wr.Events)
+			kw.apply(wr.Events)
 			kw.arm(expiry)
 		}
 	}
@@ -362,10 +360,11 @@ func (kw *keyWatch) arm(t *time.Timer) {
 // became able to take the key, and tells the session of the lock write the
 // waiters saw (session.sawLock). The session's lock is taken inside
 // watches.mu, never the other way round.
-func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
+func (kw *keyWatch) apply(evs []*clientv3.Event) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	lockKey := kw.s.lockKey(kw.key)
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
 	var mod int64                 // the lock written by these events, if it is still there
 	for _, ev := range evs {
@@ -391,7 +390,7 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) {
 	for _, kv := range grants { // after every event: the queue is the one after the grant
 		for sb := range kw.subs {
 			if !sb.observer() && ownedBy(kv, sb.r.token) {
-				sb.hand(kw.handoff(sb.r, kv))
+				hand(sb.wake, kw.handoff(sb.r, kv))
 			}
 		}
 	}

@@ -17,11 +17,6 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-var (
-	_ driver.Semaphorer     = (*Store)(nil)
-	_ driver.PermitNotifier = (*Store)(nil)
-)
-
 // maxPermitRetries bounds the transactions of one AcquirePermit that other
 // acquirers keep beating; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
@@ -376,12 +371,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	ch := make(chan driver.Wake, 1)
-	wake := func() {
-		select {
-		case ch <- driver.Wake{}:
-		default:
-		}
-	}
+	wake := func() { hand(ch, driver.Wake{}) }
 	if m.was || token != "" {
 		wake()
 	}

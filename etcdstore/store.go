@@ -65,12 +65,14 @@ type Store struct {
 }
 
 var (
-	_ driver.Store         = (*Store)(nil)
-	_ driver.Inspector     = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
-	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.BatchRenewer  = (*Store)(nil)
-	_ driver.LiveNotifier  = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.Inspector      = (*Store)(nil)
+	_ driver.Notifier       = (*Store)(nil)
+	_ driver.ForceReleaser  = (*Store)(nil)
+	_ driver.BatchRenewer   = (*Store)(nil)
+	_ driver.LiveNotifier   = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's
