@@ -278,14 +278,11 @@ type keyView struct {
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
 	v := keyView{rev: rev, entries: map[string]*mvccpb.KeyValue{}}
-	k := s.lockKey(key)
 	for _, kv := range kvs {
-		if string(kv.Key) == k {
-			v.lock = kv
-		} else {
-			v.entries[string(kv.Key)] = kv
-		}
+		v.entries[string(kv.Key)] = kv
 	}
+	v.lock = v.entries[s.lockKey(key)]
+	delete(v.entries, s.lockKey(key))
 	v.myRev = v.entries[s.entryKey(key, token)].GetCreateRevision()
 	for _, kv := range v.entries {
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
@@ -303,8 +300,7 @@ func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyV
 		return g
 	}
 	_, ttl, holder, _, _ := lockFields(v.lock.Value)
-	g.Holder = holder
-	g.Remaining = ttl
+	g.Holder, g.Remaining = holder, ttl
 	if left >= 0 && ttl > 0 {
 		// The head retries then and takes over; 0 would read as "free".
 		g.Remaining = max(left, time.Millisecond)

@@ -115,9 +115,10 @@ func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *sem
 	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
 	if st != nil {
-		if g, dead, refused = s.judge(st, req, p); refused != nil && req.QueueTTL <= 0 {
-			return g, nil, refused
-		} else if refused != nil {
+		if g, dead, refused = s.judge(st, req, p); refused != nil {
+			if req.QueueTTL <= 0 {
+				return g, nil, refused
+			}
 			ttl = req.QueueTTL
 		}
 	}
@@ -347,7 +348,12 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
-	m := newPermitModel(p, token, semStateOf(resp))
+	st := semStateOf(resp)
+	m := &permitModel{p: p, me: p + "q/" + token, keys: map[string]int64{}, limit: st.limit}
+	for _, kv := range append(st.holders, st.queue...) {
+		m.keys[string(kv.Key)] = kv.CreateRevision
+	}
+	m.was = m.turn()
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	ch := make(chan driver.Wake, 1)
@@ -377,15 +383,6 @@ type permitModel struct {
 	keys  map[string]int64 // holder and waiter keys -> create revision
 	limit int              // 0 until a guard was seen
 	was   bool             // the turn had come at the last check
-}
-
-func newPermitModel(p, token string, st *semState) *permitModel {
-	m := &permitModel{p: p, me: p + "q/" + token, keys: map[string]int64{}, limit: st.limit}
-	for _, kv := range append(st.holders, st.queue...) {
-		m.keys[string(kv.Key)] = kv.CreateRevision
-	}
-	m.was = m.turn()
-	return m
 }
 
 // turn reports whether fewer waiters are ahead of the token than permits

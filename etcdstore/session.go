@@ -137,11 +137,10 @@ func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
 func (ss *session) moved(r ref, mod int64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil && t.mod != 0 {
-		t.mod = mod
-	}
-	if g := ss.grants[r]; g != nil && g.mod != 0 {
-		g.mod = mod
+	for _, t := range []*tracked{ss.held[r], ss.grants[r]} {
+		if t != nil && t.mod != 0 {
+			t.mod = mod
+		}
 	}
 }
 
@@ -149,11 +148,10 @@ func (ss *session) moved(r ref, mod int64) {
 func (ss *session) headOf(r ref) (int64, *headEntry) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil {
-		return t.mod, t.next
-	}
-	if g := ss.grants[r]; g != nil {
-		return g.mod, g.next
+	for _, t := range []*tracked{ss.held[r], ss.grants[r]} { // a lock of ours first
+		if t != nil {
+			return t.mod, t.next
+		}
 	}
 	return 0, nil
 }
