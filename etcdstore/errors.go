@@ -34,10 +34,9 @@ var outageErrors = []error{
 // repeats them in the error of an RPC that waited for the connection.
 var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2", "speaks TLS"}
 
-// wrap makes err the error of op on key, classified by classify. The
-// request timeout (ctx's cause errTimeout, not the caller's context) marks
-// it ErrUnavailable unless the connection's last error says the handshake
-// failed.
+// wrap makes err the error of op on key, classified by classify; the request
+// timeout (ctx's cause errTimeout, not the caller's context) marks it
+// ErrUnavailable unless the connection's last error names a failed handshake.
 func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	what := fmt.Sprintf("%s %q", op, key)
 	if errors.Is(context.Cause(ctx), errTimeout) && !isHandshake(err) {

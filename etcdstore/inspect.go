@@ -90,11 +90,8 @@ func (s *Store) read(ctx context.Context, op, name, start, end string) (out []dr
 // (info.Key empty) or undecodable (info.Key set).
 func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (driver.LockInfo, bool, error) {
 	info, ttl, ok := s.info(name, kv)
-	if !ok {
-		return info, false, nil
-	}
-	if kv.Lease == 0 {
-		return info, true, nil
+	if !ok || kv.Lease == 0 {
+		return info, ok, nil
 	}
 	left, seen := ttls[kv.Lease]
 	if !seen {

@@ -137,8 +137,7 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 	}
 }
 
-// close revokes every lease that may still live, which deletes whatever is
-// still on them.
+// close revokes every lease that may still live, deleting what is on them.
 func (ls *leases) close() {
 	ls.mu.Lock()
 	ls.closed = true

@@ -402,8 +402,7 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			errs[i] = leasehold.ErrNotOwned
 			continue
 		}
-		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-		v := rewrite(r.Token, r.TTL, prev)
+		v := rewrite(r.Token, r.TTL, inner.GetResponses()[0].GetResponsePut().GetPrevKv())
 		mod := resp.Header.Revision // for Release; unknown after a rewrite
 		if v != "" {
 			mod = 0

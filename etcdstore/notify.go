@@ -83,15 +83,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 // 10,000 keys on one stream took tens of seconds to be watched.
 const watchStreams = 16
 
-// watchStream returns the name of key's watch stream.
-func watchStream(key string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return strconv.Itoa(int(h.Sum32() % watchStreams))
-}
-
-// startTimeout bounds the start of a watch: RequestTimeout, at least
-// watchStartTimeout.
+// startTimeout bounds a watch's start: RequestTimeout, at least watchStartTimeout.
 func (s *Store) startTimeout() time.Duration {
 	return max(s.timeout, watchStartTimeout)
 }
@@ -136,8 +128,7 @@ type subscriber struct {
 	was   bool // could take the key at the last check
 }
 
-// observer reports a subscriber without a token, woken whenever the lock
-// becomes free.
+// observer reports a subscriber without a token (see WaitRelease).
 func (sb *subscriber) observer() bool { return sb.r.token == "" }
 
 func (sb *subscriber) signal() { hand(sb.wake, driver.Wake{}) }
@@ -196,11 +187,9 @@ func (kw *keyWatch) can(sb *subscriber) bool {
 	return kw.lock == nil && (sb.observer() || len(kw.entries) == 0 || kw.heads(sb))
 }
 
-// heads reports whether sb's entry is the oldest of the queue; watches.mu is
-// held.
+// heads reports whether sb's entry heads the queue; watches.mu is held.
 func (kw *keyWatch) heads(sb *subscriber) bool {
-	h := kw.oldest("")
-	return h != nil && string(h.Key) == sb.entry
+	return string(kw.oldest("").GetKey()) == sb.entry // never ""
 }
 
 // run is the key watch's goroutine: it starts the watch (its model from
@@ -252,8 +241,7 @@ func (kw *keyWatch) remove(idle bool) bool {
 	return true
 }
 
-// signal signals the subscribers for which f holds (all: nil f), under
-// watches.mu.
+// signal signals, under watches.mu, the subscribers f holds for (nil: all).
 func (kw *keyWatch) signal(f func(*subscriber) bool) {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -274,7 +262,10 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
-	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", watchStream(kw.key)))
+	h := fnv.New32a() // the key's watch stream
+	_, _ = h.Write([]byte(kw.key))
+	stream := strconv.Itoa(int(h.Sum32() % watchStreams))
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", stream))
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithCreatedNotify())
 	fail := func(err error) (clientv3.WatchChan, context.CancelFunc, error) {
 		cancel()
@@ -343,10 +334,7 @@ func (kw *keyWatch) arm(t *time.Timer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t.Stop()
-	if kw.lock == nil || len(kw.entries) == 0 {
-		return
-	}
-	_, ttl, _, _, _ := lockFields(kw.lock.Value)
+	_, ttl, _, _, _ := lockFields(kw.lock.GetValue()) // 0: free
 	for sb := range kw.subs {
 		if ttl > 0 && kw.heads(sb) {
 			t.Reset(time.Until(kw.lockAt.Add(ttl - takeoverEarly)))
@@ -355,11 +343,10 @@ func (kw *keyWatch) arm(t *time.Timer) {
 	}
 }
 
-// apply applies watch events to the model, wakes each subscribed waiter
-// that a lock write names (a grant) with the grant and the subscribers that
-// became able to take the key, and tells the session of the lock write the
-// waiters saw (session.sawLock). The session's lock is taken inside
-// watches.mu, never the other way round.
+// apply applies watch events to the model and, under watches.mu (the
+// session's lock is taken inside it, never the other way round), hands each
+// waiter a grant naming it, signals the subscribers that became able to take
+// the key, and tells the session (sawLock) of the lock write waiters saw.
 func (kw *keyWatch) apply(evs []*clientv3.Event) {
 	w := &kw.s.watches
 	w.mu.Lock()
@@ -440,8 +427,7 @@ func (kw *keyWatch) newHolder(was, kv *mvccpb.KeyValue) {
 	}
 }
 
-// oldest returns the oldest queue entry other than skip, nil if none;
-// watches.mu is held.
+// oldest returns the oldest queue entry but skip, nil if none; watches.mu is held.
 func (kw *keyWatch) oldest(skip string) *mvccpb.KeyValue {
 	var head *mvccpb.KeyValue
 	for k, kv := range kw.entries {
@@ -458,20 +444,17 @@ func (s *Store) Live(key string) bool {
 	w := &s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	kw := w.keys[key]
-	if kw == nil {
-		return false
+	if kw := w.keys[key]; kw != nil {
+		select {
+		case <-kw.ready:
+			return kw.err == nil
+		default:
+		}
 	}
-	select {
-	case <-kw.ready:
-		return kw.err == nil
-	default:
-		return false
-	}
+	return false
 }
 
-// drain empties a watch channel whose context was cancelled or that
-// failed, until the client closes it.
+// drain empties a cancelled or failed watch channel until the client closes it.
 func drain(wch clientv3.WatchChan) {
 	for range wch {
 	}

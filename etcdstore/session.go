@@ -69,8 +69,7 @@ func newSession(s *Store) *session {
 
 func (ss *session) closed() bool { return ss.ctx.Err() != nil }
 
-// track records (or refreshes) a lock or queue entry written until ttl
-// from now, and returns it.
+// track records (or refreshes) a lock or queue entry written until ttl from now.
 func (ss *session) track(m map[ref]*tracked, r ref, ttl time.Duration) *tracked {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -132,8 +131,7 @@ func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
 	delete(ss.waiting, r)
 }
 
-// moved records that r's holder rewrote its lock at revision mod (0:
-// unknown).
+// moved records that r's holder rewrote its lock at revision mod (0: unknown).
 func (ss *session) moved(r ref, mod int64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -204,10 +202,9 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	return max(t.lockSeen.Add(t.lockTTL).Sub(sent)-takeoverEarly, 0)
 }
 
-// sawLock records that r's key watch saw the lock written at revision mod
-// (with ttl) at 'at', while r's entry existed at create revision entry, as
-// an acquire answer would: only a newer mod revision, with the entry the
-// store tracks, counts.
+// sawLock records, as an acquire answer would, that r's key watch saw the
+// lock written at revision mod (with ttl) at 'at' while r's entry had create
+// revision entry: only a newer mod revision, with the entry tracked, counts.
 func (ss *session) sawLock(r ref, entry, mod int64, at time.Time, ttl time.Duration) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
