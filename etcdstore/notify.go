@@ -135,7 +135,7 @@ func (sb *subscriber) signal() { hand(sb.wake, driver.Wake{}) }
 
 // hand puts w on ch without blocking; a hand-off (non-zero w) replaces a
 // plain wake-up already there. The caller's lock (watches.mu) keeps other
-// sends from racing it.
+// sends from racing a hand-off.
 func hand(ch chan driver.Wake, w driver.Wake) {
 	for {
 		select {
@@ -189,7 +189,7 @@ func (kw *keyWatch) can(sb *subscriber) bool {
 
 // heads reports whether sb's entry heads the queue; watches.mu is held.
 func (kw *keyWatch) heads(sb *subscriber) bool {
-	return string(kw.oldest("").GetKey()) == sb.entry // never ""
+	return string(kw.oldest("").GetKey()) == sb.entry // sb.entry is never ""
 }
 
 // run is the key watch's goroutine: it starts the watch (its model from
