@@ -68,25 +68,18 @@ func classified(what string, err error) error {
 // leasehold.ErrAccessDenied, leasehold.ErrUnavailable (an outage) or, for
 // anything not known to be one of those, leasehold.ErrMisconfigured.
 func classify(err error) error {
+	c := status.Code(err)
 	switch {
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, ErrClosed):
 		return nil
-	case isAccess(err):
+	case isAny(err, accessErrors) || c == codes.PermissionDenied || c == codes.Unauthenticated:
 		return leasehold.ErrAccessDenied
-	case isOutage(err):
+	case isHandshake(err):
+		return leasehold.ErrMisconfigured
+	case isAny(err, outageErrors) || c == codes.Unavailable || c == codes.DeadlineExceeded || outage.Net(err):
 		return leasehold.ErrUnavailable
 	}
 	return leasehold.ErrMisconfigured
-}
-
-func isAccess(err error) bool {
-	c := status.Code(err)
-	return isAny(err, accessErrors) || c == codes.PermissionDenied || c == codes.Unauthenticated
-}
-
-func isOutage(err error) bool {
-	c := status.Code(err)
-	return !isHandshake(err) && (isAny(err, outageErrors) || c == codes.Unavailable || c == codes.DeadlineExceeded || outage.Net(err))
 }
 
 func isAny(err error, targets []error) bool {

@@ -72,17 +72,15 @@ func (s *Store) read(ctx context.Context, op, name, start, end string) (out []dr
 			continue
 		}
 		info, ok, err := s.lockInfo(ctx, k, kv, ttls)
+		cur = nil
 		switch {
 		case err != nil:
 			return nil, nil, s.wrap(ctx, op, name, err)
-		case !ok && info.Key != "":
-			bad = append(bad, fmt.Sprintf("%q: lock value without a token", k))
-			cur = nil
-		case !ok:
-			cur = nil
-		default:
+		case ok:
 			out = append(out, info)
 			cur, headAt = &out[len(out)-1], 0
+		case info.Key != "":
+			bad = append(bad, fmt.Sprintf("%q: lock value without a token", k))
 		}
 	}
 	return out, bad, nil
@@ -92,11 +90,8 @@ func (s *Store) read(ctx context.Context, op, name, start, end string) (out []dr
 // (info.Key empty) or undecodable (info.Key set).
 func (s *Store) lockInfo(ctx context.Context, name string, kv *mvccpb.KeyValue, ttls map[int64]int64) (driver.LockInfo, bool, error) {
 	info, ttl, ok := s.info(name, kv)
-	if !ok {
-		return info, false, nil
-	}
-	if kv.Lease == 0 {
-		return info, true, nil
+	if !ok || kv.Lease == 0 {
+		return info, ok, nil
 	}
 	left, seen := ttls[kv.Lease]
 	if !seen {

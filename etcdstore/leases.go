@@ -81,23 +81,19 @@ func (ls *leases) current(secs int64, ttl time.Duration) (e *epoch, granter bool
 	if ls.closed {
 		return nil, false, ErrClosed
 	}
-	if e := ls.cur[secs]; e != nil && e.usable(ttl) {
-		return e, false, nil
+	if e := ls.cur[secs]; e != nil {
+		select {
+		case <-e.ready:
+			if e.err == nil && time.Until(e.until) > ttl {
+				return e, false, nil
+			}
+		default: // being granted
+			return e, false, nil
+		}
 	}
 	e = &epoch{ready: make(chan struct{})}
 	ls.cur[secs] = e
 	return e, true, nil
-}
-
-// usable reports whether e is being granted or lives beyond ttl from now;
-// leases.mu is held.
-func (e *epoch) usable(ttl time.Duration) bool {
-	select {
-	case <-e.ready:
-		return e.err == nil && time.Until(e.until) > ttl
-	default:
-		return true
-	}
 }
 
 // grant grants e's lease for secs.
@@ -141,8 +137,7 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 	}
 }
 
-// close revokes every lease that may still live, which deletes whatever is
-// still on them.
+// close revokes every lease that may still live, deleting what is on them.
 func (ls *leases) close() {
 	ls.mu.Lock()
 	ls.closed = true

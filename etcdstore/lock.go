@@ -61,8 +61,12 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		sent := time.Now()
 		resp, err := s.acquireTxn(ctx, req, l, ql, st)
 		seen := time.Now()
-		if err != nil {
-			return driver.Grant{}, s.acquireFailed(ctx, req, err, l, ql)
+		if err != nil { // it may have applied: the next acquire checks for the lock and entry
+			s.sess.track(s.sess.held, r, req.TTL)
+			if ql != 0 {
+				s.sess.track(s.sess.waiting, r, req.QueueTTL)
+			}
+			return driver.Grant{}, s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
 		}
 		if g, done, err := s.acquired(ctx, req, l, st, resp); done {
 			return g, err
@@ -91,17 +95,6 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 	}
 }
 
-// acquireFailed returns the error of an acquire that may have applied: the
-// token's next acquire then checks for its lock and queue entry.
-func (s *Store) acquireFailed(ctx context.Context, req driver.AcquireRequest, err error, l, ql clientv3.LeaseID) error {
-	r := ref{req.Key, req.Token}
-	s.sess.track(s.sess.held, r, req.TTL)
-	if ql != 0 {
-		s.sess.track(s.sess.waiting, r, req.QueueTTL)
-	}
-	return s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
-}
-
 // acquired finishes an acquire whose transaction took the lock, or found
 // it holding the token (st.mayOwn: a retry); done is false otherwise.
 func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clientv3.LeaseID, st standing, resp *clientv3.TxnResponse) (g driver.Grant, done bool, err error) {
@@ -122,7 +115,8 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	}
 	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry
 	prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-	if err := s.retried(ctx, req.Key, l, rewrite(req.Token, req.TTL, prev), resp.Header.Revision); err != nil {
+	v := rewrite(req.Token, req.TTL, prev)
+	if err := s.retried(ctx, "acquire", req.Key, s.lockKey(req.Key), l, v, resp.Header.Revision); err != nil {
 		if errors.Is(err, leasehold.ErrNotOwned) {
 			err = s.wrap(ctx, "acquire", req.Key, errors.New("the lock changed while its TTL was being updated"))
 		}
@@ -202,8 +196,8 @@ func (s *Store) tryTakeOver(ctx context.Context, req driver.AcquireRequest, l cl
 }
 
 // rewrite returns the value a retried acquire or renewal with ttl writes
-// over token's lock (prev) when it changed the TTL, which waiters time a
-// takeover by, keeping its fence; "" when the TTL is the same.
+// over token's lock (prev; a permit: token "") when it changed the TTL,
+// which waiters time a takeover by, keeping its fence; "" if the same TTL.
 func rewrite(token string, ttl time.Duration, prev *mvccpb.KeyValue) string {
 	_, was, holder, fence, _ := lockFields(prev.GetValue())
 	if was == ttl {
@@ -212,13 +206,12 @@ func rewrite(token string, ttl time.Duration, prev *mvccpb.KeyValue) string {
 	return lockValue(token, ttl, holder, fence)
 }
 
-// retried finishes an acquire or renewal that moved the token's lock to l
-// at revision rev: it writes v, the lock's rewrite, if any.
-func (s *Store) retried(ctx context.Context, key string, l clientv3.LeaseID, v string, rev int64) error {
+// retried finishes an acquire or renewal (op on key) that moved etcd key k
+// (a lock or permit) to l at revision rev: it writes v, k's rewrite, if any.
+func (s *Store) retried(ctx context.Context, op, key, k string, l clientv3.LeaseID, v string, rev int64) error {
 	if v == "" {
 		return nil
 	}
-	k := s.lockKey(key)
 	rctx, cancel := s.request(ctx, false) // after a wait in the batch queue
 	defer cancel()
 	resp, err := s.cli.Txn(rctx).
@@ -227,7 +220,7 @@ func (s *Store) retried(ctx context.Context, key string, l clientv3.LeaseID, v s
 		Commit()
 	switch {
 	case err != nil:
-		return s.wrapLease(ctx, "acquire", key, err, l)
+		return s.wrapLease(ctx, op, key, err, l)
 	case !resp.Succeeded:
 		return leasehold.ErrNotOwned // it changed meanwhile: released, expired or taken
 	}
@@ -287,14 +280,11 @@ type keyView struct {
 // view decodes the kvs of keyRange(key) as seen by token at revision rev.
 func (s *Store) view(key, token string, kvs []*mvccpb.KeyValue, rev int64) keyView {
 	v := keyView{rev: rev, entries: map[string]*mvccpb.KeyValue{}}
-	k := s.lockKey(key)
 	for _, kv := range kvs {
-		if string(kv.Key) == k {
-			v.lock = kv
-		} else {
-			v.entries[string(kv.Key)] = kv
-		}
+		v.entries[string(kv.Key)] = kv
 	}
+	v.lock = v.entries[s.lockKey(key)]
+	delete(v.entries, s.lockKey(key))
 	v.myRev = v.entries[s.entryKey(key, token)].GetCreateRevision()
 	for _, kv := range v.entries {
 		if v.myRev == 0 || kv.CreateRevision < v.myRev {
@@ -312,8 +302,7 @@ func (s *Store) contended(ctx context.Context, req driver.AcquireRequest, v keyV
 		return g
 	}
 	_, ttl, holder, _, _ := lockFields(v.lock.Value)
-	g.Holder = holder
-	g.Remaining = ttl
+	g.Holder, g.Remaining = holder, ttl
 	if left >= 0 && ttl > 0 {
 		// The head retries then and takes over; 0 would read as "free".
 		g.Remaining = max(left, time.Millisecond)
@@ -417,14 +406,13 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			errs[i] = leasehold.ErrNotOwned
 			continue
 		}
-		prev := inner.GetResponses()[0].GetResponsePut().GetPrevKv()
-		v := rewrite(r.Token, r.TTL, prev)
+		v := rewrite(r.Token, r.TTL, inner.GetResponses()[0].GetResponsePut().GetPrevKv())
 		mod := resp.Header.Revision // for Release; unknown after a rewrite
 		if v != "" {
 			mod = 0
 		}
 		s.sess.moved(ref{r.Key, r.Token}, mod)
-		errs[i] = s.retried(ctx, r.Key, ids[r.TTL], v, resp.Header.Revision)
+		errs[i] = s.retried(ctx, "acquire", r.Key, s.lockKey(r.Key), ids[r.TTL], v, resp.Header.Revision)
 	}
 }
 
@@ -450,34 +438,31 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	mod, next := s.sess.headOf(r)
 	plain := false
 	for attempt := 0; ; attempt++ {
-		out, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
-		if err != nil {
-			return s.wrap(ctx, "release", key, err)
-		}
-		if out.done {
+		rs, done, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
+		switch {
+		case done:
 			s.sess.untrack(s.sess.held, r)
 			s.sess.untrack(s.sess.waiting, r)
 			s.sess.untrack(s.sess.grants, r)
-			return out.err
+			return err
+		case err != nil:
+			return s.wrap(ctx, "release", key, err)
 		}
-		// Someone waits: grant it (or delete when the head cannot be granted).
-		mod, next, plain = out.mod, out.next, out.next == nil
+		// Someone waits (rs read the lock and the queue head): grant it, or
+		// delete when the head cannot be granted.
+		mod, next = 0, s.headOf(key, rs)
+		if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			mod = kvs[0].ModRevision
+		}
+		plain = next == nil
 	}
-}
-
-// released is what one release transaction did.
-type released struct {
-	done bool  // the release is over, with err
-	err  error // nil, ErrNotHeld or ErrNotOwned
-	// Not done: the lock's mod revision and the queue head it read.
-	mod  int64
-	next *headEntry
 }
 
 // releaseOnce sends one release transaction, token-checked: it grants the
 // lock to next (when known, guarded by mod), or deletes it if the queue is
-// empty (or plain), or else reads the lock and the queue head.
-func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain, again bool) (released, error) {
+// empty (or plain), or else reads the lock and the queue head. It returns
+// what releasedBy does, or the transaction's error (not done).
+func (s *Store) releaseOnce(ctx context.Context, key, token string, own []clientv3.Op, mod int64, next *headEntry, plain, again bool) ([]*etcdserverpb.ResponseOp, bool, error) {
 	k := s.lockKey(key)
 	qs, qe := s.queueRange(key)
 	free := append([]clientv3.Op{clientv3.OpDelete(k)}, own...)
@@ -501,41 +486,32 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 	// A grant after a read goes first: its release waited once already.
 	resp, err := s.txn(ctx, key, cmps, then, els, again)
 	if err != nil {
-		return released{}, err
+		return nil, false, err
 	}
-	return s.releasedBy(key, token, resp, granting || plain), nil
+	return releasedBy(token, resp, granting || plain)
 }
 
-// releasedBy decodes the answer of releaseOnce; checked: its compare was
-// the token's.
-func (s *Store) releasedBy(key, token string, resp *clientv3.TxnResponse, checked bool) released {
-	rs := resp.Responses
+// releasedBy decodes the answer of releaseOnce (checked: its compare was
+// the token's): done with nil, ErrNotHeld or ErrNotOwned, or, when someone
+// waits, the reads of the lock and the queue head, to grant next.
+func releasedBy(token string, resp *clientv3.TxnResponse, checked bool) (rs []*etcdserverpb.ResponseOp, done bool, err error) {
+	rs = resp.Responses
 	if !resp.Succeeded { // rs[0] read the lock
 		lock := rs[0].GetResponseRange()
 		switch {
 		case lock.GetCount() == 0:
-			return released{done: true, err: leasehold.ErrNotHeld}
+			return nil, true, leasehold.ErrNotHeld
 		case checked || !ownedBy(lock.GetKvs()[0], token):
-			return released{done: true, err: leasehold.ErrNotOwned}
+			return nil, true, leasehold.ErrNotOwned
 		}
-		return s.readRelease(key, rs) // ours, and someone waits
+		return rs, false, nil // ours, and someone waits
 	}
 	if inner := rs[0].GetResponseTxn(); inner != nil && !inner.GetSucceeded() { // not granted
 		if rest := inner.GetResponses()[0].GetResponseTxn(); !rest.GetSucceeded() {
-			return s.readRelease(key, rest.GetResponses())
+			return rest.GetResponses(), false, nil
 		}
 	}
-	return released{done: true} // deleted, or granted to the head
-}
-
-// readRelease is the outcome of a release that found waiters: rs read the
-// lock and the queue head, to grant in the next transaction.
-func (s *Store) readRelease(key string, rs []*etcdserverpb.ResponseOp) released {
-	out := released{next: s.headOf(key, rs)}
-	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
-		out.mod = kvs[0].ModRevision
-	}
-	return out
+	return nil, true, nil // deleted, or granted to the head
 }
 
 // headCmps guard a write for queue entry e at create revision rev: the lock

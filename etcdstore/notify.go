@@ -50,16 +50,15 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	sb := &subscriber{r: ref{key, token}, entry: s.entryKey(key, token), wake: make(chan driver.Wake, 1)}
 	kw := s.watches.join(s, key, sb, s.sess.snapshot(ref{key, token}))
 	start := s.startTimeout()
-	t := time.NewTimer(start)
-	defer t.Stop()
+	tctx, cancel := context.WithTimeoutCause(ctx, start,
+		fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start))
+	defer cancel()
 	var err error
 	select {
 	case <-kw.ready:
 		err = kw.err
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	case <-t.C:
-		err = fmt.Errorf("%w: etcd did not confirm the watch within %v", ErrUnavailable, start)
+	case <-tctx.Done():
+		err = context.Cause(tctx)
 	}
 	if err != nil {
 		s.watches.leave(kw, sb)
@@ -70,11 +69,10 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if sb.was {
 		sb.signal() // it may take the key now
 	} else if token != "" && ownedBy(kw.lock, token) {
-		sb.hand(kw.handoff(sb.r, kw.lock)) // granted before the watch started
+		hand(sb.wake, kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
-	var once sync.Once
-	leave := func() { once.Do(func() { s.watches.leave(kw, sb) }) }
+	leave := sync.OnceFunc(func() { s.watches.leave(kw, sb) })
 	unhook := context.AfterFunc(ctx, leave) // the subscription ends with ctx too
 	return sb.wake, func() { unhook(); leave() }, nil
 }
@@ -85,15 +83,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 // 10,000 keys on one stream took tens of seconds to be watched.
 const watchStreams = 16
 
-// watchStream returns the name of key's watch stream.
-func watchStream(key string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return strconv.Itoa(int(h.Sum32() % watchStreams))
-}
-
-// startTimeout bounds the start of a watch: RequestTimeout, at least
-// watchStartTimeout.
+// startTimeout bounds a watch's start: RequestTimeout, at least watchStartTimeout.
 func (s *Store) startTimeout() time.Duration {
 	return max(s.timeout, watchStartTimeout)
 }
@@ -121,15 +111,13 @@ type keyWatch struct {
 	key   string
 	ready chan struct{} // closed when the watch started or failed (err)
 	err   error
-	// Under watches.mu:
-	subs    map[*subscriber]struct{}
-	rev     int64                       // the model's revision: events at or before it are in it
-	entries map[string]*mvccpb.KeyValue // the queue: entry key -> key-value
-	empty   time.Time                   // when subs became empty
-	// The held lock (nil: free) and when the watch first saw it at its mod
+	// Under watches.mu: the model (events at or before its rev are in it;
+	// no token), and when the watch first saw the held lock at its mod
 	// revision: the head is woken at lockAt plus its TTL (takeover).
-	lock   *mvccpb.KeyValue
+	keyView
 	lockAt time.Time
+	subs   map[*subscriber]struct{}
+	empty  time.Time // when subs became empty
 }
 
 // subscriber is one WaitRelease.
@@ -140,31 +128,28 @@ type subscriber struct {
 	was   bool // could take the key at the last check
 }
 
-// observer reports a subscriber without a token, woken whenever the lock
-// becomes free.
+// observer reports a subscriber without a token (see WaitRelease).
 func (sb *subscriber) observer() bool { return sb.r.token == "" }
 
-func (sb *subscriber) signal() { sb.hand(driver.Wake{}) }
+func (sb *subscriber) signal() { hand(sb.wake, driver.Wake{}) }
 
-// hand puts w on sb's channel without blocking; a hand-off (non-zero w)
-// replaces a plain wake-up already there. watches.mu is held, so no other
-// send races it.
-func (sb *subscriber) hand(w driver.Wake) {
-	select {
-	case sb.wake <- w:
-		return
-	default:
-	}
-	if w == (driver.Wake{}) {
-		return
-	}
-	select {
-	case <-sb.wake:
-	default:
-	}
-	select {
-	case sb.wake <- w:
-	default:
+// hand puts w on ch without blocking; a hand-off (non-zero w) replaces a
+// plain wake-up already there. The caller's lock (watches.mu) keeps other
+// sends from racing a hand-off.
+func hand(ch chan driver.Wake, w driver.Wake) {
+	for {
+		select {
+		case ch <- w:
+			return
+		default:
+		}
+		if w == (driver.Wake{}) {
+			return
+		}
+		select {
+		case <-ch:
+		default:
+		}
 	}
 }
 
@@ -182,11 +167,7 @@ func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *key
 	} else if kw == nil {
 		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 		w.keys[key] = kw
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			kw.run(snap)
-		}()
+		w.wg.Go(func() { kw.run(snap) })
 	}
 	kw.subs[sb] = struct{}{}
 	return kw
@@ -206,11 +187,9 @@ func (kw *keyWatch) can(sb *subscriber) bool {
 	return kw.lock == nil && (sb.observer() || len(kw.entries) == 0 || kw.heads(sb))
 }
 
-// heads reports whether sb's entry is the oldest of the queue; watches.mu is
-// held.
+// heads reports whether sb's entry heads the queue; watches.mu is held.
 func (kw *keyWatch) heads(sb *subscriber) bool {
-	h := kw.oldest("")
-	return h != nil && string(h.Key) == sb.entry
+	return string(kw.oldest("").GetKey()) == sb.entry // sb.entry is never ""
 }
 
 // run is the key watch's goroutine: it starts the watch (its model from
@@ -230,7 +209,7 @@ func (kw *keyWatch) run(snap *keyView) {
 				kw.remove(false)
 				return
 			}
-			kw.signal(anyone)
+			kw.signal(nil)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -243,7 +222,7 @@ func (kw *keyWatch) run(snap *keyView) {
 		if done {
 			return
 		}
-		kw.signal(anyone) // the watch broke: every waiter re-checks
+		kw.signal(nil) // the watch broke: every waiter re-checks
 	}
 }
 
@@ -262,19 +241,17 @@ func (kw *keyWatch) remove(idle bool) bool {
 	return true
 }
 
-// signal signals the subscribers for which f holds, under watches.mu.
+// signal signals, under watches.mu, the subscribers f holds for (nil: all).
 func (kw *keyWatch) signal(f func(*subscriber) bool) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for sb := range kw.subs {
-		if f(sb) {
+		if f == nil || f(sb) {
 			sb.signal()
 		}
 	}
 }
-
-func anyone(*subscriber) bool { return true }
 
 // start starts the watch from etcd's current revision (one from a past
 // revision is "unsynced", slow to catch up: docs/etcd.md) and loads the
@@ -285,7 +262,10 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	bctx, bcancel := context.WithTimeoutCause(ctx, kw.s.startTimeout(), errTimeout)
 	defer bcancel()
 	ks, ke := kw.s.keyRange(kw.key)
-	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", watchStream(kw.key)))
+	h := fnv.New32a() // the key's watch stream
+	_, _ = h.Write([]byte(kw.key))
+	stream := strconv.Itoa(int(h.Sum32() % watchStreams))
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "leasehold-watch-stream", stream))
 	wch := kw.s.cli.Watch(wctx, ks, clientv3.WithRange(ke), clientv3.WithCreatedNotify())
 	fail := func(err error) (clientv3.WatchChan, context.CancelFunc, error) {
 		cancel()
@@ -311,7 +291,7 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 	}
 	w := &kw.s.watches
 	w.mu.Lock()
-	kw.rev, kw.lock, kw.lockAt, kw.entries = snap.rev, snap.lock, time.Now(), snap.entries
+	kw.keyView, kw.lockAt = *snap, time.Now()
 	w.mu.Unlock()
 	return wch, cancel, nil
 }
@@ -321,12 +301,11 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 // done (the store closed, or nobody subscribed for watchLinger; kw is then
 // removed), false when the watch broke.
 func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
-	lockKey := kw.s.lockKey(kw.key)
 	idle := time.NewTicker(watchLinger / 2)
 	defer idle.Stop()
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
-	kw.arm(expiry, kw.headExpiry())
+	kw.arm(expiry)
 	for {
 		select {
 		case <-ctx.Done():
@@ -338,52 +317,43 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 			}
 		case <-expiry.C:
 			kw.signal(func(sb *subscriber) bool { return kw.lock != nil && kw.heads(sb) }) // the takeover
-			kw.arm(expiry, time.Time{})
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				return false
 			}
-			sights := kw.apply(lockKey, wr.Events)
-			kw.s.sess.sawLock(sights)
-			kw.arm(expiry, kw.headExpiry())
+			kw.apply(wr.Events)
+			kw.arm(expiry)
 		}
 	}
 }
 
-// arm sets the expiry timer to fire at 'at', or stops it (zero at).
-func (kw *keyWatch) arm(t *time.Timer, at time.Time) {
-	if at.IsZero() {
-		t.Stop()
-		return
-	}
-	t.Reset(time.Until(at))
-}
-
-// headExpiry returns when a subscribed head of the queue should be woken for
-// the takeover: takeoverEarly before the held lock's TTL; zero if never.
-func (kw *keyWatch) headExpiry() time.Time {
+// arm sets the expiry timer t to wake a subscribed head of the queue for
+// the takeover, takeoverEarly before the held lock's TTL, or stops it.
+func (kw *keyWatch) arm(t *time.Timer) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if kw.lock == nil || len(kw.entries) == 0 {
-		return time.Time{}
-	}
-	_, ttl, _, _, _ := lockFields(kw.lock.Value)
+	t.Stop()
+	_, ttl, _, _, _ := lockFields(kw.lock.GetValue()) // 0: free
 	for sb := range kw.subs {
 		if ttl > 0 && kw.heads(sb) {
-			return kw.lockAt.Add(ttl - takeoverEarly)
+			t.Reset(time.Until(kw.lockAt.Add(ttl - takeoverEarly)))
+			return
 		}
 	}
-	return time.Time{}
 }
 
-// apply applies watch events to the model, signals the subscribers that
-// became able to take the key, and returns the waiters' sightings.
-func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
+// apply applies watch events to the model and, under watches.mu (the
+// session's lock is taken inside it, never the other way round), hands each
+// waiter a grant naming it, signals the subscribers that became able to take
+// the key, and tells the session (sawLock) of the lock write waiters saw.
+func (kw *keyWatch) apply(evs []*clientv3.Event) {
 	w := &kw.s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	lockKey := kw.s.lockKey(kw.key)
 	var grants []*mvccpb.KeyValue // lock writes, each maybe a grant to a subscriber
+	var mod int64                 // the lock written by these events, if it is still there
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= kw.rev {
 			continue // in the model already
@@ -392,9 +362,9 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		switch {
 		case k == lockKey:
 			was := kw.lock
-			kw.lock = nil
+			kw.lock, mod = nil, 0
 			if ev.Type == mvccpb.PUT {
-				kw.lock, kw.lockAt = ev.Kv, time.Now()
+				kw.lock, kw.lockAt, mod = ev.Kv, time.Now(), ev.Kv.ModRevision
 				grants = append(grants, ev.Kv)
 				kw.newHolder(was, ev.Kv)
 			}
@@ -405,16 +375,13 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		}
 	}
 	for _, kv := range grants { // after every event: the queue is the one after the grant
-		tok, _, _, _, _ := lockFields(kv.Value)
-		kw.granted(tok, kv)
+		for sb := range kw.subs {
+			if !sb.observer() && ownedBy(kv, sb.r.token) {
+				hand(sb.wake, kw.handoff(sb.r, kv))
+			}
+		}
 	}
-	var sights []sighting
-	var mod int64 // the lock written by these events, if it is still there
-	var ttl time.Duration
-	if len(grants) > 0 && kw.lock != nil {
-		mod = kw.lock.ModRevision
-		_, ttl, _, _, _ = lockFields(kw.lock.Value)
-	}
+	_, ttl, _, _, _ := lockFields(kw.lock.GetValue())
 	for sb := range kw.subs {
 		now := kw.can(sb)
 		if now && !sb.was {
@@ -422,21 +389,8 @@ func (kw *keyWatch) apply(lockKey string, evs []*clientv3.Event) []sighting {
 		}
 		sb.was = now
 		if e := kw.entries[sb.entry].GetCreateRevision(); e > 0 && e < mod {
-			sights = append(sights, sighting{sb.r, e, mod, kw.lockAt, ttl})
+			kw.s.sess.sawLock(sb.r, e, mod, kw.lockAt, ttl)
 		}
-	}
-	return sights
-}
-
-// granted wakes a subscribed waiter whose token a lock write names (a
-// grant) with the grant; watches.mu is held (the session's lock is taken
-// inside it, never the other way round).
-func (kw *keyWatch) granted(token string, kv *mvccpb.KeyValue) {
-	for sb := range kw.subs {
-		if sb.observer() || sb.r.token != token {
-			continue
-		}
-		sb.hand(kw.handoff(sb.r, kv))
 	}
 }
 
@@ -473,8 +427,7 @@ func (kw *keyWatch) newHolder(was, kv *mvccpb.KeyValue) {
 	}
 }
 
-// oldest returns the oldest queue entry other than skip, nil if none;
-// watches.mu is held.
+// oldest returns the oldest queue entry but skip, nil if none; watches.mu is held.
 func (kw *keyWatch) oldest(skip string) *mvccpb.KeyValue {
 	var head *mvccpb.KeyValue
 	for k, kv := range kw.entries {
@@ -491,20 +444,17 @@ func (s *Store) Live(key string) bool {
 	w := &s.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	kw := w.keys[key]
-	if kw == nil {
-		return false
+	if kw := w.keys[key]; kw != nil {
+		select {
+		case <-kw.ready:
+			return kw.err == nil
+		default:
+		}
 	}
-	select {
-	case <-kw.ready:
-		return kw.err == nil
-	default:
-		return false
-	}
+	return false
 }
 
-// drain empties a watch channel whose context was cancelled or that
-// failed, until the client closes it.
+// drain empties a cancelled or failed watch channel until the client closes it.
 func drain(wch clientv3.WatchChan) {
 	for range wch {
 	}

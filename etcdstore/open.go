@@ -167,8 +167,7 @@ func probeTLS(cfg clientv3.Config) error {
 	if err != nil {
 		return nil
 	}
-	d := net.Dialer{Timeout: probeTimeout}
-	conn, err := d.Dial("tcp", ep)
+	conn, err := net.DialTimeout("tcp", ep, probeTimeout)
 	if err != nil {
 		return nil
 	}

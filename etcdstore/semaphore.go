@@ -17,19 +17,14 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-var (
-	_ driver.Semaphorer     = (*Store)(nil)
-	_ driver.PermitNotifier = (*Store)(nil)
-)
-
 // maxPermitRetries bounds the transactions of one AcquirePermit that other
 // acquirers keep beating; then it answers ErrNotAcquired (contention).
 const maxPermitRetries = 32
 
 // SemaphorePrefix returns the etcd prefix of key's semaphore: the store
 // prefix without its trailing "/", "#sem/", len(key), ":", key and "/".
-// Holders are under "h/", waiters under "q/", and "g" is the guard
-// (docs/etcd.md, "Semaphores").
+// Holders are under "h/" (valued as a lock without a token), waiters under
+// "q/", and "g" is the guard (docs/etcd.md, "Semaphores").
 func (s *Store) SemaphorePrefix(key string) string {
 	return strings.TrimSuffix(s.prefix, "/") + "#sem/" + strconv.Itoa(len(key)) + ":" + key + "/"
 }
@@ -120,11 +115,10 @@ func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *sem
 	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
 	if st != nil {
-		g, dead, refused = s.judge(st, req, p)
-		if refused != nil && req.QueueTTL <= 0 {
-			return g, nil, refused
-		}
-		if refused != nil {
+		if g, dead, refused = s.judge(st, req, p); refused != nil {
+			if req.QueueTTL <= 0 {
+				return g, nil, refused
+			}
 			ttl = req.QueueTTL
 		}
 	}
@@ -172,7 +166,7 @@ func (s *Store) judge(st *semState, req driver.PermitRequest, p string) (g drive
 		return driver.Grant{}, dead, nil
 	}
 	if len(st.holders) >= req.Limit {
-		_, g.Holder = permitFields(st.holders[first].Value)
+		_, _, g.Holder, _, _ = lockFields(st.holders[first].Value)
 		g.Remaining = max(time.Until(ends[first]), time.Millisecond)
 	}
 	return g, nil, leasehold.ErrNotAcquired
@@ -194,7 +188,7 @@ func (st *semState) permitTxn(p string, req driver.PermitRequest, id clientv3.Le
 		return append(st.unchangedCmps(p), clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)),
 			[]clientv3.Op{clientv3.OpPut(qk, req.Holder, clientv3.WithLease(id)), guard}
 	}
-	ops := []clientv3.Op{clientv3.OpPut(hk, permitValue(req.TTL, req.Holder), clientv3.WithLease(id)), guard}
+	ops := []clientv3.Op{clientv3.OpPut(hk, lockValue("", req.TTL, req.Holder, 0), clientv3.WithLease(id)), guard}
 	if st != nil {
 		ops = append(ops, clientv3.OpDelete(qk))
 	}
@@ -211,19 +205,6 @@ func (st *semState) permitTxn(p string, req driver.PermitRequest, id clientv3.Le
 
 func index(kvs []*mvccpb.KeyValue, k string) int {
 	return slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == k })
-}
-
-// permitValue is a holder key's value: NUL ttl-in-ms NUL holder.
-func permitValue(ttl time.Duration, holder string) string {
-	return "\x00" + strconv.FormatInt(ttl.Milliseconds(), 10) + "\x00" + holder
-}
-
-// permitFields decodes a holder key's value; ttl is 0 when unknown.
-func permitFields(v []byte) (ttl time.Duration, holder string) {
-	_, rest, _ := strings.Cut(string(v), "\x00")
-	ms, holder, _ := strings.Cut(rest, "\x00")
-	n, _ := strconv.ParseInt(ms, 10, 64)
-	return time.Duration(max(n, 0)) * time.Millisecond, holder
 }
 
 // permitSights are when this store first saw each holder key at its mod
@@ -262,7 +243,7 @@ func (ps *permitSights) ends(holders []*mvccpb.KeyValue) []time.Time {
 			ps.m[string(kv.Key)] = x
 		}
 		out[i] = now.Add(time.Hour)
-		if ttl, _ := permitFields(kv.Value); ttl > 0 {
+		if _, ttl, _, _, _ := lockFields(kv.Value); ttl > 0 {
 			out[i] = x.at.Add(ttl)
 		}
 	}
@@ -288,21 +269,14 @@ func (s *Store) RenewPermit(ctx context.Context, key, token string, ttl time.Dur
 	hk := s.SemaphorePrefix(key) + "h/" + token
 	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hk), ">", 0)).
 		Then(clientv3.OpPut(hk, "", clientv3.WithIgnoreValue(), clientv3.WithLease(id), clientv3.WithPrevKV())).Commit()
-	if err == nil && resp.Succeeded {
-		was, holder := permitFields(resp.Responses[0].GetResponsePut().GetPrevKv().GetValue())
-		if was == ttl {
-			return nil
-		}
-		resp, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(hk), "=", resp.Header.Revision)).
-			Then(clientv3.OpPut(hk, permitValue(ttl, holder), clientv3.WithLease(id))).Commit()
-	}
 	switch {
 	case err != nil:
 		return s.wrapLease(ctx, "renew permit", key, err, id)
 	case !resp.Succeeded:
 		return leasehold.ErrNotOwned // released, expired or taken over
 	}
-	return nil
+	v := rewrite("", ttl, resp.Responses[0].GetResponsePut().GetPrevKv())
+	return s.retried(ctx, "renew permit", key, hk, id, v, resp.Header.Revision)
 }
 
 // ReleasePermit implements driver.Semaphorer: one transaction deletes the
@@ -347,7 +321,7 @@ func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, err
 		info.NextHolder = string(st.queue[0].Value)
 	}
 	for _, kv := range st.holders {
-		ttl, holder := permitFields(kv.Value)
+		_, ttl, holder, _, _ := lockFields(kv.Value)
 		info.Holders = append(info.Holders, driver.LockInfo{
 			Key: key, Token: strings.TrimPrefix(string(kv.Key), p+"h/"), Holder: holder, Fence: uint64(kv.CreateRevision),
 			Remaining: s.remaining(ctx, clientv3.LeaseID(kv.Lease), ttl, time.Millisecond),
@@ -374,16 +348,16 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdstore: watch permits %q: %w", key, err)
 	}
-	m := newPermitModel(p, token, semStateOf(resp))
+	st := semStateOf(resp)
+	m := &permitModel{p: p, me: p + "q/" + token, keys: map[string]int64{}, limit: st.limit}
+	for _, kv := range append(st.holders, st.queue...) {
+		m.keys[string(kv.Key)] = kv.CreateRevision
+	}
+	m.was = m.turn()
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	ch := make(chan driver.Wake, 1)
-	wake := func() {
-		select {
-		case ch <- driver.Wake{}:
-		default:
-		}
-	}
+	wake := func() { hand(ch, driver.Wake{}) }
 	if m.was || token != "" {
 		wake()
 	}
@@ -399,8 +373,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 			wake()
 		}
 	}()
-	var once sync.Once
-	return ch, func() { once.Do(func() { cancel(); <-done }) }, nil
+	return ch, sync.OnceFunc(func() { cancel(); <-done }), nil
 }
 
 // permitModel is one WaitPermit's view of a semaphore, kept from its watch
@@ -410,15 +383,6 @@ type permitModel struct {
 	keys  map[string]int64 // holder and waiter keys -> create revision
 	limit int              // 0 until a guard was seen
 	was   bool             // the turn had come at the last check
-}
-
-func newPermitModel(p, token string, st *semState) *permitModel {
-	m := &permitModel{p: p, me: p + "q/" + token, keys: map[string]int64{}, limit: st.limit}
-	for _, kv := range append(st.holders, st.queue...) {
-		m.keys[string(kv.Key)] = kv.CreateRevision
-	}
-	m.was = m.turn()
-	return m
 }
 
 // turn reports whether fewer waiters are ahead of the token than permits

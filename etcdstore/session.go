@@ -69,14 +69,7 @@ func newSession(s *Store) *session {
 
 func (ss *session) closed() bool { return ss.ctx.Err() != nil }
 
-// close ends the key watches' context and revokes the leases.
-func (ss *session) close() {
-	ss.cancel()
-	ss.leases.close()
-}
-
-// track records (or refreshes) a lock or queue entry written until ttl
-// from now, and returns it.
+// track records (or refreshes) a lock or queue entry written until ttl from now.
 func (ss *session) track(m map[ref]*tracked, r ref, ttl time.Duration) *tracked {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -138,16 +131,14 @@ func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
 	delete(ss.waiting, r)
 }
 
-// moved records that r's holder rewrote its lock at revision mod (0:
-// unknown).
+// moved records that r's holder rewrote its lock at revision mod (0: unknown).
 func (ss *session) moved(r ref, mod int64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil && t.mod != 0 {
-		t.mod = mod
-	}
-	if g := ss.grants[r]; g != nil && g.mod != 0 {
-		g.mod = mod
+	for _, t := range []*tracked{ss.held[r], ss.grants[r]} {
+		if t != nil && t.mod != 0 {
+			t.mod = mod
+		}
 	}
 }
 
@@ -155,11 +146,10 @@ func (ss *session) moved(r ref, mod int64) {
 func (ss *session) headOf(r ref) (int64, *headEntry) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if t := ss.held[r]; t != nil {
-		return t.mod, t.next
-	}
-	if g := ss.grants[r]; g != nil {
-		return g.mod, g.next
+	for _, t := range []*tracked{ss.held[r], ss.grants[r]} { // a lock of ours first
+		if t != nil {
+			return t.mod, t.next
+		}
 	}
 	return 0, nil
 }
@@ -196,13 +186,10 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	t.reqTTL = reqTTL
-	var mod int64
-	var ttl time.Duration
-	if v.lock != nil && v.myRev > 0 {
-		_, ttl, _, _, _ = lockFields(v.lock.Value)
-		if ttl > 0 {
-			mod = v.lock.ModRevision
-		}
+	var mod int64 // the lock's, if it has a TTL and we wait
+	_, ttl, _, _, _ := lockFields(v.lock.GetValue())
+	if v.myRev > 0 && ttl > 0 {
+		mod = v.lock.ModRevision
 	}
 	if mod != t.lockMod || v.myRev != t.rev { // the clock starts again
 		t.lockMod, t.lockSeen, t.lockTTL = mod, seen, ttl
@@ -215,27 +202,14 @@ func (ss *session) setQueue(t *tracked, v keyView, sent, seen time.Time, reqTTL 
 	return max(t.lockSeen.Add(t.lockTTL).Sub(sent)-takeoverEarly, 0)
 }
 
-// sighting is a lock write (mod, ttl) a waiter's key watch saw at 'at',
-// while the waiter's entry existed at create revision entry < mod.
-type sighting struct {
-	r     ref
-	entry int64
-	mod   int64
-	at    time.Time
-	ttl   time.Duration
-}
-
-// sawLock records sightings as acquire answers would: only a newer mod
-// revision, with the entry the store tracks, counts.
-func (ss *session) sawLock(sights []sighting) {
+// sawLock records, as an acquire answer would, that r's key watch saw the
+// lock written at revision mod (with ttl) at 'at' while r's entry had create
+// revision entry: only a newer mod revision, with the entry tracked, counts.
+func (ss *session) sawLock(r ref, entry, mod int64, at time.Time, ttl time.Duration) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for _, sg := range sights {
-		t := ss.waiting[sg.r]
-		if t == nil || t.rev != sg.entry || sg.mod <= t.lockMod || sg.ttl <= 0 {
-			continue
-		}
-		t.lockMod, t.lockSeen, t.lockTTL = sg.mod, sg.at, sg.ttl
+	if t := ss.waiting[r]; t != nil && t.rev == entry && mod > t.lockMod && ttl > 0 {
+		t.lockMod, t.lockSeen, t.lockTTL = mod, at, ttl
 	}
 }
 

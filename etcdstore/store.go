@@ -67,12 +67,14 @@ type Store struct {
 }
 
 var (
-	_ driver.Store         = (*Store)(nil)
-	_ driver.Inspector     = (*Store)(nil)
-	_ driver.Notifier      = (*Store)(nil)
-	_ driver.ForceReleaser = (*Store)(nil)
-	_ driver.BatchRenewer  = (*Store)(nil)
-	_ driver.LiveNotifier  = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.Inspector      = (*Store)(nil)
+	_ driver.Notifier       = (*Store)(nil)
+	_ driver.ForceReleaser  = (*Store)(nil)
+	_ driver.BatchRenewer   = (*Store)(nil)
+	_ driver.LiveNotifier   = (*Store)(nil)
+	_ driver.Semaphorer     = (*Store)(nil)
+	_ driver.PermitNotifier = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's
@@ -98,8 +100,9 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		s.sess.close()
-		s.watches.close() // they end with the session's context
+		s.sess.cancel() // the key watches end with the session's context
+		s.sess.leases.close()
+		s.watches.close()
 		if s.owned {
 			err = s.cli.Close()
 		}
