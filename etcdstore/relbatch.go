@@ -64,11 +64,7 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, request re
 	if b.inFlight < maxRelInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		rctx, cancel := request(ctx, false)
-		err := send(rctx, []*relCall{c})
-		b.next(stalled(rctx))
-		cancel()
-		return err
+		return b.send(ctx, []*relCall{c}, send, request, false)
 	}
 	c.done = make(chan struct{}) // only a queued call is answered through it
 	if c.first {
@@ -119,28 +115,28 @@ func (b *relBatch) do(ctx context.Context, c *relCall, send sendFunc, request re
 	clear(b.queue[len(rest):])
 	b.queue = rest
 	b.mu.Unlock()
-	sctx, cancel := request(ctx, true)
-	err := send(sctx, batch)
+	return b.send(ctx, batch, send, request, true)
+}
+
+// send sends the calls of one request, under a context of its own (detached
+// when it carries others' calls), and answers the calls after the first.
+func (b *relBatch) send(ctx context.Context, batch []*relCall, send sendFunc, request requestFunc, detached bool) error {
+	rctx, cancel := request(ctx, detached)
+	defer cancel()
+	err := send(rctx, batch)
 	for _, q := range batch[1:] {
 		if err != nil {
 			q.err = err
 		}
 		close(q.done)
 	}
-	b.next(stalled(sctx))
-	cancel()
-	if err != nil {
-		return err
-	}
-	return c.err
+	b.next(errors.Is(context.Cause(rctx), errTimeout))
+	return err
 }
 
 // errStalled is the error of the calls queued behind a request that
 // RequestTimeout ended.
 var errStalled = fmt.Errorf("%w: a request ahead of this one in the store's queue had no answer within the request timeout", ErrUnavailable)
-
-// stalled reports whether RequestTimeout ended the request of rctx.
-func stalled(rctx context.Context) bool { return errors.Is(context.Cause(rctx), errTimeout) }
 
 // next is called when a request in flight was answered, or a queued call
 // passes its turn on: the first queued call (if any) gets the turn to send
