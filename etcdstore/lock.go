@@ -147,14 +147,8 @@ const takeoverEarly = 1500 * time.Microsecond
 // waitUntil returns true at 'at', within microseconds, or false when ctx
 // ends first: a timer until takeoverEarly before, then yielding the processor.
 func waitUntil(ctx context.Context, at time.Time) bool {
-	if d := time.Until(at) - takeoverEarly; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		}
+	if d := time.Until(at) - takeoverEarly; d > 0 && !sleep(ctx, d) {
+		return false
 	}
 	for time.Now().Before(at) {
 		if ctx.Err() != nil {
@@ -163,6 +157,18 @@ func waitUntil(ctx context.Context, at time.Time) bool {
 		runtime.Gosched()
 	}
 	return true
+}
+
+// sleep returns true after d, or false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // tryTakeOver takes the lock when req's token heads its queue and has seen

@@ -210,10 +210,7 @@ func (kw *keyWatch) run(snap *keyView) {
 				return
 			}
 			kw.signal(nil)
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		done := kw.follow(ctx, wch)

@@ -89,14 +89,9 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 	defer end()
 	var st *semState
 	for attempt := range maxPermitRetries {
-		if attempt > 1 { // lost a race on a fresh read: back off up to 16 ms
-			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt-2, 4))))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
-			}
+		// Lost a race on a fresh read: back off up to 16 ms.
+		if attempt > 1 && !sleep(ctx, time.Duration(rand.Int64N(int64(time.Millisecond)<<min(attempt-2, 4)))) {
+			return driver.Grant{}, s.wrap(ctx, "acquire permit", req.Key, context.Cause(ctx))
 		}
 		g, next, err := s.tryPermit(ctx, req, st)
 		if next == nil {
