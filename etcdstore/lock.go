@@ -110,7 +110,6 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 	}
 	if st.grantMod > 0 { // a grant this store saw, rewritten whole; it deleted our entry
 		s.sess.took(r, req.TTL, resp.Header.Revision, s.headOf(req.Key, inner.GetResponses()))
-		s.sess.untrack(s.sess.grants, r)
 		return driver.Grant{Fence: uint64(st.fence)}, true, nil
 	}
 	s.sess.track(s.sess.held, r, req.TTL) // our own lock: a retry

@@ -122,13 +122,14 @@ func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *hea
 
 // took records that r holds its lock until ttl from now, written at mod
 // revision mod with next the queue head after it (0, nil: unknown), and no
-// longer waits.
+// longer waits: a grant it saw is taken or gone.
 func (ss *session) took(r ref, ttl time.Duration, mod int64, next *headEntry) {
 	t := ss.track(ss.held, r, ttl)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	t.mod, t.next = mod, next
 	delete(ss.waiting, r)
+	delete(ss.grants, r)
 }
 
 // moved records that r's holder rewrote its lock at revision mod (0: unknown).

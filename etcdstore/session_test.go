@@ -339,3 +339,47 @@ func TestAbandonedLockEndsAfterAnOutage(t *testing.T) {
 	}
 	t.Fatalf("a %v lock nobody renews still held 4s after an outage that its deletion fell into", ttl)
 }
+
+// A waiter whose grant was deleted before it took it acquires the free key
+// afterwards; its retry then keeps that lock and fence (the grant it saw is
+// not taken for its lock).
+func TestRetryAfterALostGrant(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	holder, s := newStore(t, c), newStore(t, c)
+	key := uniqueKey(t, "lostgrant")
+	req := func(tok string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
+	}
+	if _, err := holder.Acquire(ctx, req("h")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	wake, stop, err := s.WaitRelease(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	for w := (driver.Wake{}); w.Fence == 0; {
+		select {
+		case w = <-wake:
+		case <-ctx.Done():
+			t.Fatal("no grant")
+		}
+	}
+	if _, err := holder.ForceRelease(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Acquire(ctx, req("w"))
+	if err != nil {
+		t.Fatalf("the free key after the lost grant: %v", err)
+	}
+	if again, err := s.Acquire(ctx, req("w")); err != nil || again.Fence != g.Fence {
+		t.Fatalf("a retry of the holder: expected fence %d, got %+v, %v", g.Fence, again, err)
+	}
+}
