@@ -446,9 +446,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		rs, done, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
 		switch {
 		case done:
-			s.sess.untrack(s.sess.held, r)
-			s.sess.untrack(s.sess.waiting, r)
-			s.sess.untrack(s.sess.grants, r)
+			s.sess.forget(r)
 			return err
 		case err != nil:
 			return s.wrap(ctx, "release", key, err)

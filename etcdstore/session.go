@@ -97,11 +97,13 @@ func (ss *session) prune() {
 	}
 }
 
-// untrack forgets a lock or queue entry.
-func (ss *session) untrack(m map[ref]*tracked, r ref) {
+// forget forgets r's lock, queue entry and grant (a release).
+func (ss *session) forget(r ref) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	delete(m, r)
+	delete(ss.held, r)
+	delete(ss.waiting, r)
+	delete(ss.grants, r)
 }
 
 // granted records that a release granted waiter r the lock for ttl, at mod
