@@ -63,6 +63,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		seen := time.Now()
 		if err != nil { // it may have applied: the next acquire checks for the lock and entry
 			s.sess.track(s.sess.held, r, req.TTL)
+			s.sess.moved(r, 0) // a grant it took: at a mod revision unknown
 			if ql != 0 {
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			}

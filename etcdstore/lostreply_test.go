@@ -1,0 +1,88 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/etcdstore"
+	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// lostReplyStore returns a store whose next transaction, once armed, is
+// applied by etcd but answered with an error: a lost reply.
+func lostReplyStore(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, *atomic.Bool) {
+	t.Helper()
+	armed := &atomic.Bool{}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if err == nil && method == "/etcdserverpb.KV/Txn" && armed.CompareAndSwap(true, false) {
+					return context.DeadlineExceeded
+				}
+				return err
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s, err := etcdstore.New(cli, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, armed
+}
+
+// A granted waiter whose Acquire taking the grant lost its reply keeps the
+// lock and the grant's fence on its retry.
+func TestRetryAfterALostGrantTake(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	holder := newStore(t, c)
+	s, lose := lostReplyStore(t, c)
+	key := uniqueKey(t, "lostgranttake")
+	req := func(tok string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
+	}
+	if _, err := holder.Acquire(ctx, req("h")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	wake, stop, err := s.WaitRelease(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	w := driver.Wake{}
+	for w.Fence == 0 {
+		select {
+		case w = <-wake:
+		case <-ctx.Done():
+			t.Fatal("no grant")
+		}
+	}
+	stop() // the waiter's wait is over: it takes the grant
+	lose.Store(true)
+	if _, err := s.Acquire(ctx, req("w")); err == nil {
+		t.Fatal("expected the lost reply's error")
+	}
+	if g, err := s.Acquire(ctx, req("w")); err != nil || g.Fence != w.Fence {
+		t.Fatalf("the retry after a lost reply: expected fence %d, got %+v, %v", w.Fence, g, err)
+	}
+}
