@@ -52,7 +52,7 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 // this store (a retry through another Store).
 func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID) (driver.Grant, error) {
 	r := ref{req.Key, req.Token}
-	forced := false // the lock held the token though the store did not know
+	forced := false // the lock held the token though the store did not know (or not at the grant it saw)
 	for attempt := 0; ; attempt++ {
 		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
 		if forced {
@@ -77,9 +77,10 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			rs = rs[0].GetResponseTxn().GetResponses()
 		}
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
-		if !st.mayOwn && ownedBy(v.lock, req.Token) {
-			forced = true // ask again with the retry check
-			if ql != 0 {  // and delete, at Release, the entry this answer put
+		if (!st.mayOwn || st.grantMod > 0) && ownedBy(v.lock, req.Token) {
+			forced = true      // ask again with the retry check
+			s.sess.moved(r, 0) // a grant seen is not this lock: taken by token from now on
+			if ql != 0 {       // and delete, at Release, the entry this answer put
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			}
 			continue

@@ -86,3 +86,63 @@ func TestRetryAfterALostGrantTake(t *testing.T) {
 		t.Fatalf("the retry after a lost reply: expected fence %d, got %+v, %v", w.Fence, g, err)
 	}
 }
+
+// A waiter whose grant was deleted before it took it, and which queued again,
+// finds itself the holder when a later release grants it the key unseen (no
+// watch): the grant it remembers is gone, not the lock.
+func TestAcquireAfterAnUnseenSecondGrant(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	other, s := newStore(t, c), newStore(t, c)
+	key := uniqueKey(t, "secondgrant")
+	req := func(tok string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
+	}
+	if _, err := other.Acquire(ctx, req("h")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	wake, stop, err := s.WaitRelease(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	for w := (driver.Wake{}); w.Fence == 0; {
+		select {
+		case w = <-wake:
+		case <-ctx.Done():
+			t.Fatal("no grant")
+		}
+	}
+	stop()
+	if _, err := other.ForceRelease(ctx, key); err != nil { // the grant is gone
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, req("u")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("behind u: expected ErrNotAcquired, got %v", err)
+	}
+	if err := other.Release(ctx, key, "u"); err != nil { // grants w the key, unseen
+		t.Fatal(err)
+	}
+	info, err := other.Inspect(ctx, key)
+	if err != nil || info.Token != "w" {
+		t.Fatalf("expected the key granted to w, got %+v, %v", info, err)
+	}
+	g, err := s.Acquire(ctx, req("w"))
+	if err != nil || g.Fence != info.Fence {
+		t.Fatalf("w's Acquire of the key granted to it: expected fence %d, got %+v, %v", info.Fence, g, err)
+	}
+	if err := s.Release(ctx, key, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Client(t).Get(ctx, "lh-test/"+key, clientv3.WithPrefix()); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("after w's Release: expected no lock and no queue entry, got %v, %v", r.Kvs, err)
+	}
+}
