@@ -480,7 +480,10 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		guard := headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe)
+		// The entry's lease as read: a refresh since moved it to a newer one
+		// (the old may be gone, failing the whole request, or end sooner).
+		guard := append(headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe),
+			clientv3.Compare(clientv3.LeaseValue(next.key), "=", next.lease))
 		then = []clientv3.Op{clientv3.OpTxn(guard, grant, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})}
 	case !plain: // nobody waits: delete; else read (the token is checked on the answer)
 		if mod > 0 { // the lock as our acquire or a grant wrote it

@@ -146,3 +146,44 @@ func TestAcquireAfterAnUnseenSecondGrant(t *testing.T) {
 		t.Fatalf("after w's Release: expected no lock and no queue entry, got %v, %v", r.Kvs, err)
 	}
 }
+
+// A release grants the head the key on its queue entry's lease as it is now:
+// the head refreshed its entry onto newer leases since the holder's acquire
+// read it, and the lease it was on then expired.
+func TestReleaseGrantsAfterTheHeadsLeaseMoved(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	a, s, w := newStore(t, c), newStore(t, c), newStore(t, c)
+	key := uniqueKey(t, "headlease")
+	wait := func(st *etcdstore.Store, tok string, queue time.Duration) error {
+		_, err := st.Acquire(ctx, driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: queue})
+		return err
+	}
+	if err := wait(a, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(s, "h", 10*time.Second); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("h: expected ErrNotAcquired, got %v", err)
+	}
+	if err := wait(w, "w", time.Second); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("w: expected ErrNotAcquired, got %v", err)
+	}
+	if _, err := a.ForceRelease(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(s, "h", 10*time.Second); err != nil { // the head of a free key, w behind it
+		t.Fatal(err)
+	}
+	// w keeps its place on its 1 s queue TTL for 3 s: its first lease expires.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if err := wait(w, "w", time.Second); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("w: expected ErrNotAcquired, got %v", err)
+		}
+	}
+	if err := s.Release(ctx, key, "h"); err != nil {
+		t.Fatalf("h's Release: %v", err)
+	}
+	if info, err := a.Inspect(ctx, key); err != nil || info.Token != "w" {
+		t.Fatalf("expected the key granted to w, got %+v, %v", info, err)
+	}
+}
