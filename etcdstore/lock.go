@@ -31,20 +31,26 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 		return driver.Grant{}, err
 	}
 	defer end()
-	l, err := s.sess.leases.get(ctx, req.TTL)
-	var ql clientv3.LeaseID
-	if err == nil && req.QueueTTL > 0 {
-		ql, err = s.sess.leases.get(ctx, req.QueueTTL)
-	}
-	if err != nil {
-		return driver.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-	}
-	if ql != 0 {
-		if g, done, err := s.tryTakeOver(ctx, req, l); done {
-			return g, err
+	for try := 0; ; try++ {
+		l, err := s.sess.leases.get(ctx, req.TTL)
+		var ql clientv3.LeaseID
+		if err == nil && req.QueueTTL > 0 {
+			ql, err = s.sess.leases.get(ctx, req.QueueTTL)
 		}
+		if err != nil {
+			return driver.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		}
+		if ql != 0 {
+			if g, done, err := s.tryTakeOver(ctx, req, l); done {
+				return g, err
+			}
+		}
+		g, err := s.acquire(ctx, req, l, ql)
+		if try == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue // queued past its lease, now known gone: refused, so again on the current ones
+		}
+		return g, err
 	}
-	return s.acquire(ctx, req, l, ql)
 }
 
 // acquire runs the acquire transaction once, or again when the answer shows
