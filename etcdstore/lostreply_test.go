@@ -85,6 +85,9 @@ func TestRetryAfterALostGrantTake(t *testing.T) {
 	if g, err := s.Acquire(ctx, req("w")); err != nil || g.Fence != w.Fence {
 		t.Fatalf("the retry after a lost reply: expected fence %d, got %+v, %v", w.Fence, g, err)
 	}
+	if r, err := c.Client(t).Get(ctx, "lh-test/"+key+"\x00", clientv3.WithPrefix()); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the holder's retry: expected no queue entry, got %v, %v", r.Kvs, err)
+	}
 }
 
 // A waiter whose grant was deleted before it took it, and which queued again,
