@@ -31,20 +31,26 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 		return driver.Grant{}, err
 	}
 	defer end()
-	l, err := s.sess.leases.get(ctx, req.TTL)
-	var ql clientv3.LeaseID
-	if err == nil && req.QueueTTL > 0 {
-		ql, err = s.sess.leases.get(ctx, req.QueueTTL)
-	}
-	if err != nil {
-		return driver.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
-	}
-	if ql != 0 {
-		if g, done, err := s.tryTakeOver(ctx, req, l); done {
-			return g, err
+	for try := 0; ; try++ {
+		l, err := s.sess.leases.get(ctx, req.TTL)
+		var ql clientv3.LeaseID
+		if err == nil && req.QueueTTL > 0 {
+			ql, err = s.sess.leases.get(ctx, req.QueueTTL)
 		}
+		if err != nil {
+			return driver.Grant{}, s.wrap(ctx, "acquire", req.Key, err)
+		}
+		if ql != 0 {
+			if g, done, err := s.tryTakeOver(ctx, req, l); done {
+				return g, err
+			}
+		}
+		g, err := s.acquire(ctx, req, l, ql)
+		if try == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue // queued past its lease, now known gone: refused, so again on the current ones
+		}
+		return g, err
 	}
-	return s.acquire(ctx, req, l, ql)
 }
 
 // acquire runs the acquire transaction once, or again when the answer shows
@@ -52,7 +58,7 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 // this store (a retry through another Store).
 func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql clientv3.LeaseID) (driver.Grant, error) {
 	r := ref{req.Key, req.Token}
-	forced := false // the lock held the token though the store did not know
+	forced := false // the lock held the token though the store did not know (or not at the grant it saw)
 	for attempt := 0; ; attempt++ {
 		st := s.sess.standingOf(r) // each attempt: a token queued by the last may have been granted
 		if forced {
@@ -63,6 +69,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 		seen := time.Now()
 		if err != nil { // it may have applied: the next acquire checks for the lock and entry
 			s.sess.track(s.sess.held, r, req.TTL)
+			s.sess.moved(r, 0) // a grant it took: at a mod revision unknown
 			if ql != 0 {
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			}
@@ -76,9 +83,10 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			rs = rs[0].GetResponseTxn().GetResponses()
 		}
 		v := s.view(req.Key, req.Token, rs[len(rs)-1].GetResponseRange().GetKvs(), resp.Header.Revision)
-		if !st.mayOwn && ownedBy(v.lock, req.Token) {
-			forced = true // ask again with the retry check
-			if ql != 0 {  // and delete, at Release, the entry this answer put
+		if (!st.mayOwn || st.grantMod > 0) && ownedBy(v.lock, req.Token) {
+			forced = true      // ask again with the retry check
+			s.sess.moved(r, 0) // a grant seen is not this lock: taken by token from now on
+			if ql != 0 {       // and delete, at Release, the entry this answer put
 				s.sess.track(s.sess.waiting, r, req.QueueTTL)
 			}
 			continue
@@ -478,7 +486,10 @@ func (s *Store) releaseOnce(ctx context.Context, key, token string, own []client
 		grant := append([]clientv3.Op{
 			clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, mod+1), clientv3.WithLease(next.lease)),
 			clientv3.OpDelete(next.key)}, own...)
-		guard := headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe)
+		// The entry's lease as read: a refresh since moved it to a newer one
+		// (the old may be gone, failing the whole request, or end sooner).
+		guard := append(headCmps(clientv3.Compare(clientv3.ModRevision(k), "=", mod), next.key, next.rev, qs, qe),
+			clientv3.Compare(clientv3.LeaseValue(next.key), "=", next.lease))
 		then = []clientv3.Op{clientv3.OpTxn(guard, grant, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{empty}, free, reads)})}
 	case !plain: // nobody waits: delete; else read (the token is checked on the answer)
 		if mod > 0 { // the lock as our acquire or a grant wrote it

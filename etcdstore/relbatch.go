@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -47,7 +49,7 @@ type relCall struct {
 }
 
 // sendFunc sends the calls of one request (a batch or one call alone) and
-// sets their answers; ctx bounds it.
+// sets their answers (or a call's own error); ctx bounds it.
 type sendFunc func(ctx context.Context, calls []*relCall) error
 
 // requestFunc returns the context of a request sent now for the operation
@@ -131,7 +133,7 @@ func (b *relBatch) send(ctx context.Context, batch []*relCall, send sendFunc, re
 		close(q.done)
 	}
 	b.next(errors.Is(context.Cause(rctx), errTimeout))
-	return err
+	return cmp.Or(err, batch[0].err) // a call's own error, when send set it
 }
 
 // errStalled is the error of the calls queued behind a request that
@@ -175,7 +177,8 @@ func (s *Store) txn(ctx context.Context, key string, cmps []clientv3.Cmp, then, 
 }
 
 // sendTxns is the Store's sendFunc: one call is a plain transaction,
-// several are nested in one.
+// several are nested in one, or go one by one when etcd refused them for a
+// lease gone (an acquire's, queued past it), so that only its call fails.
 func (s *Store) sendTxns(ctx context.Context, calls []*relCall) error {
 	if len(calls) == 1 {
 		c := calls[0]
@@ -191,6 +194,12 @@ func (s *Store) sendTxns(ctx context.Context, calls []*relCall) error {
 		ops[i] = clientv3.OpTxn(c.cmps, c.then, c.els)
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) { // a call queued past its lease: it alone fails
+		for _, c := range calls {
+			c.err = s.sendTxns(ctx, []*relCall{c})
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
