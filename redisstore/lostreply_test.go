@@ -157,3 +157,35 @@ func TestGrantThatRacedCancellationIsReleased(t *testing.T) {
 		}
 	}
 }
+
+// The reply of a release that left nobody queued is lost, another process
+// takes the free key, and go-redis sends the script again: Release must
+// still answer nil, as when the release had handed the key to a waiter.
+func TestRetriedReleaseAfterANewcomerIsNotNotOwned(t *testing.T) {
+	srv := testredis.Start(t)
+	b, _ := hookedLocker(t, srv, nil, leasehold.Options{TTL: 10 * time.Second})
+	var taken *leasehold.Lease
+	h := &scriptHook{mark: "}:wake", after: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		var err error
+		if taken, err = b.TryAcquire(ctx, "newcomer"); err != nil {
+			return err
+		}
+		return next(ctx, cmd) // the first reply is lost; this is the retry's
+	}}
+	a, _ := hookedLocker(t, srv, h, leasehold.Options{TTL: 10 * time.Second})
+	ctx := t.Context()
+	held, err := a.TryAcquire(ctx, "newcomer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("expected Release to answer nil when the retry of a lost reply finds the key taken after its release, got %v", err)
+	}
+	if taken == nil {
+		t.Fatal("the newcomer did not take the key")
+	}
+	if err := taken.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

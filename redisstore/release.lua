@@ -7,10 +7,10 @@
 -- the released key remembers the token (ms)
 -- Returns 1 when the token held the lock (now deleted), 2 when another token
 -- holds it (left alone), 0 when nobody holds it.
--- A release that leaves waiters queued records its token in the released
--- key: a retry of it (go-redis resends a script whose reply was lost) that
--- then finds the head holding the key, or the key taken by anyone, answers
--- 1 as the release it repeats did, instead of 2.
+-- A release records its token in the released key: a retry of it (go-redis
+-- resends a script whose reply was lost) that then finds the head holding
+-- the key, or the key taken by anyone, answers 1 as the release it repeats
+-- did, instead of 2.
 -- When the key is free afterwards and the head is new (after a release, or
 -- when the departing token was the head), the head is granted the key here:
 -- the lock is set to its token and holder with PX = min(its TTL, its queue
@@ -32,7 +32,8 @@ if v then
     res = 2
   end
 end
-if res ~= 1 and redis.call('GET', KEYS[4]) == token then return 1 end -- a retry of an applied release
+if res == 2 and redis.call('GET', KEYS[4]) == token then return 1 end -- a retry of an applied release
+if res == 1 then redis.call('SET', KEYS[4], token, 'PX', ARGV[5]) end
 if redis.call('EXISTS', KEYS[5]) == 0 then
   if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
     if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
@@ -42,7 +43,6 @@ end
 
 -- @lib
 
-if res == 1 then redis.call('SET', KEYS[4], token, 'PX', ARGV[5]) end
 local now, nowms = clock()
 local first, ev, dl = head(KEYS[2], KEYS[5], nowms)
 local was_head = first == token

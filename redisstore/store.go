@@ -531,8 +531,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // releasedMemory is how long PREFIX{TAG}:released remembers the token of a
-// release that left waiters queued, so that a retry of that release (its
-// reply lost, resent by go-redis) answers nil, not ErrNotOwned: longer than
+// release, so that a retry of that release (its reply lost, resent by
+// go-redis) that finds the key taken answers nil, not ErrNotOwned: longer than
 // a Locker's ReleaseTimeout (default 2 s) and go-redis's retries of one call.
 const releasedMemory = 10 * time.Second
 
