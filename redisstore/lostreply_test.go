@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testredis"
 	"github.com/leasehold/leasehold/redisstore"
 )
@@ -187,5 +188,38 @@ func TestRetriedReleaseAfterANewcomerIsNotNotOwned(t *testing.T) {
 	}
 	if err := taken.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The reply of a release that handed the key to the head waiter is lost;
+// before go-redis sends it again, the head releases the key (leaving nobody
+// queued) and a newcomer takes it. The retry must still answer nil: the
+// record of the first release must not be the head's release's.
+func TestRetriedReleaseAfterTheHeadReleasedIsNotNotOwned(t *testing.T) {
+	srv := testredis.Start(t)
+	other := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	ctx := t.Context()
+	const key = "headreleased"
+	h := &scriptHook{mark: "}:wake", after: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if err := other.Release(ctx, key, "head"); err != nil {
+			return err
+		}
+		if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "newcomer", TTL: time.Minute}); err != nil {
+			return err
+		}
+		return next(ctx, cmd) // the first reply is lost; this is the retry's
+	}}
+	c := newClient(t, srv.Addr)
+	c.AddHook(h)
+	s := newStore(t, c, redisstore.Options{})
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "holder", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "head", TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("head: expected ErrNotAcquired, got %v", err)
+	}
+	h.armed.Store(true)
+	if err := s.Release(ctx, key, "holder"); err != nil {
+		t.Fatalf("expected Release to answer nil when the retry of a lost reply finds the key taken after its release, got %v", err)
 	}
 }

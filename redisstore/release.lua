@@ -1,13 +1,14 @@
 -- release: compare-and-DEL, leave the queue, and hand the key to the head
 -- waiter, in one round trip.
--- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key, KEYS[4] released key,
+-- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] fence key, KEYS[4] released key
+-- (PREFIX{TAG}:released:TOKEN, one per token, so that no later release overwrites it),
 -- KEYS[5] order key (see acquire.lua)
 -- ARGV[1] the key's channel, ARGV[2] '1' for sharded pub/sub, ARGV[3] token,
 -- ARGV[4] fence key retention ms (added to the granted TTL), ARGV[5] how long
 -- the released key remembers the token (ms)
 -- Returns 1 when the token held the lock (now deleted), 2 when another token
 -- holds it (left alone), 0 when nobody holds it.
--- A release records its token in the released key: a retry of it (go-redis
+-- A release records its token in its released key: a retry of it (go-redis
 -- resends a script whose reply was lost) that then finds the head holding
 -- the key, or the key taken by anyone, answers 1 as the release it repeats
 -- did, instead of 2.

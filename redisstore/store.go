@@ -516,7 +516,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	base := s.base(key)
-	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released", base + ":order"},
+	n, err := s.run(ctx, releaseScript, []string{base + ":lock", base + ":queue", base + ":fence", base + ":released:" + token, base + ":order"},
 		base+":wake", s.sharded, token, s.retention.Milliseconds(), releasedMemory.Milliseconds()).Int64()
 	if err != nil {
 		return s.fail("release", key, err)
@@ -530,7 +530,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return driver.ErrNotHeld
 }
 
-// releasedMemory is how long PREFIX{TAG}:released remembers the token of a
+// releasedMemory is how long PREFIX{TAG}:released:TOKEN remembers a
 // release, so that a retry of that release (its reply lost, resent by
 // go-redis) that finds the key taken answers nil, not ErrNotOwned: longer than
 // a Locker's ReleaseTimeout (default 2 s) and go-redis's retries of one call.

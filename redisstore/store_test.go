@@ -60,7 +60,7 @@ func leftovers(t *testing.T, c redis.UniversalClient) []string {
 	var out []string
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); strings.Contains(k, mark) && !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":released") {
+		if k := iter.Val(); strings.Contains(k, mark) && !strings.HasSuffix(k, ":fence") && !strings.Contains(k, ":released:") {
 			out = append(out, "key "+k)
 		}
 	}
