@@ -16,21 +16,13 @@ import (
 	"google.golang.org/grpc"
 )
 
-// lostReplyStore returns a store whose next transaction, once armed, is
-// applied by etcd but answered with an error: a lost reply.
-func lostReplyStore(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, *atomic.Bool) {
+// interceptedStore returns a store over its own client whose unary calls
+// go through in.
+func interceptedStore(t *testing.T, c *testetcd.Cluster, in grpc.UnaryClientInterceptor) *etcdstore.Store {
 	t.Helper()
-	armed := &atomic.Bool{}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				err := invoker(ctx, method, req, reply, cc, opts...)
-				if err == nil && method == "/etcdserverpb.KV/Txn" && armed.CompareAndSwap(true, false) {
-					return context.DeadlineExceeded
-				}
-				return err
-			})},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(in)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -41,24 +33,38 @@ func lostReplyStore(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, *atomi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// lostReplyStore returns a store whose next transaction, once armed, is
+// applied by etcd but answered with an error: a lost reply.
+func lostReplyStore(t *testing.T, c *testetcd.Cluster) (*etcdstore.Store, *atomic.Bool) {
+	t.Helper()
+	armed := &atomic.Bool{}
+	s := interceptedStore(t, c, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && method == "/etcdserverpb.KV/Txn" && armed.CompareAndSwap(true, false) {
+			return context.DeadlineExceeded
+		}
+		return err
+	})
 	return s, armed
 }
 
-// A granted waiter whose Acquire taking the grant lost its reply keeps the
-// lock and the grant's fence on its retry.
-func TestRetryAfterALostGrantTake(t *testing.T) {
-	c := testetcd.Start(t)
-	ctx := ctxFor(t, 20*time.Second)
-	holder := newStore(t, c)
-	s, lose := lostReplyStore(t, c)
-	key := uniqueKey(t, "lostgranttake")
-	req := func(tok string) driver.AcquireRequest {
-		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
-	}
-	if _, err := holder.Acquire(ctx, req("h")); err != nil {
+// waitReq is a waiting acquire of key by token tok: TTL 10 s, queue TTL 3 s.
+func waitReq(key, tok string) driver.AcquireRequest {
+	return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
+}
+
+// grantToWaiter has holder take key as "h" and s queue "w" behind it, then
+// releases "h" and returns the grant w's subscription saw (its subscription
+// then ends).
+func grantToWaiter(ctx context.Context, t *testing.T, holder, s *etcdstore.Store, key string) driver.Wake {
+	t.Helper()
+	if _, err := holder.Acquire(ctx, waitReq(key, "h")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := s.Acquire(ctx, waitReq(key, "w")); !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("expected ErrNotAcquired, got %v", err)
 	}
 	wake, stop, err := s.WaitRelease(ctx, key, "w")
@@ -69,20 +75,32 @@ func TestRetryAfterALostGrantTake(t *testing.T) {
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
 	}
-	w := driver.Wake{}
-	for w.Fence == 0 {
+	for {
 		select {
-		case w = <-wake:
+		case w := <-wake:
+			if w.Fence != 0 {
+				return w
+			}
 		case <-ctx.Done():
 			t.Fatal("no grant")
 		}
 	}
-	stop() // the waiter's wait is over: it takes the grant
+}
+
+// A granted waiter whose Acquire taking the grant lost its reply keeps the
+// lock and the grant's fence on its retry.
+func TestRetryAfterALostGrantTake(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx := ctxFor(t, 20*time.Second)
+	s, lose := lostReplyStore(t, c)
+	key := uniqueKey(t, "lostgranttake")
+	w := grantToWaiter(ctx, t, newStore(t, c), s, key)
+	// The waiter's wait is over: it takes the grant.
 	lose.Store(true)
-	if _, err := s.Acquire(ctx, req("w")); err == nil {
+	if _, err := s.Acquire(ctx, waitReq(key, "w")); err == nil {
 		t.Fatal("expected the lost reply's error")
 	}
-	if g, err := s.Acquire(ctx, req("w")); err != nil || g.Fence != w.Fence {
+	if g, err := s.Acquire(ctx, waitReq(key, "w")); err != nil || g.Fence != w.Fence {
 		t.Fatalf("the retry after a lost reply: expected fence %d, got %+v, %v", w.Fence, g, err)
 	}
 	if r, err := c.Client(t).Get(ctx, "lh-test/"+key+"\x00", clientv3.WithPrefix()); err != nil || len(r.Kvs) != 0 {
@@ -98,30 +116,8 @@ func TestAcquireAfterAnUnseenSecondGrant(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	other, s := newStore(t, c), newStore(t, c)
 	key := uniqueKey(t, "secondgrant")
-	req := func(tok string) driver.AcquireRequest {
-		return driver.AcquireRequest{Key: key, Token: tok, TTL: 10 * time.Second, QueueTTL: 3 * time.Second}
-	}
-	if _, err := other.Acquire(ctx, req("h")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx, req("w")); !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("expected ErrNotAcquired, got %v", err)
-	}
-	wake, stop, err := s.WaitRelease(ctx, key, "w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Release(ctx, key, "h"); err != nil {
-		t.Fatal(err)
-	}
-	for w := (driver.Wake{}); w.Fence == 0; {
-		select {
-		case w = <-wake:
-		case <-ctx.Done():
-			t.Fatal("no grant")
-		}
-	}
-	stop()
+	req := func(tok string) driver.AcquireRequest { return waitReq(key, tok) }
+	grantToWaiter(ctx, t, other, s, key)
 	if _, err := other.ForceRelease(ctx, key); err != nil { // the grant is gone
 		t.Fatal(err)
 	}

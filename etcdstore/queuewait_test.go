@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
@@ -22,25 +19,12 @@ func TestAcquireQueuedPastItsLease(t *testing.T) {
 	c := testetcd.Start(t)
 	ctx := ctxFor(t, 20*time.Second)
 	var slow atomic.Int32
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Txn" && slow.Add(-1) >= 0 {
-					time.Sleep(3 * time.Second)
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
+	s := interceptedStore(t, c, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.KV/Txn" && slow.Add(-1) >= 0 {
+			time.Sleep(3 * time.Second)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s, err := etcdstore.New(cli, testOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
 	key := uniqueKey(t, "")
 	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key + "held", Token: "h", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
