@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/waiters"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -69,7 +70,7 @@ func (s *Store) WaitRelease(ctx context.Context, key, token string) (<-chan driv
 	if sb.was {
 		sb.signal() // it may take the key now
 	} else if token != "" && ownedBy(kw.lock, token) {
-		hand(sb.wake, kw.handoff(sb.r, kw.lock)) // granted before the watch started
+		waiters.Send(sb.wake, kw.handoff(sb.r, kw.lock)) // granted before the watch started
 	}
 	s.watches.mu.Unlock()
 	leave := sync.OnceFunc(func() { s.watches.leave(kw, sb) })
@@ -131,27 +132,7 @@ type subscriber struct {
 // observer reports a subscriber without a token (see WaitRelease).
 func (sb *subscriber) observer() bool { return sb.r.token == "" }
 
-func (sb *subscriber) signal() { hand(sb.wake, driver.Wake{}) }
-
-// hand puts w on ch without blocking; a hand-off (non-zero w) replaces a
-// plain wake-up already there. The caller's lock (watches.mu) keeps other
-// sends from racing a hand-off.
-func hand(ch chan driver.Wake, w driver.Wake) {
-	for {
-		select {
-		case ch <- w:
-			return
-		default:
-		}
-		if w == (driver.Wake{}) {
-			return
-		}
-		select {
-		case <-ch:
-		default:
-		}
-	}
-}
+func (sb *subscriber) signal() { waiters.Send(sb.wake, driver.Wake{}) }
 
 // join adds sb to key's watch, starting it (seeded with snap, when known).
 func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *keyWatch {
@@ -374,7 +355,7 @@ func (kw *keyWatch) apply(evs []*clientv3.Event) {
 	for _, kv := range grants { // after every event: the queue is the one after the grant
 		for sb := range kw.subs {
 			if !sb.observer() && ownedBy(kv, sb.r.token) {
-				hand(sb.wake, kw.handoff(sb.r, kv))
+				waiters.Send(sb.wake, kw.handoff(sb.r, kv))
 			}
 		}
 	}

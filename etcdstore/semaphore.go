@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/waiters"
 )
 
 // maxPermitRetries bounds the transactions of one AcquirePermit that other
@@ -352,7 +353,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 	wctx, cancel := context.WithCancel(ctx)
 	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	ch := make(chan driver.Wake, 1)
-	wake := func() { hand(ch, driver.Wake{}) }
+	wake := func() { waiters.Send(ch, driver.Wake{}) }
 	if m.was || token != "" {
 		wake()
 	}
