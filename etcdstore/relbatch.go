@@ -16,8 +16,10 @@ import (
 // A key's transactions (Store.txn) go alone while fewer than
 // maxRelInFlight requests are in flight; beyond that they queue, and when a
 // request returns the first queued one sends the queue as one transaction of
-// nested ones (at most maxRelBatch, one per key, under etcd's
-// --max-txn-ops): K keys at once cost K/maxRelBatch requests (docs/etcd.md).
+// nested ones (at most maxRelBatch, one per key): K keys at once cost
+// K/maxRelBatch requests (docs/etcd.md). etcd's --max-txn-ops (default 128)
+// bounds the outer transaction's ops plus those of each nested level below
+// it: a batch of 128 keys is refused ("too many operations"), hence 100.
 // RequestTimeout bounds each request from when it is sent, not the wait in
 // the queue: 10,000 keys at once are 100 requests, 2 at a time, answered
 // over seconds by a healthy cluster. A request it ends fails the queue too.
