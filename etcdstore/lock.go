@@ -425,7 +425,7 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 			mod = 0
 		}
 		s.sess.moved(ref{r.Key, r.Token}, mod)
-		errs[i] = s.retried(ctx, "acquire", r.Key, s.lockKey(r.Key), ids[r.TTL], v, resp.Header.Revision)
+		errs[i] = s.retried(ctx, "renew", r.Key, s.lockKey(r.Key), ids[r.TTL], v, resp.Header.Revision)
 	}
 }
 

@@ -223,3 +223,41 @@ func TestRetriedReleaseAfterTheHeadReleasedIsNotNotOwned(t *testing.T) {
 		t.Fatalf("expected Release to answer nil when the retry of a lost reply finds the key taken after its release, got %v", err)
 	}
 }
+
+// A waiter heads the queue of a key whose holder expired and gives up:
+// its Release hands the key to the next waiter. The reply is lost, and
+// go-redis's retry finds that waiter holding the key. The retry must answer
+// what the release it repeats answered (nobody held the key), not
+// ErrNotOwned.
+func TestRetriedReleaseOfAHeadThatGaveUpIsNotNotOwned(t *testing.T) {
+	srv := testredis.Start(t)
+	other := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	ctx := t.Context()
+	const key = "gaveup"
+	h := &scriptHook{mark: "}:wake", after: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		return next(ctx, cmd) // the first reply is lost; this is the retry's
+	}}
+	c := newClient(t, srv.Addr)
+	c.AddHook(h)
+	s := newStore(t, c, redisstore.Options{})
+	if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "holder", TTL: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		st    *redisstore.Store
+		token string
+	}{{s, "head"}, {other, "next"}} {
+		if _, err := w.st.Acquire(ctx, driver.AcquireRequest{Key: key, Token: w.token, TTL: time.Minute, QueueTTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatalf("%s: expected ErrNotAcquired, got %v", w.token, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the holder's lock expires; "head" heads a free key
+	h.armed.Store(true)
+	if err := s.Release(ctx, key, "head"); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("expected the retried Release of a head that gave up to answer ErrNotHeld, as its first run did, got %v", err)
+	}
+	info, err := other.Inspect(ctx, key)
+	if err != nil || info.Token != "next" {
+		t.Fatalf("expected the release to hand the key to the next waiter, got %+v, %v", info, err)
+	}
+}

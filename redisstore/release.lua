@@ -8,10 +8,11 @@
 -- the released key remembers the token (ms)
 -- Returns 1 when the token held the lock (now deleted), 2 when another token
 -- holds it (left alone), 0 when nobody holds it.
--- A release records its token in its released key: a retry of it (go-redis
--- resends a script whose reply was lost) that then finds the head holding
--- the key, or the key taken by anyone, answers 1 as the release it repeats
--- did, instead of 2.
+-- A release that changed the key records its answer in its released key
+-- (1, or 0 for a head that gave up and handed a free key on): a retry of it
+-- (go-redis resends a script whose reply was lost) that then finds the head
+-- holding the key, or the key taken by anyone, answers as the release it
+-- repeats did, instead of 2.
 -- When the key is free afterwards and the head is new (after a release, or
 -- when the departing token was the head), the head is granted the key here:
 -- the lock is set to its token and holder with PX = min(its TTL, its queue
@@ -33,8 +34,12 @@ if v then
     res = 2
   end
 end
-if res == 2 and redis.call('GET', KEYS[4]) == token then return 1 end -- a retry of an applied release
-if res == 1 then redis.call('SET', KEYS[4], token, 'PX', ARGV[5]) end
+if res == 2 then -- a retry of an applied release answers as it did
+  local rec = redis.call('GET', KEYS[4])
+  if rec == '0' then return 0 end
+  if rec then return 1 end
+end
+if res == 1 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[5]) end
 if redis.call('EXISTS', KEYS[5]) == 0 then
   if res == 1 then -- nobody queued: wake whoever subscribed without queueing, and the observers
     if ARGV[2] == '1' then redis.call('SPUBLISH', ARGV[1], '') else redis.call('PUBLISH', ARGV[1], '') end
@@ -49,6 +54,7 @@ local first, ev, dl = head(KEYS[2], KEYS[5], nowms)
 local was_head = first == token
 drop(KEYS[2], KEYS[5], token)
 if not (res == 1 or (res == 0 and was_head)) then return res end
+if res == 0 then redis.call('SET', KEYS[4], '0', 'PX', ARGV[5]) end -- a head that gave up hands the key on
 if was_head then first, ev, dl = head(KEYS[2], KEYS[5], nowms) end
 if not first then return res end
 
