@@ -185,7 +185,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		g, err := a.send(reqCtx, a.request())
 		switch {
 		case err == nil:
-			return a.granted(ctx, g, sent)
+			return a.granted(ctx, g, sent, a.spec.ttl)
 		case errors.Is(err, ErrNotAcquired):
 			a.seen = true
 			l.observe(Event{Kind: EventContention, Key: a.spec.key})
@@ -277,13 +277,13 @@ func (a *attempt) request() driver.AcquireRequest {
 // granted turns the store's grant into a lease, unless ctx ended: a caller
 // whose context ended never gets a lease, so a grant that raced its giving
 // up is released by the Locker and the caller gets ctx's error (matching
-// ErrNotAcquired too).
-func (a *attempt) granted(ctx context.Context, g driver.Grant, sent time.Time) (*Lease, error) {
+// ErrNotAcquired too). The store keeps the grant for valid from sent.
+func (a *attempt) granted(ctx context.Context, g driver.Grant, sent time.Time, valid time.Duration) (*Lease, error) {
 	if cerr := ctx.Err(); cerr != nil {
 		a.l.background(ctx, a.ops, a.spec.key, a.token)
 		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
 	}
-	lease, err := a.l.newLease(ctx, a.spec, grant{token: a.token, fence: g.Fence, sent: sent, gate: a.gate})
+	lease, err := a.l.newLease(ctx, a.spec, grant{token: a.token, fence: g.Fence, sent: sent, valid: valid, gate: a.gate})
 	if err != nil {
 		return nil, err
 	}
@@ -309,10 +309,13 @@ func (a *attempt) live() bool {
 // wake-up w carries one, without another acquire request: the lease is then
 // what an acquire sent at sent (the waiter's last, queued, acquire) would
 // have granted, since the store's expiry is at least min(TTL, WaiterTTL)
-// after it. A grant that is not for this TTL, one capped by the queue
-// deadline (TTL > WaiterTTL), or one that came after the lease's first
-// renewal would have been due, is left to the next acquire, which finds the
-// token holding the key and extends its TTL.
+// after it. A grant capped by the queue deadline (TTL > WaiterTTL) is
+// trusted for WaiterTTL only, and its first renewal, due within a third of
+// that, extends the lock to the full TTL; a hold (never renewed) needs its
+// whole TTL and takes such a grant with another acquire. A grant that is
+// not for this TTL, or one that came after the lease's first renewal would
+// have been due, is left to the next acquire, which finds the token holding
+// the key and extends its TTL.
 func (a *attempt) handedOff(ctx context.Context, w driver.Wake, sent time.Time) (*Lease, bool, error) {
 	if _, lock := a.ops.(lockOps); !lock || w.Fence == 0 {
 		return nil, false, nil
@@ -322,11 +325,15 @@ func (a *attempt) handedOff(ctx context.Context, w driver.Wake, sent time.Time) 
 	}
 	o := &a.l.opts
 	ttl := a.spec.ttl.Truncate(time.Millisecond)
-	fresh := min(o.RenewInterval, (a.spec.ttl-o.drift(a.spec.ttl))/2)
-	if w.TTL != ttl || ttl > o.WaiterTTL.Truncate(time.Millisecond) || time.Since(sent) >= fresh {
+	span := a.spec.ttl // how long the store keeps the grant from sent
+	if wt := o.WaiterTTL.Truncate(time.Millisecond); ttl > wt {
+		span = wt
+	}
+	fresh := min(o.RenewInterval, (span-o.drift(span))/2)
+	if w.TTL != ttl || (span < a.spec.ttl && a.spec.kind != renewed) || time.Since(sent) >= fresh {
 		return nil, false, nil
 	}
-	lease, err := a.granted(ctx, driver.Grant{Fence: w.Fence}, sent)
+	lease, err := a.granted(ctx, driver.Grant{Fence: w.Fence}, sent, span)
 	return lease, true, err
 }
 

@@ -64,6 +64,7 @@ type grant struct {
 	token    string
 	fence    uint64
 	sent     time.Time
+	valid    time.Duration // how long the store keeps it from sent, when less than the TTL (a capped hand-off)
 	degraded bool
 	gate     *gateEntry
 }
@@ -81,6 +82,10 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 	}
 	if spec.kind == renewed && !g.degraded {
 		ls.renewAt = g.sent.Add(o.RenewInterval)
+		if g.valid > 0 && g.valid < spec.ttl { // trusted until the cap; the first renewal restores the TTL
+			span := g.valid - o.drift(g.valid)
+			ls.validUntil, ls.renewAt = g.sent.Add(span), g.sent.Add(min(o.RenewInterval, span/3))
+		}
 	}
 	if spec.kind == renewed && o.MaxHold > 0 {
 		ls.maxHoldAt = g.sent.Add(o.MaxHold)
@@ -127,7 +132,9 @@ func (ls *Lease) Err() error {
 }
 
 // ValidUntil returns the local expiry guard's deadline: TTL − DriftMargin
-// after the last successful renewal was sent.
+// after the last successful renewal was sent (for a hand-off capped at the
+// waiter's queue deadline, before its first renewal: WaiterTTL − its drift
+// margin after the waiter's last queued acquire or refresh).
 func (ls *Lease) ValidUntil() time.Time {
 	s := ls.l.sched
 	s.mu.Lock()

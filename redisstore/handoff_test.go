@@ -165,12 +165,15 @@ func TestHandOffSendsNoAcquire(t *testing.T) {
 	}
 }
 
-// TestHandOffLongTTLReacquires checks that a grant capped at the waiter's
-// queue deadline (TTL > WaiterTTL) is confirmed by one acquire, which
-// extends the lock to the full TTL and keeps the grant's fence.
-func TestHandOffLongTTLReacquires(t *testing.T) {
+// TestHandOffLongTTLRenewsEarly checks that a grant capped at the waiter's
+// queue deadline (TTL > WaiterTTL) is taken without another acquire: the
+// lease is trusted until the cap (Redis's PX is at most WaiterTTL), and its
+// first renewal, due within a third of the cap, extends the lock to the
+// full TTL with the grant's fence.
+func TestHandOffLongTTLRenewsEarly(t *testing.T) {
 	srv := testredis.Start(t)
-	opts := leasehold.Options{TTL: time.Minute, WaiterTTL: 30 * time.Second}
+	const waiterTTL = 3 * time.Second
+	opts := leasehold.Options{TTL: time.Minute, WaiterTTL: waiterTTL}
 	a, b := newReplica(t, srv, opts), newReplica(t, srv, opts)
 	ctx := t.Context()
 	const key = "handoff:long"
@@ -188,8 +191,23 @@ func TestHandOffLongTTLReacquires(t *testing.T) {
 		t.Fatalf("waiter after the release: %v", r.err)
 	}
 	info, err := a.s.Inspect(ctx, key)
-	if err != nil || info.Fence != r.ls.Fence() || info.Remaining <= 30*time.Second {
-		t.Fatalf("after a capped grant: expected fence %d and the TTL extended past the 30s queue deadline, got %+v, %v", r.ls.Fence(), info, err)
+	if err != nil || info.Fence != r.ls.Fence() || info.Remaining > waiterTTL {
+		t.Fatalf("after a capped grant: expected fence %d and the grant's TTL (at most the %v queue deadline: no acquire sent), got %+v, %v", r.ls.Fence(), waiterTTL, info, err)
+	}
+	if until := time.Until(r.ls.ValidUntil()); until > waiterTTL {
+		t.Fatalf("a capped grant must be trusted for WaiterTTL at most before its first renewal, got %v", until)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err = a.s.Inspect(ctx, key)
+		if err == nil && info.Remaining > waiterTTL {
+			break
+		}
+		if time.Now().After(deadline) || r.ls.Err() != nil {
+			t.Fatalf("expected the first renewal to extend the capped grant to the full TTL, got %+v, %v (lease: %v)", info, err, r.ls.Err())
+		}
+	}
+	if info.Fence != r.ls.Fence() || time.Until(r.ls.ValidUntil()) <= waiterTTL {
+		t.Fatalf("after the first renewal: expected fence %d and the lease trusted for the TTL, got %+v, valid for %v", r.ls.Fence(), info, time.Until(r.ls.ValidUntil()))
 	}
 	if err := r.ls.Release(ctx); err != nil {
 		t.Fatal(err)
