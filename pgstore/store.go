@@ -403,8 +403,8 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 // RenewBatch implements driver.BatchRenewer: every renewal in one UPDATE
-// over unnest'ed arrays, one round trip. A key missing from its result was
-// not owned.
+// over unnest'ed arrays, one round trip. A key and token missing from its
+// result were not owned.
 func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
 	keys := make([]string, 0, len(reqs))
@@ -425,7 +425,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 	if len(keys) == 0 {
 		return errs
 	}
-	var renewed map[string]bool
+	var renewed map[[2]string]bool
 	err := retry(ctx, func() error {
 		var err error
 		renewed, err = s.renewBatch(ctx, keys, tokens, ttls)
@@ -436,26 +436,26 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 		case errs[i] != nil:
 		case err != nil:
 			errs[i] = storeErr("renew", r.Key, err)
-		case !renewed[r.Key]:
+		case !renewed[[2]string{r.Key, r.Token}]:
 			errs[i] = driver.ErrNotOwned
 		}
 	}
 	return errs
 }
 
-func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []int64) (map[string]bool, error) {
+func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []int64) (map[[2]string]bool, error) {
 	rows, err := s.db.Query(ctx, s.renewBatchSQL, keys, tokens, ttls)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	renewed := make(map[string]bool, len(keys))
+	renewed := make(map[[2]string]bool, len(keys))
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var k, t string
+		if err := rows.Scan(&k, &t); err != nil {
 			return nil, err
 		}
-		renewed[k] = true
+		renewed[[2]string{k, t}] = true
 	}
 	return renewed, rows.Err()
 }
