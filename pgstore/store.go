@@ -324,6 +324,9 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	if err := checkKey(req.Key); err != nil {
 		return driver.Grant{}, err
 	}
+	if req.Token == "" { // a free row's token: the acquire would take it as its own
+		return driver.Grant{}, fmt.Errorf("%w: pgstore: the token is empty", driver.ErrInvalidOptions)
+	}
 	us, err := micros(req.TTL)
 	if err != nil {
 		return driver.Grant{}, err
