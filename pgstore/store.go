@@ -406,27 +406,30 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 // RenewBatch implements driver.BatchRenewer: every renewal in one UPDATE
-// over unnest'ed arrays, one round trip. A key and token missing from its
-// result were not owned.
+// over unnest'ed arrays (sorted by key, as the batch acquires and releases
+// take their rows, so that they never deadlock), one round trip. A key and
+// token missing from its result were not owned.
 func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
-	keys := make([]string, 0, len(reqs))
-	tokens := make([]string, 0, len(reqs))
-	ttls := make([]int64, 0, len(reqs))
+	order := make([]int, 0, len(reqs))
 	for i, r := range reqs {
 		if err := checkKey(r.Key); err != nil {
 			errs[i] = err
 			continue
 		}
-		us, err := micros(r.TTL)
-		if err != nil {
+		if _, err := micros(r.TTL); err != nil {
 			errs[i] = err
 			continue
 		}
-		keys, tokens, ttls = append(keys, r.Key), append(tokens, r.Token), append(ttls, us)
+		order = append(order, i)
 	}
-	if len(keys) == 0 {
+	if len(order) == 0 {
 		return errs
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
+	keys, tokens, ttls := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	for j, i := range order {
+		keys[j], tokens[j], ttls[j] = reqs[i].Key, reqs[i].Token, reqs[i].TTL.Microseconds()
 	}
 	var renewed map[[2]string]bool
 	err := retry(ctx, func() error {
