@@ -25,9 +25,9 @@ const (
 
 // batcher groups concurrent calls of one kind. A call waits for its result,
 // for a free slot (it then sends the oldest waiting calls, its own among
-// them when it is one of the oldest) or for its context. It sends its own
-// call alone in its own goroutine, and a statement of several calls in a
-// new one, which ends with the statement (see batchContext), so that it
+// them when it is one of the oldest) or for its context. Its own call alone
+// goes out from its goroutine, a statement of several calls from a new one
+// that ends with the statement (see batchContext), so that the sender too
 // returns when its context ends. send sends one statement for calls
 // (sorted by key, so that two statements take the keys' advisory locks in
 // one order) and sets each call's outcome.
