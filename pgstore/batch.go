@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -25,10 +25,12 @@ const (
 
 // batcher groups concurrent calls of one kind. A call waits for its result,
 // for a free slot (it then sends the oldest waiting calls, its own among
-// them when it is one of the oldest) or for its context; it spawns no
-// goroutine. send sends one statement for calls (sorted by key, so that
-// two statements take the keys' advisory locks in one order) and sets each
-// call's outcome.
+// them when it is one of the oldest) or for its context. Its own call alone
+// goes out from its goroutine, a statement of several calls from a new one
+// that ends with the statement (see batchContext), so that the sender too
+// returns when its context ends. send sends one statement for calls
+// (sorted by key, so that two statements take the keys' advisory locks in
+// one order) and sets each call's outcome.
 type batcher[P any] struct {
 	slots   chan struct{} // a token per statement in flight
 	send    func(calls []*call[P])
@@ -67,6 +69,13 @@ func (b *batcher[P]) do(ctx context.Context, key, token string, p P) (P, error) 
 			return zero, ctx.Err()
 		case b.slots <- struct{}{}:
 			calls := b.take(me)
+			if len(calls) > 1 { // others' calls too: wait for them only within ctx
+				go func() {
+					b.sendAll(calls)
+					<-b.slots
+				}()
+				continue
+			}
 			if calls != nil {
 				b.sendAll(calls)
 			}
@@ -117,21 +126,27 @@ func (b *batcher[P]) drop(me *call[P]) {
 	b.pending = slices.DeleteFunc(b.pending, func(c *call[P]) bool { return c == me })
 }
 
-// batchContext returns a context with the first call's values that ends at
-// the latest deadline of calls, or never when one has none: a call whose
-// own context ends first stops waiting for it.
+// batchContext returns a context with the first call's values that ends
+// when the contexts of all calls have ended: a call whose own context ends
+// first stops waiting for it, and no call's end cancels another's.
 func batchContext[P any](calls []*call[P]) (context.Context, context.CancelFunc) {
-	var last time.Time
-	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(context.WithoutCancel(calls[0].ctx))
-		}
-		if d.After(last) {
-			last = d
-		}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
+	var left atomic.Int64
+	left.Store(int64(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
 	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), last)
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 // releaseCall is a release's outcome: res 0, 1 or 2 as the release function

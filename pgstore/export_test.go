@@ -21,3 +21,10 @@ func LockClass(s *Store) int32 { return s.n.lockClass }
 
 // ReleaseBatchSQL is the statement that releases many (key, token) pairs.
 func ReleaseBatchSQL(s *Store) string { return s.releaseBatchSQL }
+
+// PendingAcquires is the number of acquires waiting for a slot.
+func PendingAcquires(s *Store) int {
+	s.acquires.mu.Lock()
+	defer s.acquires.mu.Unlock()
+	return len(s.acquires.pending)
+}

@@ -170,11 +170,11 @@ ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.ex
 	s.renewSQL = `UPDATE ` + n.locks + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
 	// Many renewals in one statement: $1 keys, $2 tokens, $3 TTLs in µs,
-	// as arrays; it returns the keys it renewed.
+	// as arrays; it returns the (key, token) of each lock it renewed.
 	s.renewBatchSQL = `UPDATE ` + n.locks + ` AS l SET expires_at = clock_timestamp() + r.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
-RETURNING l.key`
+RETURNING l.key, l.token`
 	// Many queue refreshes ($1 keys, $2 tokens, $3 queue TTLs µs, as
 	// arrays): each live queue entry's deadline moves to now + its queue TTL
 	// (never back); it returns the (key, token) of each refreshed entry and

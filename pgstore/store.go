@@ -324,6 +324,9 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	if err := checkKey(req.Key); err != nil {
 		return driver.Grant{}, err
 	}
+	if req.Token == "" { // a free row's token: the acquire would take it as its own
+		return driver.Grant{}, fmt.Errorf("%w: pgstore: the token is empty", driver.ErrInvalidOptions)
+	}
 	us, err := micros(req.TTL)
 	if err != nil {
 		return driver.Grant{}, err
@@ -403,29 +406,32 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 // RenewBatch implements driver.BatchRenewer: every renewal in one UPDATE
-// over unnest'ed arrays, one round trip. A key missing from its result was
-// not owned.
+// over unnest'ed arrays (sorted by key, as the batch acquires and releases
+// take their rows, so that they never deadlock), one round trip. A key and
+// token missing from its result were not owned.
 func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
 	errs := make([]error, len(reqs))
-	keys := make([]string, 0, len(reqs))
-	tokens := make([]string, 0, len(reqs))
-	ttls := make([]int64, 0, len(reqs))
+	order := make([]int, 0, len(reqs))
 	for i, r := range reqs {
 		if err := checkKey(r.Key); err != nil {
 			errs[i] = err
 			continue
 		}
-		us, err := micros(r.TTL)
-		if err != nil {
+		if _, err := micros(r.TTL); err != nil {
 			errs[i] = err
 			continue
 		}
-		keys, tokens, ttls = append(keys, r.Key), append(tokens, r.Token), append(ttls, us)
+		order = append(order, i)
 	}
-	if len(keys) == 0 {
+	if len(order) == 0 {
 		return errs
 	}
-	var renewed map[string]bool
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
+	keys, tokens, ttls := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	for j, i := range order {
+		keys[j], tokens[j], ttls[j] = reqs[i].Key, reqs[i].Token, reqs[i].TTL.Microseconds()
+	}
+	var renewed map[[2]string]bool
 	err := retry(ctx, func() error {
 		var err error
 		renewed, err = s.renewBatch(ctx, keys, tokens, ttls)
@@ -436,26 +442,26 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 		case errs[i] != nil:
 		case err != nil:
 			errs[i] = storeErr("renew", r.Key, err)
-		case !renewed[r.Key]:
+		case !renewed[[2]string{r.Key, r.Token}]:
 			errs[i] = driver.ErrNotOwned
 		}
 	}
 	return errs
 }
 
-func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []int64) (map[string]bool, error) {
+func (s *Store) renewBatch(ctx context.Context, keys, tokens []string, ttls []int64) (map[[2]string]bool, error) {
 	rows, err := s.db.Query(ctx, s.renewBatchSQL, keys, tokens, ttls)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	renewed := make(map[string]bool, len(keys))
+	renewed := make(map[[2]string]bool, len(keys))
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var k, t string
+		if err := rows.Scan(&k, &t); err != nil {
 			return nil, err
 		}
-		renewed[k] = true
+		renewed[[2]string{k, t}] = true
 	}
 	return renewed, rows.Err()
 }
