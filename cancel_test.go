@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -204,4 +205,42 @@ func TestAcquireAppliedAfterTheCallerGaveUpIsReleased(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Observe's channel is closed by the time Close returns, also while the
+// observer waits on a store call that does not answer (its context ends
+// with the Locker), and at once for an Observe after Close: no goroutine
+// of it outlives the Locker.
+func TestObserveEndsBeforeCloseReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, err := leasehold.New(store, leasehold.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := leasehold.NewElection(l, "lead", leasehold.Callbacks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := e.Observe(context.Background())
+		<-ch // vacant
+		store.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
+			if op == memstore.OpInspect {
+				return memstore.Fault{Delay: time.Hour} // a stalled store
+			}
+			return memstore.Fault{}
+		})
+		time.Sleep(2 * time.Second) // the observer's next look is stalled
+		_ = l.Close()
+		for name, c := range map[string]<-chan leasehold.Leader{"before Close": ch, "after Close": e.Observe(context.Background())} {
+			select {
+			case _, ok := <-c:
+				if ok {
+					t.Fatalf("%s: expected no leader change", name)
+				}
+			default:
+				t.Fatalf("%s: expected Observe's channel closed when Close returned", name)
+			}
+		}
+	})
 }

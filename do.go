@@ -65,8 +65,9 @@ func (l *Locker) doAcquire(ctx context.Context, key string, opts []DoOptions) (*
 }
 
 // Loop runs fn every interval while this replica holds key, else tries once
-// per interval to take it, until ctx ends; then it releases and returns ctx's
-// error. fn's errors are logged. MinRenewInterval <= interval < TTL.
+// per interval to take it, until ctx ends or the Locker closes; then it
+// releases and returns ctx's error, or ErrLockerClosed. fn's errors are
+// logged. MinRenewInterval <= interval < TTL.
 func (l *Locker) Loop(ctx context.Context, key string, interval time.Duration, fn func(ctx context.Context, lease *Lease) error) error {
 	if err := ValidateKey(key); err != nil {
 		return err
@@ -95,6 +96,8 @@ func (l *Locker) Loop(ctx context.Context, key string, interval time.Duration, f
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.ctx.Done(): // nothing left to contend with
+			return ErrLockerClosed
 		case <-t.C:
 		}
 	}
@@ -110,7 +113,7 @@ func (l *Locker) loopLease(ctx context.Context, key string, lease *Lease, log *s
 		_ = lease.Release(ctx)
 	}
 	lease, err := l.TryAcquire(ctx, key)
-	if err != nil && !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrLockerClosed) && ctx.Err() == nil {
 		log.Warn("leasehold: loop could not acquire", slog.Any("error", err))
 	}
 	return lease

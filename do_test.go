@@ -287,3 +287,35 @@ func TestLoopKeepsContendingForever(t *testing.T) {
 		}
 	})
 }
+
+// Loop returns ErrLockerClosed once its Locker is closed, as Election.Run
+// does, instead of trying to acquire (and warning) every interval until its
+// context ends.
+func TestLoopReturnsWhenTheLockerCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := &syncBuffer{}
+		l, err := leasehold.New(memstore.New(), leasehold.Options{Logger: slogTo(logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- l.Loop(ctx, "reconcile", time.Second, func(context.Context, *leasehold.Lease) error { return nil })
+		}()
+		time.Sleep(2500 * time.Millisecond)
+		_ = l.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, leasehold.ErrLockerClosed) {
+				t.Fatalf("expected ErrLockerClosed, got %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("expected Loop to return when its Locker closed; logged: %s", logs)
+		}
+		if n := logs.count("loop could not acquire"); n != 0 {
+			t.Fatalf("expected no acquire warning, got %d", n)
+		}
+	})
+}

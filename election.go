@@ -109,10 +109,24 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // Observe reports every change of leader, vacancies included, starting with
 // the current one, until ctx ends or the Locker closes (it closes the
-// channel); a very short term can go unseen.
+// channel, before Close returns); a very short term can go unseen.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	go e.observe(ctx, ch)
+	l := e.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		close(ch)
+		return ch
+	}
+	l.bg.Add(1) // Close joins it
+	go func() {
+		defer l.bg.Done()
+		octx, cancel := context.WithCancel(ctx) // a store call in flight ends with the Locker too
+		defer cancel()
+		defer context.AfterFunc(l.ctx, cancel)()
+		e.observe(octx, ch)
+	}()
 	return ch
 }
 

@@ -470,7 +470,9 @@ func (ls *Lease) outcome(sent, now time.Time, err error, o *Options) renewOutcom
 	if o.OnRenewFailure == RenewalFence && ls.failures >= o.MaxRenewFailures {
 		return renewOutcome{cause: ErrLeaseAbandoned, failures: ls.failures}
 	}
-	ls.renewAt = now.Add(ls.retryGap(now, o))
+	if !ls.capped { // in flight at MaxHold: no retry (extend would leave renewAt past, and renew in a loop)
+		ls.renewAt = now.Add(ls.retryGap(now, o))
+	}
 	return renewOutcome{failures: ls.failures}
 }
 

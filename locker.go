@@ -29,7 +29,7 @@ type Locker struct {
 	closed   bool
 	// configChecked: the one ConfigChecker check was started.
 	configChecked atomic.Bool
-	bg            sync.WaitGroup // clean-up releases, joined by Close
+	bg            sync.WaitGroup // clean-up releases, the config check and Observe loops, joined by Close
 	waiting       sync.WaitGroup // Acquires waiting for their turn, joined by Close
 }
 

@@ -328,6 +328,35 @@ func TestMaxHoldStopsRenewal(t *testing.T) {
 	})
 }
 
+// A renewal in flight when MaxHold is reached that then fails schedules no
+// retry: a capped lease is never renewed again. Before the fix the retry
+// went out, and a retry that succeeded left renewAt in the past (extend
+// moves no renewal of a capped lease), so the lease renewed in a tight loop
+// until Release: a store storm that also kept the lock past the cap.
+func TestRenewalFailingPastMaxHoldIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		ops := countOps(store, nil)
+		l, _, _ := newLocker(t, store, leasehold.Options{
+			TTL: 10 * time.Second, RenewInterval: 2 * time.Second, RenewTimeout: 500 * time.Millisecond, MaxHold: 4200 * time.Millisecond,
+		})
+		lease, err := l.TryAcquire(t.Context(), "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(t.Context())
+		time.Sleep(3 * time.Second)    // the renewal at 2 s went through
+		failRenewals(ops, time.Second) // the one at 4 s times out at 4.5 s, after the cap at 4.2 s
+		time.Sleep(2 * time.Second)
+		failRenewals(ops, 0) // a retry would fail too, so that retries stay apart instead of looping
+		renewals := ops.get(memstore.OpRenew)
+		time.Sleep(4 * time.Second)
+		if n := ops.get(memstore.OpRenew); n != renewals {
+			t.Fatalf("expected no renewal after MaxHold, got %d more", n-renewals)
+		}
+	})
+}
+
 func TestHoldDoesNotReleaseAndExpiryRotatesOwnership(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()
