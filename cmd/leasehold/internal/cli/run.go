@@ -63,8 +63,9 @@ or a duration such as 1m30s) for the holder to release or expire. The lease
 is renewed every --renew-every (default TTL/3); after --max-renew-failures
 consecutive failed renewals, or when the lease's own clock says the TTL ran
 out, or when the store says another owner has the key, the lease has ended:
-run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace, and exits
-79. When stdin is not a terminal COMMAND runs in its own process group, and
+run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace (sooner
+when the lock would expire in the store first: the next holder never runs
+beside COMMAND), and exits 79. When stdin is not a terminal COMMAND runs in its own process group, and
 the signals reach the whole group.
 
 COMMAND never outlives run: a small supervisor process between them kills
@@ -143,7 +144,7 @@ Exit status:
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
 	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1); a misconfigured store always fails closed (77, 78)")
-	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
+	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends (at most until the lock would expire in the store)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
 	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
@@ -383,6 +384,7 @@ loop:
 			ended = nil
 			cause = context.Cause(lease.Context())
 			res.Cause = short(cause)
+			grace = killDelay(lease, grace)
 			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), story(cause), pid, grace)
 			child.signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
@@ -411,6 +413,16 @@ loop:
 		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// killDelay is the time an ended lease's command gets between SIGTERM and
+// SIGKILL: grace, but never past the lease's local expiry guard, which comes
+// before the lock can expire in the store and the next holder start.
+func killDelay(lease *leasehold.Lease, grace time.Duration) time.Duration {
+	if until := lease.ValidUntil(); !until.IsZero() { // zero: degraded, no lock
+		return max(0, min(grace, time.Until(until)))
+	}
+	return grace
 }
 
 func childEnv(env []string, lease *leasehold.Lease, keepStore bool) []string {
