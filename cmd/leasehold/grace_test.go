@@ -37,7 +37,7 @@ func graceEndsWithLease(t *testing.T, first func(storeURL, script string) *proc,
 	if err := px.SetDown(true); err != nil {
 		t.Fatal(err)
 	}
-	p := next(srv.URL(), `ps -e -o pgid=,stat=,pid=,args= | awk '$1 == ` + strconv.Itoa(pgid) + ` && $2 !~ /^Z/' > ` + overlap + `; echo ran > ` + second)
+	p := next(srv.URL(), `ps -e -o pgid=,stat=,pid=,args= | awk '$1 == `+strconv.Itoa(pgid)+` && $2 !~ /^Z/' > `+overlap+`; echo ran > `+second)
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Errorf("next holder: expected exit 0, got %d: %s", code, p.stderr)
 	}
