@@ -131,7 +131,8 @@ Exit status:
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := &runResult{Key: o.key}
-			return o.report.finish(a, res.emit(a, a.run(cmd, &o, args, res)))
+			err := res.emit(a, a.run(cmd, &o, args, res))
+			return o.report.finish(a, err, res.Outcome)
 		},
 	}
 	f := cmd.Flags()
@@ -408,6 +409,11 @@ loop:
 	}
 	if err := release(); err != nil {
 		return err
+	}
+	// The command's status may be any number, 2, 75 or 79 included: those
+	// are run's own outcomes only when run says them.
+	if res.Outcome = runOutcome(code); res.Outcome != "ok" && res.Outcome != "signal" {
+		res.Outcome = "failed"
 	}
 	if code != 0 {
 		return &ExitError{Code: code}
