@@ -40,6 +40,7 @@ type runJSONOut struct {
 	Fence     uint64  `json:"fence"`
 	Holder    string  `json:"holder"`
 	ChildExit *int    `json:"child_exit_code"`
+	WaitedMS  float64 `json:"waited_ms"`
 	HeldMS    float64 `json:"held_ms"`
 	Cause     string  `json:"cause"`
 }
@@ -70,6 +71,11 @@ func TestRunJSONCommandStringAndConflictCode(t *testing.T) {
 	code, out, _ = lh(t, env, "run", "--key", "e2e:json", "--json", "--conflict-exit-code", "9", "--", "true")
 	if r := decodeRun(t, out); code != 9 || r.Outcome != "not_acquired" {
 		t.Errorf("run on a held key with --conflict-exit-code 9: expected exit 9 and outcome not_acquired, got %d %+v", code, r)
+	}
+	// waited_ms says how long it waited, also when it gave up.
+	code, out, _ = lh(t, env, "run", "--key", "e2e:json", "--json", "--wait", "0.5", "--", "true")
+	if r := decodeRun(t, out); code != 75 || r.Outcome != "not_acquired" || r.WaitedMS < 400 {
+		t.Errorf("run --wait 0.5 on a held key: expected exit 75, outcome not_acquired and waited_ms of about 500, got %d %+v", code, r)
 	}
 	code, _, stderr = lh(t, env, "run", "--key", "e2e:json", "--wait", "2500ms", "--", "true")
 	if code != 75 || !strings.Contains(stderr, "waiting for e2e:json: held by") {

@@ -281,6 +281,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	wg.Wait()
 	cancel()
 	if err != nil {
+		res.WaitedMS = ms(time.Since(started))
 		err = st.Redact(err)
 		switch {
 		case interrupted != nil:
