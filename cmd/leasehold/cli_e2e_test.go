@@ -62,6 +62,12 @@ func TestRunJSONCommandStringAndConflictCode(t *testing.T) {
 	if code != 3 || r.ExitCode != 3 || r.ChildExit == nil || *r.ChildExit != 3 || r.Fence == 0 || r.Holder == "" || r.Outcome != "failed" {
 		t.Errorf("run -c with LEASEHOLD_STORE stripped: expected exit 3 and a result with fence, holder and child status 3, got %d %+v\nstderr: %s", code, r, stderr)
 	}
+	// -c with an empty line (an unset variable: -c "$JOB") runs sh -c '' as
+	// flock does; it does not hold the lock until a signal.
+	p := start(t, env, "run", "--key", "e2e:json", "-c", "")
+	if code := p.wait(10 * time.Second); code != 0 || strings.Contains(p.stdout.String(), "holding") {
+		t.Errorf("run -c '': expected sh -c '' to run and exit 0, got %d: %s%s", code, p.stdout, p.stderr)
+	}
 	if code, _, _ := lh(t, env, "run", "--key", "e2e:json", "--keep-store-env", "-c", `test -n "$LEASEHOLD_STORE"`); code != 0 {
 		t.Errorf("run --keep-store-env: expected the child to see LEASEHOLD_STORE (exit 0), got %d", code)
 	}

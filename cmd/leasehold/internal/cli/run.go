@@ -124,7 +124,7 @@ Exit status:
 			if dash := cmd.ArgsLenAtDash(); dash > 0 {
 				return usage("arguments before --: %q; put the whole command after --, e.g. leasehold run --key K -- %s", args[:dash], strings.Join(args, " "))
 			}
-			if o.command != "" && len(args) > 0 {
+			if cmd.Flags().Changed("command") && len(args) > 0 {
 				return usage("give the command either after -- or with -c, not both")
 			}
 			return nil
@@ -208,7 +208,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	if err != nil {
 		return err
 	}
-	if o.command != "" {
+	if cmd.Flags().Changed("command") { // -c '' too, as flock: not the hold mode
 		args = []string{"sh", "-c", o.command}
 	}
 	ctx := cmd.Context()
