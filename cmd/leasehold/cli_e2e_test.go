@@ -68,6 +68,11 @@ func TestRunJSONCommandStringAndConflictCode(t *testing.T) {
 	if code := p.wait(10 * time.Second); code != 0 || strings.Contains(p.stdout.String(), "holding") {
 		t.Errorf("run -c '': expected sh -c '' to run and exit 0, got %d: %s%s", code, p.stdout, p.stderr)
 	}
+	// Nor does -- with nothing after it (-- $JOB): that is bad usage.
+	p = start(t, env, "run", "--key", "e2e:json", "--")
+	if code := p.wait(10 * time.Second); code != 2 || !strings.Contains(p.stderr.String(), "no command after --") {
+		t.Errorf("run --key K --: expected exit 2 and 'no command after --', got %d: %s%s", code, p.stdout, p.stderr)
+	}
 	if code, _, _ := lh(t, env, "run", "--key", "e2e:json", "--keep-store-env", "-c", `test -n "$LEASEHOLD_STORE"`); code != 0 {
 		t.Errorf("run --keep-store-env: expected the child to see LEASEHOLD_STORE (exit 0), got %d", code)
 	}

@@ -121,8 +121,11 @@ Exit status:
 		Example: `  leasehold run --store redis://127.0.0.1:6379 --key nightly-report --wait 1m -- ./report.sh
   LEASEHOLD_STORE=redis://redis:6379 leasehold run --key job:42 --ttl 60s -- sh -c 'echo fence $LEASEHOLD_FENCE'`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); dash > 0 {
+			switch dash := cmd.ArgsLenAtDash(); {
+			case dash > 0:
 				return usage("arguments before --: %q; put the whole command after --, e.g. leasehold run --key K -- %s", args[:dash], strings.Join(args, " "))
+			case dash == 0 && len(args) == 0: // -- "$JOB" with JOB unset: not the hold mode
+				return usage("no command after --; leave out -- to hold the lock without a command")
 			}
 			if cmd.Flags().Changed("command") && len(args) > 0 {
 				return usage("give the command either after -- or with -c, not both")
