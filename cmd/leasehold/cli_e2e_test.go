@@ -40,6 +40,7 @@ type runJSONOut struct {
 	Fence     uint64  `json:"fence"`
 	Holder    string  `json:"holder"`
 	ChildExit *int    `json:"child_exit_code"`
+	WaitedMS  float64 `json:"waited_ms"`
 	HeldMS    float64 `json:"held_ms"`
 	Cause     string  `json:"cause"`
 }
@@ -61,6 +62,17 @@ func TestRunJSONCommandStringAndConflictCode(t *testing.T) {
 	if code != 3 || r.ExitCode != 3 || r.ChildExit == nil || *r.ChildExit != 3 || r.Fence == 0 || r.Holder == "" || r.Outcome != "failed" {
 		t.Errorf("run -c with LEASEHOLD_STORE stripped: expected exit 3 and a result with fence, holder and child status 3, got %d %+v\nstderr: %s", code, r, stderr)
 	}
+	// -c with an empty line (an unset variable: -c "$JOB") runs sh -c '' as
+	// flock does; it does not hold the lock until a signal.
+	p := start(t, env, "run", "--key", "e2e:json", "-c", "")
+	if code := p.wait(10 * time.Second); code != 0 || strings.Contains(p.stdout.String(), "holding") {
+		t.Errorf("run -c '': expected sh -c '' to run and exit 0, got %d: %s%s", code, p.stdout, p.stderr)
+	}
+	// Nor does -- with nothing after it (-- $JOB): that is bad usage.
+	p = start(t, env, "run", "--key", "e2e:json", "--")
+	if code := p.wait(10 * time.Second); code != 2 || !strings.Contains(p.stderr.String(), "no command after --") {
+		t.Errorf("run --key K --: expected exit 2 and 'no command after --', got %d: %s%s", code, p.stdout, p.stderr)
+	}
 	if code, _, _ := lh(t, env, "run", "--key", "e2e:json", "--keep-store-env", "-c", `test -n "$LEASEHOLD_STORE"`); code != 0 {
 		t.Errorf("run --keep-store-env: expected the child to see LEASEHOLD_STORE (exit 0), got %d", code)
 	}
@@ -70,6 +82,11 @@ func TestRunJSONCommandStringAndConflictCode(t *testing.T) {
 	code, out, _ = lh(t, env, "run", "--key", "e2e:json", "--json", "--conflict-exit-code", "9", "--", "true")
 	if r := decodeRun(t, out); code != 9 || r.Outcome != "not_acquired" {
 		t.Errorf("run on a held key with --conflict-exit-code 9: expected exit 9 and outcome not_acquired, got %d %+v", code, r)
+	}
+	// waited_ms says how long it waited, also when it gave up.
+	code, out, _ = lh(t, env, "run", "--key", "e2e:json", "--json", "--wait", "0.5", "--", "true")
+	if r := decodeRun(t, out); code != 75 || r.Outcome != "not_acquired" || r.WaitedMS < 400 {
+		t.Errorf("run --wait 0.5 on a held key: expected exit 75, outcome not_acquired and waited_ms of about 500, got %d %+v", code, r)
 	}
 	code, _, stderr = lh(t, env, "run", "--key", "e2e:json", "--wait", "2500ms", "--", "true")
 	if code != 75 || !strings.Contains(stderr, "waiting for e2e:json: held by") {

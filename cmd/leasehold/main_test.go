@@ -67,6 +67,7 @@ type proc struct {
 	start  time.Time
 	done   chan struct{}
 	code   int
+	group  bool // leads a process group of its own (startInGroup)
 }
 
 type syncBuffer struct {
@@ -90,9 +91,22 @@ func (s *syncBuffer) String() string {
 // the background. It is killed in t.Cleanup if still running.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startProc(t, env, false, args...)
+}
+
+// startInGroup is start with leasehold in a process group of its own, as
+// under timeout(1) or a shell's job control.
+func startInGroup(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	return startProc(t, env, true, args...)
+}
+
+func startProc(t *testing.T, env []string, group bool, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GORACE=atexit_sleep_ms=0"}, env...)
-	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
+	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}), group: group}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.WaitDelay = 5 * time.Second
 	p.start = time.Now()

@@ -88,7 +88,12 @@ func killedWrapper(t *testing.T, env []string, first func(script string) *proc, 
 	if n := len(groupMembers(t, pgid)); n < 2 {
 		t.Fatalf("expected the command's group to hold sh and its background subshell, got %d processes", n)
 	}
-	if err := p.cmd.Process.Kill(); err != nil {
+	if p.group { // SIGKILL to its whole group, supervisor included unless it has its own
+		err = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	} else {
+		err = p.cmd.Process.Kill()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -187,5 +192,40 @@ func TestRunSupervisorKilled(t *testing.T) {
 	time.Sleep(3500 * time.Millisecond)
 	if readFile(t, done) != "" {
 		t.Errorf("the command's background job ran to its end after its supervisor was killed")
+	}
+}
+
+// SIGKILL to run's whole process group (timeout -s KILL and timeout -k
+// signal their group, and so does the shell's kill -9 %job) kills run and
+// would kill a supervisor in the same group with it, before it could kill
+// the command's group: then the command itself died of its parent-death
+// signal but its background job kept running without the lease. The
+// supervisor lives in a group of its own and kills the command's group.
+func TestRunGroupKilledLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var next *proc
+	killedWrapper(t, env, func(script string) *proc {
+		return startInGroup(t, env, "run", "--key", "e2e:group-killed", "--ttl", "2s", "--", "sh", "-c", script)
+	}, func(script string) {
+		next = start(t, env, "run", "--key", "e2e:group-killed", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next run: expected exit 0, got %d: %s", code, next.stderr)
+	}
+}
+
+// The same for elect, whose command always has a group of its own.
+func TestElectGroupKilledLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var next *proc
+	killedWrapper(t, env, func(script string) *proc {
+		return startInGroup(t, env, "elect", "--key", "e2e:elect-group-killed", "--ttl", "2s", "--", "sh", "-c", script)
+	}, func(script string) {
+		next = start(t, env, "elect", "--key", "e2e:elect-group-killed", "--ttl", "2s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
 	}
 }

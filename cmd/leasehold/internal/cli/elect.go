@@ -111,7 +111,8 @@ func (a *App) electCmd() *cobra.Command {
 		Long: `elect takes part in a leader election on KEY. While it leads it runs COMMAND with
 LEASEHOLD_KEY, LEASEHOLD_TOKEN and LEASEHOLD_FENCE set (as run does). When
 leadership ends (lost, renewals abandoned, expired locally) the command gets
-SIGTERM, then SIGKILL after --grace, and elect campaigns again. When the command
+SIGTERM, then SIGKILL after --grace (sooner when the lock would expire in the
+store first, before another candidate can lead), and elect campaigns again. When the command
 exits on its own, elect resigns (the next candidate takes over at once) and exits
 with the command's status. SIGINT or SIGTERM stop the command the same way,
 resign, and exit. Candidates take over in the order they started campaigning.
@@ -128,7 +129,7 @@ group when elect dies for any reason, SIGKILL included.`,
 	f := cmd.Flags()
 	f.StringVar(&o.key, "key", "", "election key (required)")
 	f.DurationVar(&o.ttl, "ttl", 15*time.Second, "leadership TTL: a crashed leader is replaced after about this long")
-	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when leadership ends")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when leadership ends (at most until the lock would expire in the store)")
 	f.StringVar(&o.name, "name", "elect", "locker name for metrics and logs")
 	return cmd
 }
@@ -221,8 +222,12 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 		return
 	case <-ctx.Done():
 	}
+	grace := e.grace
+	if lease.Err() != nil { // leadership ended, not elect: no renewal keeps it
+		grace = killDelay(lease, grace)
+	}
 	child.signal(syscall.SIGTERM)
-	t := time.NewTimer(e.grace)
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case err := <-child.done:

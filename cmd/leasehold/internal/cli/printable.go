@@ -6,14 +6,17 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
-// quoteUnprintable returns s as it is when every rune of it is printable,
-// and Go-quoted otherwise, so that a key, token or holder identity written
-// into the store by anyone can never send terminal escapes (ESC sequences,
-// OSC window titles, a screen clear) to an operator's terminal.
+// quoteUnprintable returns s as it is when it is valid UTF-8 and every rune
+// of it is printable, and Go-quoted otherwise, so that a key, token or
+// holder identity written into the store by anyone can never send terminal
+// escapes (ESC sequences, OSC window titles, a screen clear; a lone byte
+// 0x9b is CSI to a terminal that takes 8-bit controls) to an operator's
+// terminal.
 func quoteUnprintable(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 && !strings.HasPrefix(s, `"`) {
+	if s != "" && utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 && !strings.HasPrefix(s, `"`) {
 		return s
 	}
 	return strconv.Quote(s)

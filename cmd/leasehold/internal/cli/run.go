@@ -63,8 +63,9 @@ or a duration such as 1m30s) for the holder to release or expire. The lease
 is renewed every --renew-every (default TTL/3); after --max-renew-failures
 consecutive failed renewals, or when the lease's own clock says the TTL ran
 out, or when the store says another owner has the key, the lease has ended:
-run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace, and exits
-79. When stdin is not a terminal COMMAND runs in its own process group, and
+run logs why, sends SIGTERM to COMMAND, then SIGKILL after --grace (sooner
+when the lock would expire in the store first: the next holder never runs
+beside COMMAND), and exits 79. When stdin is not a terminal COMMAND runs in its own process group, and
 the signals reach the whole group.
 
 COMMAND never outlives run: a small supervisor process between them kills
@@ -120,17 +121,21 @@ Exit status:
 		Example: `  leasehold run --store redis://127.0.0.1:6379 --key nightly-report --wait 1m -- ./report.sh
   LEASEHOLD_STORE=redis://redis:6379 leasehold run --key job:42 --ttl 60s -- sh -c 'echo fence $LEASEHOLD_FENCE'`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); dash > 0 {
+			switch dash := cmd.ArgsLenAtDash(); {
+			case dash > 0:
 				return usage("arguments before --: %q; put the whole command after --, e.g. leasehold run --key K -- %s", args[:dash], strings.Join(args, " "))
+			case dash == 0 && len(args) == 0: // -- "$JOB" with JOB unset: not the hold mode
+				return usage("no command after --; leave out -- to hold the lock without a command")
 			}
-			if o.command != "" && len(args) > 0 {
+			if cmd.Flags().Changed("command") && len(args) > 0 {
 				return usage("give the command either after -- or with -c, not both")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := &runResult{Key: o.key}
-			return o.report.finish(a, res.emit(a, a.run(cmd, &o, args, res)))
+			err := res.emit(a, a.run(cmd, &o, args, res))
+			return o.report.finish(a, err, res.Outcome)
 		},
 	}
 	f := cmd.Flags()
@@ -143,7 +148,7 @@ Exit status:
 	f.IntVar(&o.maxFailures, "max-renew-failures", leasehold.DefaultMaxRenewFailures, "consecutive failed renewals after which the lease is abandoned; >= 1")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "stop renewing (and stop COMMAND, exit 79) after this long; 0 = no cap")
 	f.StringVar(&o.onStoreError, "on-store-error", "fail-closed", "when the store is unreachable at acquire: fail-closed (exit 69) or fail-open (run with LEASEHOLD_DEGRADED=1); a misconfigured store always fails closed (77, 78)")
-	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends")
+	f.DurationVar(&o.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lease ends (at most until the lock would expire in the store)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&o.name, "name", "run", "locker name: the locker label of metrics and logs")
 	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", ExitNotAcquired, "exit status when another owner holds the key (flock's -E)")
@@ -206,7 +211,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	if err != nil {
 		return err
 	}
-	if o.command != "" {
+	if cmd.Flags().Changed("command") { // -c '' too, as flock: not the hold mode
 		args = []string{"sh", "-c", o.command}
 	}
 	ctx := cmd.Context()
@@ -279,6 +284,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	wg.Wait()
 	cancel()
 	if err != nil {
+		res.WaitedMS = ms(time.Since(started))
 		err = st.Redact(err)
 		switch {
 		case interrupted != nil:
@@ -383,6 +389,7 @@ loop:
 			ended = nil
 			cause = context.Cause(lease.Context())
 			res.Cause = short(cause)
+			grace = killDelay(lease, grace)
 			logf("lease on %q ended while the command ran: %s; sending SIGTERM to pid %d, SIGKILL in %v", lease.Key(), story(cause), pid, grace)
 			child.signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
@@ -407,10 +414,25 @@ loop:
 	if err := release(); err != nil {
 		return err
 	}
+	// The command's status may be any number, 2, 75 or 79 included: those
+	// are run's own outcomes only when run says them.
+	if res.Outcome = runOutcome(code); res.Outcome != "ok" && res.Outcome != "signal" {
+		res.Outcome = "failed"
+	}
 	if code != 0 {
 		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// killDelay is the time an ended lease's command gets between SIGTERM and
+// SIGKILL: grace, but never past the lease's local expiry guard, which comes
+// before the lock can expire in the store and the next holder start.
+func killDelay(lease *leasehold.Lease, grace time.Duration) time.Duration {
+	if until := lease.ValidUntil(); !until.IsZero() { // zero: degraded, no lock
+		return max(0, min(grace, time.Until(until)))
+	}
+	return grace
 }
 
 func childEnv(env []string, lease *leasehold.Lease, keepStore bool) []string {

@@ -92,9 +92,10 @@ func (r *runReport) observe(e leasehold.Event) {
 	}
 }
 
-// finish records how run ended (err is what it returns) and writes the
-// report; a report that cannot be written is a warning, never run's exit.
-func (r *runReport) finish(a *App, err error) error {
+// finish records how run ended (err is what it returns, outcome the
+// runResult's) and writes the report; a report that cannot be written is a
+// warning, never run's exit.
+func (r *runReport) finish(a *App, err error, outcome string) error {
 	if r.reg == nil {
 		return err
 	}
@@ -106,7 +107,6 @@ func (r *runReport) finish(a *App, err error) error {
 	case err != nil:
 		code = ExitUsage // cobra's own errors (Execute maps them so)
 	}
-	outcome := runOutcome(code)
 	r.exit.Set(float64(code))
 	for _, o := range runOutcomes {
 		v := 0.0

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,4 +196,68 @@ func TestRunPush(t *testing.T) {
 	if code != ExitOK || !strings.Contains(errOut, "--push") {
 		t.Errorf("expected exit 0 and a --push warning, got %d: %s", code, errOut)
 	}
+}
+
+// The command's own status is never taken for run's: a command that ran
+// under its lease and exited 2, 69, 75 or 79 (grep's error, sysexits, a
+// nested run that found its key busy) failed; run did not lose its lease.
+// And a conflict with -E 0 is not_acquired in the textfile as in --json.
+func TestRunOutcomeOfTheCommandsStatus(t *testing.T) {
+	srv := testredis.Start(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "leasehold_run_run.prom")
+	check := func(t *testing.T, stdout, want string) {
+		t.Helper()
+		var res runResult
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Outcome != want {
+			t.Errorf("--json: expected outcome %s, got %+v (%v)", want, res, err)
+		}
+		v := textfileValues(t, file)
+		if got := v[`leasehold_run_last_outcome{locker="run", outcome="`+want+`"}`]; got != 1 {
+			t.Errorf("textfile: expected outcome %s, got %v", want, grepValues(v, "leasehold_run_last_outcome"))
+		}
+	}
+	for _, status := range []int{ExitUsage, ExitUnavailable, ExitNotAcquired, ExitLeaseLost} {
+		code, stdout, stderr := runMain(t, "--store="+srv.URL(), "--json", "run", "--key", "own", "--metrics-textfile", dir, "--", "sh", "-c", "exit "+strconv.Itoa(status))
+		if code != status {
+			t.Fatalf("exit %d, want the command's %d: %s", code, status, stderr)
+		}
+		check(t, stdout, "failed")
+	}
+
+	l, err := leasehold.New(mustRedisStore(t, srv), leasehold.Options{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.TryAcquire(t.Context(), "own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(t.Context()) }()
+	code, stdout, stderr := runMain(t, "--store="+srv.URL(), "--json", "run", "--key", "own", "-n", "-E", "0", "--metrics-textfile", dir, "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (-E 0): %s", code, stderr)
+	}
+	check(t, stdout, "not_acquired")
+}
+
+func mustRedisStore(t *testing.T, srv *testredis.Server) *redisstore.Store {
+	t.Helper()
+	rs, err := redisstore.New(srv.Client(t), redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// grepValues returns the entries of v whose names start with prefix.
+func grepValues(v map[string]float64, prefix string) map[string]float64 {
+	out := map[string]float64{}
+	for k, x := range v {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = x
+		}
+	}
+	return out
 }

@@ -40,11 +40,9 @@ func (r *runResult) leased(lease *leasehold.Lease, holder string, waited time.Du
 	r.WaitedMS = float64(waited) / float64(time.Millisecond)
 }
 
-// emit prints r as JSON when asked, with run's exit code and error.
+// emit sets run's exit code, error and outcome in r and prints r as JSON
+// when asked.
 func (r *runResult) emit(a *App, err error) error {
-	if !a.json {
-		return err
-	}
 	var ee *ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -58,7 +56,9 @@ func (r *runResult) emit(a *App, err error) error {
 	if r.Outcome == "" {
 		r.Outcome = runOutcome(r.ExitCode)
 	}
-	_ = writeJSON(a.Stdout, r)
+	if a.json {
+		_ = writeJSON(a.Stdout, r)
+	}
 	return err
 }
 

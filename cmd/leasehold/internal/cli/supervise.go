@@ -157,7 +157,11 @@ func startSupervised(args, env []string, group bool) (*supervised, error) {
 	sup.Stdin, sup.Stdout, sup.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sup.Env = env
 	sup.ExtraFiles = []*os.File{w}
-	sup.SysProcAttr = supervisorAttr()
+	// With group, the supervisor leaves this process's group too: a SIGKILL
+	// to that group (timeout -s KILL, kill -9 %job) must not take it along
+	// before it killed the command's group. On a terminal it stays in the
+	// foreground group, which the command shares.
+	sup.SysProcAttr = supervisorAttr(group)
 	s := &supervised{group: group, done: make(chan error, 1)}
 	started := make(chan error, 1)
 	go func() {

@@ -12,9 +12,10 @@ func selfExecutable() (string, error) { return "/proc/self/exe", nil }
 const parentDeathSignal = syscall.SIGUSR2
 
 // supervisorAttr starts the supervisor with parentDeathSignal as its
-// parent-death signal.
-func supervisorAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: parentDeathSignal}
+// parent-death signal, in a process group of its own with group (see
+// startSupervised).
+func supervisorAttr(group bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: parentDeathSignal, Setpgid: group}
 }
 
 // commandAttr starts the supervised command, in a process group of its own

@@ -14,6 +14,6 @@ func selfExecutable() (string, error) { return os.Executable() }
 // notices its parent's death by polling its parent pid.
 const parentDeathSignal = syscall.SIGUSR2
 
-func supervisorAttr() *syscall.SysProcAttr { return nil }
+func supervisorAttr(group bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: group} }
 
 func commandAttr(group bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: group} }
