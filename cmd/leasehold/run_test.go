@@ -58,20 +58,23 @@ func TestRunConcurrentNeverOverlap(t *testing.T) {
 	}
 }
 
-// A run frozen past its TTL loses the key to a waiter; when it wakes up its
-// command is stopped before it finishes and run exits 79.
+// A run frozen past its TTL loses the key to a waiter, but its command does
+// not run beside the waiter's: the supervisor killed it when the lease's
+// guard passed. When run wakes up it says the lease ended and exits 79; the
+// waiter's fence exceeds the holder's.
 func TestRunPausedHolderIsFenced(t *testing.T) {
 	srv := testredis.Start(t)
 	dir := t.TempDir()
-	log := filepath.Join(dir, "log")
+	log, pgidFile := filepath.Join(dir, "log"), filepath.Join(dir, "pgid")
 	holder := start(t, storeEnv(srv), "run", "--key", "e2e:paused", "--ttl", "1s", "--grace", "2s", "--",
-		"sh", "-c", `echo "A $LEASEHOLD_FENCE" >> `+log+`; sleep 4; echo "A end" >> `+log)
+		"sh", "-c", `echo $$ > `+pgidFile+`; echo "A $LEASEHOLD_FENCE" >> `+log+`; sleep 4; echo "A end" >> `+log)
 	waitFor(t, 10*time.Second, "the holder's command to start", func() bool { return strings.Contains(readFile(t, log), "A ") })
+	pgid := strings.TrimSpace(readFile(t, pgidFile))
 	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	waiter := start(t, storeEnv(srv), "run", "--key", "e2e:paused", "--wait", "10s", "--",
-		"sh", "-c", `echo "B $LEASEHOLD_FENCE" >> `+log)
+		"sh", "-c", `ps -e -o pgid=,stat=,pid=,args= | awk '$1 == `+pgid+` && $2 !~ /^Z/ { print "A alive:", $0 }' >> `+log+`; echo "B $LEASEHOLD_FENCE" >> `+log)
 	if code := waiter.wait(15 * time.Second); code != 0 {
 		t.Fatalf("waiter: expected exit 0, got %d\nstderr: %s", code, waiter.stderr)
 	}
@@ -85,6 +88,9 @@ func TestRunPausedHolderIsFenced(t *testing.T) {
 		t.Errorf("holder's stderr does not say why it stopped:\n%s", holder.stderr)
 	}
 	out := readFile(t, log)
+	if strings.Contains(out, "A alive") {
+		t.Errorf("the waiter's command ran beside the frozen holder's:\n%s", out)
+	}
 	var a, b uint64
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		switch {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,6 +77,17 @@ func groupMembers(t *testing.T, pgid int) []int {
 // alive at the moment it runs.
 func killedWrapper(t *testing.T, env []string, first func(script string) *proc, next func(script string)) {
 	t.Helper()
+	stoppedWrapper(t, env, syscall.SIGKILL, "", first, next)
+}
+
+// stoppedWrapper is killedWrapper with sig: SIGSTOP (of the leasehold
+// process alone, key its lock's key) freezes it instead, so that nothing in
+// it stops its command when its lease's guard passes. The command's group
+// must then be gone by the time the lock expires in the store (read with
+// inspect right after the SIGSTOP) and a small margin; the leasehold
+// process gets SIGCONT after the next holder's command ran.
+func stoppedWrapper(t *testing.T, env []string, sig syscall.Signal, key string, first func(script string) *proc, next func(script string)) {
+	t.Helper()
 	dir := t.TempDir()
 	done, pgidFile, overlap, second := filepath.Join(dir, "done"), filepath.Join(dir, "pgid"), filepath.Join(dir, "overlap"), filepath.Join(dir, "second")
 	p := first(`(sleep 3; echo done > ` + done + `) & echo $$ > ` + pgidFile + `; wait`)
@@ -88,30 +100,47 @@ func killedWrapper(t *testing.T, env []string, first func(script string) *proc, 
 	if n := len(groupMembers(t, pgid)); n < 2 {
 		t.Fatalf("expected the command's group to hold sh and its background subshell, got %d processes", n)
 	}
-	if p.group { // SIGKILL to its whole group, supervisor included unless it has its own
-		err = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	if p.group { // to its whole group, supervisor included unless it has its own
+		err = syscall.Kill(-p.cmd.Process.Pid, sig)
 	} else {
-		err = p.cmd.Process.Kill()
+		err = p.cmd.Process.Signal(sig)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-
-	next(`ps -e -o pgid=,stat=,pid=,args= | awk '$1 == ` + strconv.Itoa(pgid) + ` && $2 !~ /^Z/' > ` + overlap + `; echo ran > ` + second)
 	// The lease expires 2 s after the last renewal, so at the earliest about
 	// 1.3 s after the kill: the group must be gone well before. 1 s is
 	// generous for a supervisor that acts within 100 ms.
+	bound, margin := killed.Add(time.Second), 500*time.Millisecond
+	if sig == syscall.SIGSTOP {
+		code, out, stderr := lh(t, env, "inspect", key, "--json")
+		var li struct {
+			RemainingMS int64 `json:"remaining_ms"`
+		}
+		if err := json.Unmarshal([]byte(out), &li); code != 0 || err != nil {
+			t.Fatalf("inspect %s: exit %d, %v\n%s%s", key, code, err, out, stderr)
+		}
+		bound = time.Now().Add(time.Duration(li.RemainingMS)*time.Millisecond + margin)
+	}
+
+	next(`ps -e -o pgid=,stat=,pid=,args= | awk '$1 == ` + strconv.Itoa(pgid) + ` && $2 !~ /^Z/' > ` + overlap + `; echo ran > ` + second)
 	for len(groupMembers(t, pgid)) > 0 {
-		if time.Since(killed) > time.Second {
-			t.Errorf("processes of the command's group still alive %v after its leasehold was killed: %v", time.Since(killed).Round(time.Millisecond), groupMembers(t, pgid))
+		if time.Now().After(bound) {
+			t.Errorf("processes of the command's group still alive %v after its leasehold got %v (%v after the bound): %v", time.Since(killed).Round(time.Millisecond), sig, time.Since(bound).Round(time.Millisecond), groupMembers(t, pgid))
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("the command's group was gone %v after the kill", time.Since(killed).Round(time.Millisecond))
-	p.wait(10 * time.Second) // its stdout stays open while anything of the command lives
+	t.Logf("the command's group was gone %v after signal %d, %v before the bound (1 s after SIGKILL; the lock's expiry + %v after SIGSTOP)", time.Since(killed).Round(time.Millisecond), sig, time.Until(bound).Round(time.Millisecond), margin)
 	waitFor(t, 20*time.Second, "the next holder's command", func() bool { return readFile(t, second) != "" })
+	if sig == syscall.SIGSTOP {
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		p.wait(10 * time.Second) // its stdout stays open while anything of the command lives
+	}
 	if out := readFile(t, overlap); out != "" {
 		t.Errorf("the next holder ran while the killed holder's command was alive:\n%s", out)
 	}
@@ -193,6 +222,53 @@ func TestRunSupervisorKilled(t *testing.T) {
 	if readFile(t, done) != "" {
 		t.Errorf("the command's background job ran to its end after its supervisor was killed")
 	}
+}
+
+// run stopped (SIGSTOP) while its command runs cannot stop the command when
+// its lease's guard passes: the supervisor does, with SIGKILL to the whole
+// group, before the lock expires in the store and the next run of the key
+// starts. Thawed, run says the lease ended and exits 79.
+func TestRunStoppedLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var first, next *proc
+	stoppedWrapper(t, env, syscall.SIGSTOP, "e2e:stopped", func(script string) *proc {
+		first = start(t, env, "run", "--key", "e2e:stopped", "--ttl", "2s", "--", "sh", "-c", script)
+		return first
+	}, func(script string) {
+		next = start(t, env, "run", "--key", "e2e:stopped", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next run: expected exit 0, got %d: %s", code, next.stderr)
+	}
+	if code := first.wait(10 * time.Second); code != 79 {
+		t.Errorf("stopped run: expected exit 79 once thawed, got %d: %s", code, first.stderr)
+	}
+	if !strings.Contains(first.stderr.String(), "local guard passed") {
+		t.Errorf("the supervisor does not say why it killed the command:\n%s", first.stderr)
+	}
+}
+
+// The same for elect: the stopped leader's command is killed by its
+// supervisor before another candidate leads; thawed, elect campaigns again.
+func TestElectStoppedLeavesNoCommand(t *testing.T) {
+	srv := testredis.Start(t)
+	env := storeEnv(srv)
+	var first, next *proc
+	stoppedWrapper(t, env, syscall.SIGSTOP, "e2e:elect-stopped", func(script string) *proc {
+		first = start(t, env, "elect", "--key", "e2e:elect-stopped", "--ttl", "2s", "--", "sh", "-c", script)
+		return first
+	}, func(script string) {
+		next = start(t, env, "elect", "--key", "e2e:elect-stopped", "--ttl", "2s", "--", "sh", "-c", script)
+	})
+	if code := next.wait(20 * time.Second); code != 0 {
+		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
+	}
+	waitFor(t, 10*time.Second, "the thawed elect to campaign again", func() bool {
+		return strings.Contains(first.stderr.String(), "campaigning again")
+	})
+	_ = first.cmd.Process.Signal(syscall.SIGTERM)
+	first.wait(10 * time.Second)
 }
 
 // SIGKILL to run's whole process group (timeout -s KILL and timeout -k

@@ -117,7 +117,9 @@ exits on its own, elect resigns (the next candidate takes over at once) and exit
 with the command's status. SIGINT or SIGTERM stop the command the same way,
 resign, and exit. Candidates take over in the order they started campaigning.
 COMMAND runs in its own process group under a supervisor that kills the whole
-group when elect dies for any reason, SIGKILL included.`,
+group when elect dies for any reason, SIGKILL included, and, with SIGKILL at
+once, when leadership's local guard passes while elect does not run (SIGSTOP,
+a debugger, a frozen cgroup).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usage("elect needs a command after --, e.g. leasehold elect --key K -- ./reconcile")
@@ -151,14 +153,15 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 		return err
 	}
 	defer st.Close()
-	locker, err := leasehold.New(st.Store, leasehold.Options{Name: o.name, TTL: o.ttl, Logger: a.logger()})
+	renewed := make(renewals, 1) // tells the supervisor the lease's new guard
+	locker, err := leasehold.New(st.Store, leasehold.Options{Name: o.name, TTL: o.ttl, Logger: a.logger(), Observer: renewed})
 	if err != nil {
 		return usage("--ttl: %v", err)
 	}
 	defer locker.Close()
 	runCtx, finish := context.WithCancel(ctx)
 	defer finish()
-	e := &elector{a: a, args: args, grace: o.grace, finish: finish}
+	e := &elector{a: a, args: args, grace: o.grace, finish: finish, renewed: renewed}
 	el, err := leasehold.NewElection(locker, o.key, leasehold.Callbacks{
 		OnStartedLeading: e.lead,
 		OnStoppedLeading: func(cause error) {
@@ -190,11 +193,12 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 
 // elector runs the command for each term of leadership.
 type elector struct {
-	a      *App
-	args   []string
-	grace  time.Duration
-	finish context.CancelFunc
-	exited *int // the command's status once it exited on its own
+	a       *App
+	args    []string
+	grace   time.Duration
+	finish  context.CancelFunc
+	renewed renewals
+	exited  *int // the command's status once it exited on its own
 }
 
 // lead runs the command until it exits or leadership (ctx) ends.
@@ -202,7 +206,7 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 	if e.a.verbose {
 		fmt.Fprintf(e.a.Stderr, "leasehold elect: leading %q with fence %d\n", lease.Key(), lease.Fence())
 	}
-	child, err := startSupervised(e.args, childEnv(os.Environ(), lease, false), true)
+	child, err := startSupervised(e.args, childEnv(os.Environ(), lease, false), true, lease, e.renewed)
 	if err != nil {
 		code := ExitCannotExec
 		var se *startError
@@ -217,6 +221,9 @@ func (e *elector) lead(ctx context.Context, lease *leasehold.Lease) {
 	select {
 	case err := <-child.done:
 		code := child.ended(err)
+		if guardPassed(lease) { // killed by the supervisor: leadership ended
+			return
+		}
 		e.exited = &code
 		e.finish()
 		return

@@ -70,7 +70,11 @@ the signals reach the whole group.
 
 COMMAND never outlives run: a small supervisor process between them kills
 COMMAND's whole process group when run dies for any reason, SIGKILL included,
-long before the lease could expire in the store.
+long before the lease could expire in the store. Nor does it outlive the
+lease when run lives but does not run (SIGSTOP, a debugger, a frozen cgroup):
+the supervisor knows the lease's local guard, renewed with it, and when the
+guard passes without a renewal it sends SIGKILL to the group at once (no
+SIGTERM, no --grace: run is not there to wait).
 
 SIGINT, SIGTERM and SIGHUP sent to run are forwarded to COMMAND.
 
@@ -236,7 +240,8 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	if err != nil {
 		return err
 	}
-	obs = teeObservers(obs, report)
+	renewed := make(renewals, 1) // tells the supervisor the lease's new guard
+	obs = teeObservers(obs, report, renewed)
 
 	st, err := a.openStore(ctx, "run", true)
 	if ue := (*unavailableError)(nil); errors.As(err, &ue) {
@@ -313,7 +318,7 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 	} else if a.verbose {
 		logf("acquired %q fence %d", o.key, lease.Fence())
 	}
-	return a.supervise(lease, args, sigs, o, st.Store, logf, res)
+	return a.supervise(lease, renewed, args, sigs, o, st.Store, logf, res)
 }
 
 // hold is run without a command: it holds the lease until a signal, then
@@ -337,7 +342,7 @@ func (a *App) hold(ctx context.Context, lease *leasehold.Lease, store driver.Sto
 }
 
 // supervise runs the child under lease and returns run's exit.
-func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Signal, o *runOpts, store driver.Store, logf func(string, ...any), res *runResult) error {
+func (a *App) supervise(lease *leasehold.Lease, renewed <-chan struct{}, args []string, sigs <-chan os.Signal, o *runOpts, store driver.Store, logf func(string, ...any), res *runResult) error {
 	grace := o.grace
 	story := func(cause error) string {
 		return endStory(context.Background(), store, lease.Key(), cause, o.maxFailures)
@@ -359,7 +364,7 @@ func (a *App) supervise(lease *leasehold.Lease, args []string, sigs <-chan os.Si
 	}
 
 	group := !a.StdinIsTerminal
-	child, err := startSupervised(args, childEnv(os.Environ(), lease, o.keepStore), group)
+	child, err := startSupervised(args, childEnv(os.Environ(), lease, o.keepStore), group, lease, renewed)
 	if err != nil {
 		rerr := release()
 		code := ExitCannotExec
@@ -405,6 +410,12 @@ loop:
 	}
 	code := child.ended(waitErr)
 	res.ChildExit = &code
+	if cause == nil && guardPassed(lease) { // run was stopped: the supervisor killed the child
+		if cause = lease.Err(); cause == nil {
+			cause = leasehold.ErrLeaseExpired
+		}
+		res.Cause = short(cause)
+	}
 	if cause != nil {
 		if group { // nothing of the job may keep working without the lease
 			child.signal(syscall.SIGKILL)
