@@ -244,7 +244,7 @@ func TestRunStoppedLeavesNoCommand(t *testing.T) {
 	if code := first.wait(10 * time.Second); code != 79 {
 		t.Errorf("stopped run: expected exit 79 once thawed, got %d: %s", code, first.stderr)
 	}
-	if !strings.Contains(first.stderr.String(), "local guard passed") {
+	if !strings.Contains(first.stderr.String(), "local guard passed and leasehold") {
 		t.Errorf("the supervisor does not say why it killed the command:\n%s", first.stderr)
 	}
 }

@@ -139,7 +139,7 @@ func SuperviseMain(args []string) int {
 			}
 			guard = nil // end of file: the parent is gone
 		case <-expiry.C:
-			fmt.Fprintf(os.Stderr, "leasehold: the lease's local guard passed while leasehold (pid %d) did not run (stopped or frozen?); sending SIGKILL to the command (pid %d)\n", ppid, pid)
+			fmt.Fprintf(os.Stderr, "leasehold: the lease's local guard passed and leasehold (pid %d) had not stopped the command (is it stopped or frozen?): sending SIGKILL to pid %d\n", ppid, pid)
 			kill()
 			return exitCode(<-waited)
 		case <-died:
