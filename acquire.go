@@ -127,6 +127,9 @@ func (l *Locker) acquire(ctx context.Context, spec leaseSpec) (*Lease, error) {
 		return nil, ErrLockerClosed
 	}
 	a := &attempt{l: l, spec: spec, token: NewToken(), start: time.Now(), backoff: firstBackoff, ops: l.opsOf(spec)}
+	if cerr := ctx.Err(); cerr != nil { // no lease for it (see granted), so no request either
+		return nil, a.contended(joinErrors(a.gaveUp(), cerr))
+	}
 	if err := a.enterGate(ctx); err != nil {
 		return nil, err
 	}

@@ -244,3 +244,24 @@ func TestObserveEndsBeforeCloseReturns(t *testing.T) {
 		}
 	})
 }
+
+// A caller whose context already ended gets no lease and sends nothing:
+// no acquire request, and so no clean-up release either.
+func TestAcquireWithAnEndedContextSendsNothing(t *testing.T) {
+	store := memstore.New()
+	ops := countOps(store, nil)
+	l, _, _ := newLocker(t, store, leasehold.Options{TTL: 5 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for name, call := range map[string]func() (*leasehold.Lease, error){
+		"TryAcquire": func() (*leasehold.Lease, error) { return l.TryAcquire(ctx, "ended") },
+		"Acquire":    func() (*leasehold.Lease, error) { return l.Acquire(ctx, "ended") },
+	} {
+		if ls, err := call(); ls != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("%s: expected no lease and context.Canceled (matching ErrNotAcquired), got %v, %v", name, ls, err)
+		}
+	}
+	if n, r := ops.get(memstore.OpAcquire), ops.get(memstore.OpRelease); n != 0 || r != 0 {
+		t.Fatalf("expected no store request for callers whose context had ended, got %d acquires and %d releases", n, r)
+	}
+}
