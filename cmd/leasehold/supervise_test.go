@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,35 +152,38 @@ func stoppedWrapper(t *testing.T, env []string, sig syscall.Signal, key string, 
 	}
 }
 
-// SIGKILL of run leaves nothing of its command running, grandchildren
-// included, and the next run of the key does not overlap it.
-func TestRunKilledLeavesNoCommand(t *testing.T) {
-	srv := testredis.Start(t)
-	env := storeEnv(srv)
-	var next *proc
-	killedWrapper(t, env, func(script string) *proc {
-		return start(t, env, "run", "--key", "e2e:killed", "--ttl", "2s", "--", "sh", "-c", script)
-	}, func(script string) {
-		next = start(t, env, "run", "--key", "e2e:killed", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", script)
-	})
-	if code := next.wait(20 * time.Second); code != 0 {
-		t.Errorf("next run: expected exit 0, got %d: %s", code, next.stderr)
-	}
-}
-
-// The same for elect: SIGKILL of the leader's elect kills its command's
-// whole group before the next candidate can lead.
-func TestElectKilledLeavesNoCommand(t *testing.T) {
-	srv := testredis.Start(t)
-	env := storeEnv(srv)
-	var next *proc
-	killedWrapper(t, env, func(script string) *proc {
-		return start(t, env, "elect", "--key", "e2e:elect-killed", "--ttl", "2s", "--", "sh", "-c", script)
-	}, func(script string) {
-		next = start(t, env, "elect", "--key", "e2e:elect-killed", "--ttl", "2s", "--", "sh", "-c", script)
-	})
-	if code := next.wait(20 * time.Second); code != 0 {
-		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
+// SIGKILL of run or elect, or of its whole process group (timeout -s KILL
+// and timeout -k signal their group, and so does the shell's kill -9 %job:
+// a supervisor in that group would die with run before it could kill the
+// command's group, so it lives in a group of its own), leaves nothing of
+// the command running, grandchildren included, and the next run of the key
+// (the next candidate) does not overlap it.
+func TestKilledLeavesNoCommand(t *testing.T) {
+	for _, c := range []struct {
+		name, cmd string
+		start     func(t *testing.T, env []string, args ...string) *proc
+	}{
+		{"run", "run", start}, {"elect", "elect", start},
+		{"run-group", "run", startInGroup}, {"elect-group", "elect", startInGroup},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := testredis.Start(t)
+			env := storeEnv(srv)
+			args := []string{c.cmd, "--key", "e2e:killed-" + c.name, "--ttl", "2s"}
+			var next *proc
+			killedWrapper(t, env, func(script string) *proc {
+				return c.start(t, env, append(args, "--", "sh", "-c", script)...)
+			}, func(script string) {
+				wait := args
+				if c.cmd == "run" {
+					wait = append(slices.Clip(args), "--wait", "20s")
+				}
+				next = start(t, env, append(slices.Clip(wait), "--", "sh", "-c", script)...)
+			})
+			if code := next.wait(20 * time.Second); code != 0 {
+				t.Errorf("next %s: expected exit 0, got %d: %s", c.cmd, code, next.stderr)
+			}
+		})
 	}
 }
 
@@ -269,39 +273,4 @@ func TestElectStoppedLeavesNoCommand(t *testing.T) {
 	})
 	_ = first.cmd.Process.Signal(syscall.SIGTERM)
 	first.wait(10 * time.Second)
-}
-
-// SIGKILL to run's whole process group (timeout -s KILL and timeout -k
-// signal their group, and so does the shell's kill -9 %job) kills run and
-// would kill a supervisor in the same group with it, before it could kill
-// the command's group: then the command itself died of its parent-death
-// signal but its background job kept running without the lease. The
-// supervisor lives in a group of its own and kills the command's group.
-func TestRunGroupKilledLeavesNoCommand(t *testing.T) {
-	srv := testredis.Start(t)
-	env := storeEnv(srv)
-	var next *proc
-	killedWrapper(t, env, func(script string) *proc {
-		return startInGroup(t, env, "run", "--key", "e2e:group-killed", "--ttl", "2s", "--", "sh", "-c", script)
-	}, func(script string) {
-		next = start(t, env, "run", "--key", "e2e:group-killed", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", script)
-	})
-	if code := next.wait(20 * time.Second); code != 0 {
-		t.Errorf("next run: expected exit 0, got %d: %s", code, next.stderr)
-	}
-}
-
-// The same for elect, whose command always has a group of its own.
-func TestElectGroupKilledLeavesNoCommand(t *testing.T) {
-	srv := testredis.Start(t)
-	env := storeEnv(srv)
-	var next *proc
-	killedWrapper(t, env, func(script string) *proc {
-		return startInGroup(t, env, "elect", "--key", "e2e:elect-group-killed", "--ttl", "2s", "--", "sh", "-c", script)
-	}, func(script string) {
-		next = start(t, env, "elect", "--key", "e2e:elect-group-killed", "--ttl", "2s", "--", "sh", "-c", script)
-	})
-	if code := next.wait(20 * time.Second); code != 0 {
-		t.Errorf("next elect: expected exit 0, got %d: %s", code, next.stderr)
-	}
 }
