@@ -83,11 +83,6 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	defer end()
 	var st *semState
 	for attempt := range maxPermitRetries {
 		// Lost a race on a fresh read: back off up to 16 ms.
@@ -106,7 +101,14 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 
 // tryPermit makes one attempt on st: a grant, or a refusal that queues a
 // waiter; next is the semaphore as the transaction found it when it lost.
+// RequestTimeout bounds each attempt: the answers of the attempts before
+// showed other acquirers, not an outage.
 func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *semState) (g driver.Grant, next *semState, err error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return driver.Grant{}, nil, err
+	}
+	defer end()
 	p := s.SemaphorePrefix(req.Key)
 	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
