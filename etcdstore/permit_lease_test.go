@@ -233,3 +233,64 @@ func TestRenewedPermitNotTakenOver(t *testing.T) {
 		t.Fatalf("renewal after the wait: %v", err)
 	}
 }
+
+// RequestTimeout bounds each request, not an AcquirePermit that keeps
+// losing its optimistic transaction to other acquirers: those answers are
+// contention (ErrNotAcquired), never an outage (ErrUnavailable, which a
+// FailOpen locker turns into a permit outside the limit). Here every
+// transaction is answered within 20 ms and loses; the 32 of them took longer
+// than the 500 ms RequestTimeout together.
+func TestPermitRetriesAreNotAnOutage(t *testing.T) {
+	c := testetcd.Start(t)
+	side := c.Client(t)
+	a := newStore(t, c)
+	var armed atomic.Bool
+	var gk string
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if armed.Load() && method == "/etcdserverpb.KV/Txn" {
+					// Another acquirer changes the semaphore first, on a
+					// cluster that takes 20 ms to answer.
+					if _, err := side.Put(ctx, gk, "2"); err != nil {
+						return err
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := uniqueKey(t, "sem")
+	gk = s.SemaphorePrefix(key) + "g"
+	req := func(tok string) driver.PermitRequest {
+		return driver.PermitRequest{Key: key, Token: tok, TTL: 10 * time.Second, Limit: 2, Holder: tok}
+	}
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := a.AcquirePermit(ctx, req("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquirePermit(ctx, req("warm")); err != nil { // the store's lease exists
+		t.Fatal(err)
+	}
+	if err := s.ReleasePermit(ctx, key, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	start := time.Now()
+	_, err = s.AcquirePermit(ctx, req("y"))
+	took := time.Since(start)
+	if errors.Is(err, leasehold.ErrUnavailable) || !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("an acquire that lost every transaction to other acquirers for %v: expected ErrNotAcquired (contention), got %v", took, err)
+	}
+	t.Logf("lost every transaction for %v: %v", took, err)
+}

@@ -83,11 +83,6 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 	if err := checkRequest(req.Key, req.Token, req.Holder, req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	defer end()
 	var st *semState
 	for attempt := range maxPermitRetries {
 		// Lost a race on a fresh read: back off up to 16 ms.
@@ -106,7 +101,14 @@ func (s *Store) AcquirePermit(ctx context.Context, req driver.PermitRequest) (dr
 
 // tryPermit makes one attempt on st: a grant, or a refusal that queues a
 // waiter; next is the semaphore as the transaction found it when it lost.
+// RequestTimeout bounds each attempt: the answers of the attempts before
+// showed other acquirers, not an outage.
 func (s *Store) tryPermit(ctx context.Context, req driver.PermitRequest, st *semState) (g driver.Grant, next *semState, err error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return driver.Grant{}, nil, err
+	}
+	defer end()
 	p := s.SemaphorePrefix(req.Key)
 	ttl, refused := req.TTL, error(nil)
 	var dead []*mvccpb.KeyValue
@@ -331,12 +333,56 @@ func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, err
 // semaphore from the revision after one read (so it misses nothing). It wakes
 // when token's turn comes (fewer waiters ahead than permits free under the
 // guard's limit), again when someone leaves during it, on every delete
-// while no guard was seen, when the watch breaks, and at once for a waiter
-// (token not empty). stop cancels the watch and waits for its goroutine.
+// while no guard was seen, when the watch breaks (then it reads and watches
+// again), and at once for a waiter (token not empty). stop cancels the watch
+// and waits for its goroutine.
 func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
 	if s.sess.closed() {
 		return nil, nil, ErrClosed
 	}
+	wctx, cancel := context.WithCancel(ctx)
+	m, wch, err := s.watchPermits(wctx, key, token)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	ch := make(chan driver.Wake, 1)
+	wake := func() { waiters.Send(ch, driver.Wake{}) }
+	if m.was || token != "" {
+		wake()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for wr := range wch {
+				if wr.Err() != nil || m.apply(wr.Events, &s.sights) {
+					wake()
+				}
+			}
+			if wctx.Err() != nil {
+				return
+			}
+			wake() // the watch broke for good (a compacted revision): start again
+			for {
+				if s.sess.closed() || !sleep(wctx, 100*time.Millisecond) {
+					return
+				}
+				if m, wch, err = s.watchPermits(wctx, key, token); err == nil {
+					break
+				}
+			}
+			if m.was {
+				wake()
+			}
+		}
+	}()
+	return ch, sync.OnceFunc(func() { cancel(); <-done }), nil
+}
+
+// watchPermits reads key's semaphore and watches it from the next revision,
+// until ctx ends; the model is token's view as of the read.
+func (s *Store) watchPermits(ctx context.Context, key, token string) (*permitModel, clientv3.WatchChan, error) {
 	p := s.SemaphorePrefix(key)
 	rctx, rcancel := context.WithTimeout(ctx, s.startTimeout())
 	resp, err := s.cli.Txn(rctx).Then(semReads(p)...).Commit()
@@ -350,26 +396,7 @@ func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan drive
 		m.keys[string(kv.Key)] = kv.CreateRevision
 	}
 	m.was = m.turn()
-	wctx, cancel := context.WithCancel(ctx)
-	wch := s.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	ch := make(chan driver.Wake, 1)
-	wake := func() { waiters.Send(ch, driver.Wake{}) }
-	if m.was || token != "" {
-		wake()
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wr := range wch {
-			if wr.Err() != nil || m.apply(wr.Events, &s.sights) {
-				wake()
-			}
-		}
-		if wctx.Err() == nil {
-			wake()
-		}
-	}()
-	return ch, sync.OnceFunc(func() { cancel(); <-done }), nil
+	return m, s.cli.Watch(ctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)), nil
 }
 
 // permitModel is one WaitPermit's view of a semaphore, kept from its watch

@@ -23,9 +23,7 @@ func TestSemaphoreConformance(t *testing.T) {
 	c := testetcd.Start(t)
 	storetest.RunSemaphore(t, storetest.SemaphoreHarness{
 		New: func(t *testing.T) driver.Semaphorer {
-			// A longer request timeout: a burst of acquirers on one key
-			// retries its optimistic transaction.
-			s, err := etcdstore.New(c.Client(t), etcdstore.Options{Prefix: "lh-test/", RequestTimeout: 5 * time.Second})
+			s, err := etcdstore.New(c.Client(t), testOptions)
 			if err != nil {
 				t.Fatal(err)
 			}

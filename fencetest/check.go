@@ -83,6 +83,7 @@ type input struct {
 
 type output struct {
 	accepted bool
+	refused  bool // failed other than as stale (Op.Err): changed nothing
 	found    bool
 	fence    uint64
 	value    string
@@ -97,16 +98,20 @@ type state struct {
 // Model is the porcupine model of a register, partitioned by key (Op.Key in
 // the operations' Metadata). Fenced, it is the rule of package fence: a write
 // is applied when its fence is > 0 and >= the stored fence, and rejected
-// otherwise without a change. Unfenced, every write is applied. A read returns
-// the stored value and fence.
+// otherwise without a change. Unfenced, every write is applied. A write that
+// failed other than as stale (Op.Err) changes nothing. A read returns the
+// stored value and fence.
 func Model(fenced bool) porcupine.Model {
 	return porcupine.Model{
 		Partition: partitionByKey,
 		Init:      func() any { return state{} },
 		Step: func(st, in, out any) (bool, any) {
 			s, i, o := st.(state), in.(input), out.(output)
-			if !i.write {
+			switch {
+			case !i.write:
 				return o.found == s.set && o.fence == s.fence && o.value == s.value, s
+			case o.refused:
+				return true, s
 			}
 			ok := !fenced || (i.fence > 0 && i.fence >= s.fence)
 			if o.accepted != ok {
@@ -148,7 +153,7 @@ func Operations(ops []Op) []porcupine.Operation {
 		p := porcupine.Operation{ClientId: o.Client, Call: int64(o.Call), Return: int64(o.Return), Metadata: o.Key}
 		if o.Write {
 			p.Input = input{write: true, fence: o.Fence, value: o.Value}
-			p.Output = output{accepted: o.Accepted}
+			p.Output = output{accepted: o.Accepted, refused: o.Err != ""}
 		} else {
 			p.Output = output{found: o.Found, fence: o.Fence, value: o.Value}
 			p.Input = input{}

@@ -136,3 +136,30 @@ func TestCheckFindsStaleWrite(t *testing.T) {
 		t.Fatalf("expected an unfenced register to accept both writes, got %v", r)
 	}
 }
+
+// A write that failed other than as stale (here: its context had ended, so
+// the register wrote nothing) is not a rejection: a correct register's
+// history stays correct, whatever its fence.
+func TestRefusedWriteIsNotARejection(t *testing.T) {
+	reg := fence.NewRegister(fence.RegisterOptions{})
+	rec := fencetest.NewRecorder()
+	ctx := t.Context()
+	if err := rec.Write(ctx, reg, 0, "k", 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := rec.Write(ended, reg, 1, "k", 2, "b"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("expected context.Canceled, got %v", err)
+	}
+	if err := rec.Read(ctx, registerRead(reg), 0, "k"); err != nil {
+		t.Fatal(err)
+	}
+	res := fencetest.Check(rec.Ops(), 0)
+	if err := res.Err(); err != nil {
+		t.Fatalf("expected a correct history, got %v", err)
+	}
+	if res.Accepted != 1 || res.Rejected != 0 || res.Refused != 1 {
+		t.Fatalf("expected 1 accepted, 0 rejected, 1 refused, got %d, %d, %d", res.Accepted, res.Rejected, res.Refused)
+	}
+}
