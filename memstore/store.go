@@ -164,15 +164,16 @@ func (s *Store) SetLatency(d time.Duration) {
 }
 
 // Restart simulates a store restart that loses its data: every lock, every
-// waiter queue and the fence counter are gone, and every waiter is woken to
-// re-check. Fences stay monotonic through the clock-based floor (see
-// Acquire), as long as the clock does not go backward.
+// semaphore and every waiter queue are gone, and every waiter is woken to
+// re-check. The fence counter stays, as a real store's clock floor keeps
+// its fences rising: this one counter for every key runs ahead of the clock
+// (many grants in a microsecond, or a clock that stands still), so the
+// floor alone would hand out fences again.
 func (s *Store) Restart() {
 	s.mu.Lock()
 	s.locks = make(map[string]*entry)
 	s.sems = nil
 	s.queues = make(map[string][]waiter)
-	s.last = 0
 	s.mu.Unlock()
 	s.waiters.WakeAll()
 	s.semWaiters.WakeAll()
@@ -278,7 +279,7 @@ func (s *Store) wakeHead(key string, now time.Time) {
 
 // Acquire implements driver.Store, with the queue rule of
 // driver.Store. The fence is max(last+1, clock in µs): strictly
-// increasing across all keys, and still increasing after Restart.
+// increasing across all keys, and after Restart.
 func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	f, err := s.before(ctx, OpAcquire, req.Key)
 	if err != nil {
