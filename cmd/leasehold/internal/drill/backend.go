@@ -198,7 +198,8 @@ func (m *memBackend) dropReplies(rate float64) {
 	}
 	m.mem.SetFaults(func(op memstore.Op, _ string) memstore.Fault {
 		switch op {
-		case memstore.OpAcquire, memstore.OpRenew, memstore.OpRelease:
+		case memstore.OpAcquire, memstore.OpRenew, memstore.OpRenewBatch, memstore.OpRelease,
+			memstore.OpAcquirePermit, memstore.OpRenewPermit, memstore.OpReleasePermit:
 			if m.float() < rate {
 				return memstore.Fault{DropReply: true}
 			}

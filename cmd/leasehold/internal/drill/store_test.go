@@ -176,3 +176,30 @@ func TestProcStoreForwardsQueueRefresh(t *testing.T) {
 		t.Fatal("expected the waiter to keep its place with RefreshQueue through the wrapper, saw none in 5 s")
 	}
 }
+
+// The memory backend's lost-reply fault drops the replies of every call
+// that changes the store: batched renewals (how a Locker renews several
+// leases) and the permit calls of the semaphore workload too, not only
+// single lock calls, or those workloads never see a lost reply.
+func TestMemBackendDropsEveryChangingReply(t *testing.T) {
+	m := newMemBackend(func() float64 { return 0 }, time.Second)
+	m.dropReplies(1)
+	ctx := t.Context()
+	lost := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, memstore.ErrReplyLost) {
+			t.Errorf("%s: expected ErrReplyLost, got %v", what, err)
+		}
+	}
+	_, err := m.mem.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute})
+	lost("Acquire", err)
+	lost("RenewBatch", m.mem.RenewBatch(ctx, []driver.RenewRequest{{Key: "k", Token: "t", TTL: time.Minute}})[0])
+	_, err = m.mem.AcquirePermit(ctx, driver.PermitRequest{Key: "s", Token: "t", TTL: time.Minute, Limit: 1})
+	lost("AcquirePermit", err)
+	lost("RenewPermit", m.mem.RenewPermit(ctx, "s", "t", time.Minute))
+	lost("ReleasePermit", m.mem.ReleasePermit(ctx, "s", "t"))
+	m.dropReplies(0)
+	if info, err := m.mem.Permits(ctx, "s"); err != nil || len(info.Holders) != 0 {
+		t.Errorf("expected the dropped ReleasePermit applied, got %+v, %v", info, err)
+	}
+}
