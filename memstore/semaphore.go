@@ -15,6 +15,8 @@ const (
 	OpRenewPermit   Op = "renew_permit"
 	OpReleasePermit Op = "release_permit"
 	OpPermits       Op = "permits"
+	// OpWaitPermit is WaitPermit's subscription, as OpWaitRelease.
+	OpWaitPermit Op = "wait_permit"
 )
 
 var (
@@ -260,8 +262,16 @@ func (s *Store) Permits(ctx context.Context, key string) (driver.PermitInfo, err
 // last): a release wakes only as many heads as permits are free, and a
 // waiter whose turn had come leaving passes its turn on. A freed permit with
 // an empty queue wakes every subscriber of key. Expiry sends no
-// notification; Restart and the end of an outage wake every waiter.
-func (s *Store) WaitPermit(_ context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+// notification; Restart and the end of an outage wake every waiter. Faults
+// apply to it as OpWaitPermit.
+func (s *Store) WaitPermit(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	f, err := s.before(ctx, OpWaitPermit, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.DropReply {
+		return nil, nil, ErrReplyLost
+	}
 	ch, stop := s.semWaiters.AddToken(key, token, token != "")
 	return ch, stop, nil
 }
