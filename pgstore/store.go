@@ -294,6 +294,37 @@ func micros(ttl time.Duration) (int64, error) {
 	return us, nil
 }
 
+// batchArgs checks the n requests of a batch (request i is at(i): key,
+// token, TTL) and returns each invalid one's error in errs, and the valid
+// ones' indexes (order) with their keys, tokens and TTLs in µs as arrays
+// sorted by key: the order in which every batch statement takes its rows,
+// so that two of them never deadlock.
+func batchArgs(n int, at func(i int) (key, token string, ttl time.Duration)) (errs []error, order []int, keys, tokens []string, us []int64) {
+	errs = make([]error, n)
+	for i := range n {
+		key, _, ttl := at(i)
+		if err := checkKey(key); err != nil {
+			errs[i] = err
+		} else if _, err := micros(ttl); err != nil {
+			errs[i] = err
+		} else {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ka, _, _ := at(a)
+		kb, _, _ := at(b)
+		return strings.Compare(ka, kb)
+	})
+	keys, tokens, us = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	for j, i := range order {
+		var ttl time.Duration
+		keys[j], tokens[j], ttl = at(i)
+		us[j] = ttl.Microseconds()
+	}
+	return errs, order, keys, tokens, us
+}
+
 // retryable reports a serialization failure or a deadlock: under REPEATABLE
 // READ or SERIALIZABLE a concurrent change of the key's row fails the
 // statement, which then runs again with a new snapshot.
@@ -410,26 +441,11 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 // take their rows, so that they never deadlock), one round trip. A key and
 // token missing from its result were not owned.
 func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []error {
-	errs := make([]error, len(reqs))
-	order := make([]int, 0, len(reqs))
-	for i, r := range reqs {
-		if err := checkKey(r.Key); err != nil {
-			errs[i] = err
-			continue
-		}
-		if _, err := micros(r.TTL); err != nil {
-			errs[i] = err
-			continue
-		}
-		order = append(order, i)
-	}
+	errs, order, keys, tokens, ttls := batchArgs(len(reqs), func(i int) (string, string, time.Duration) {
+		return reqs[i].Key, reqs[i].Token, reqs[i].TTL
+	})
 	if len(order) == 0 {
 		return errs
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
-	keys, tokens, ttls := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
-	for j, i := range order {
-		keys[j], tokens[j], ttls[j] = reqs[i].Key, reqs[i].Token, reqs[i].TTL.Microseconds()
 	}
 	var renewed map[[2]string]bool
 	err := retry(ctx, func() error {
@@ -762,26 +778,11 @@ func newID() string {
 // releases take their rows), one round trip. A token missing from its
 // result had no live queue entry.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
-	errs := make([]error, len(reqs))
-	order := make([]int, 0, len(reqs))
-	for i, r := range reqs {
-		if err := checkKey(r.Key); err != nil {
-			errs[i] = err
-			continue
-		}
-		if _, err := micros(r.QueueTTL); err != nil {
-			errs[i] = err
-			continue
-		}
-		order = append(order, i)
-	}
+	errs, order, keys, tokens, ttls := batchArgs(len(reqs), func(i int) (string, string, time.Duration) {
+		return reqs[i].Key, reqs[i].Token, reqs[i].QueueTTL
+	})
 	if len(order) == 0 {
 		return errs
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
-	keys, tokens, ttls := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
-	for j, i := range order {
-		keys[j], tokens[j], ttls[j] = reqs[i].Key, reqs[i].Token, reqs[i].QueueTTL.Microseconds()
 	}
 	var held map[[2]string]bool
 	err := retry(ctx, func() error {
