@@ -53,7 +53,8 @@ type backend interface {
 	// 0 turns it off.
 	dropReplies(rate float64)
 	// restart restarts the store so it loses its data; mark is called at the
-	// moment the data is lost. errRestartSkipped says it could not.
+	// moment the data is lost, before any grant on the emptied store can
+	// return. errRestartSkipped says it could not.
 	restart(mark func()) error
 	// heal turns every fault off.
 	heal()
@@ -208,9 +209,12 @@ func (m *memBackend) dropReplies(rate float64) {
 	})
 }
 
+// restart marks the loss before it happens: Restart wakes every waiter,
+// and a grant on the emptied store can return before a mark taken after it,
+// so an overlap the restart caused would look like one without a restart.
 func (m *memBackend) restart(mark func()) error {
-	m.mem.Restart()
 	mark()
+	m.mem.Restart()
 	return nil
 }
 

@@ -203,3 +203,28 @@ func TestMemBackendDropsEveryChangingReply(t *testing.T) {
 		t.Errorf("expected the dropped ReleasePermit applied, got %+v, %v", info, err)
 	}
 }
+
+// The memory backend marks a restart before the data is gone: a waiter
+// woken by the restart can take the key and return at once, and a mark taken
+// after that would leave its overlap with the old holder unexplained (the
+// election drill then reported two trusted leaders).
+func TestMemBackendMarksRestartBeforeTheLoss(t *testing.T) {
+	m := newMemBackend(func() float64 { return 0 }, time.Second)
+	ctx := t.Context()
+	if _, err := m.mem.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	held := false
+	if err := m.restart(func() {
+		info, err := m.mem.Inspect(ctx, "k")
+		held = err == nil && info.Token == "t"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Error("expected the mark before the restart lost the lock, it came after")
+	}
+	if info, err := m.mem.Inspect(ctx, "k"); err == nil && info.Token != "" {
+		t.Errorf("expected the restart to lose the lock, still held: %+v", info)
+	}
+}
