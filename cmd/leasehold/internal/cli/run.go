@@ -268,26 +268,26 @@ func (a *App) run(cmd *cobra.Command, o *runOpts, args []string, res *runResult)
 		actx, cancel = context.WithTimeout(ctx, o.wait)
 	}
 	var (
-		interrupted os.Signal
-		wg          sync.WaitGroup
-		acquiring   = make(chan struct{})
+		wg        sync.WaitGroup
+		acquiring = make(chan struct{})
 	)
-	wg.Go(func() {
-		select {
-		case s := <-sigs:
-			interrupted = s
-			cancel()
-		case <-acquiring:
-		}
-	})
 	if o.wait > 0 && !o.quiet {
 		wg.Go(func() { waitingLine(actx, stderr, st.Store, o.key, 2*time.Second, acquiring) })
 	}
 	started := time.Now()
-	lease, err := acquireFor(actx, locker, o)
+	lease, interrupted, err := acquireOrSignal(actx, cancel, sigs, func(ctx context.Context) (*leasehold.Lease, error) {
+		return acquireFor(ctx, locker, o)
+	})
 	close(acquiring)
 	wg.Wait()
 	cancel()
+	if err == nil && interrupted != nil {
+		// The grant raced the signal: the command must not start.
+		if rerr := lease.Release(context.Background()); rerr != nil {
+			logf("release failed (the lock expires by its TTL): %v", st.Redact(rerr))
+		}
+		err = context.Canceled
+	}
 	if err != nil {
 		res.WaitedMS = ms(time.Since(started))
 		err = st.Redact(err)
@@ -508,6 +508,32 @@ func notAcquired(err error, o *runOpts) string {
 
 // acquireFor takes the key as o says: a permit of a semaphore with --limit,
 // else the lock; waiting in the queue with --wait, else one attempt.
+// acquireOrSignal runs acquire under ctx, calling cancel (ctx's) when a
+// signal arrives on sigs first. It returns that signal too, also when
+// acquire succeeded in spite of it: a grant that raced the signal, which
+// the caller gives back.
+func acquireOrSignal(ctx context.Context, cancel context.CancelFunc, sigs <-chan os.Signal,
+	acquire func(context.Context) (*leasehold.Lease, error)) (*leasehold.Lease, os.Signal, error) {
+	var (
+		interrupted os.Signal
+		done        = make(chan struct{})
+		watched     = make(chan struct{})
+	)
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			interrupted = s
+			cancel()
+		case <-done:
+		}
+	}()
+	lease, err := acquire(ctx)
+	close(done)
+	<-watched
+	return lease, interrupted, err
+}
+
 func acquireFor(ctx context.Context, locker *leasehold.Locker, o *runOpts) (*leasehold.Lease, error) {
 	if o.limit > 0 {
 		sem, err := locker.Semaphore(o.key, o.limit)
