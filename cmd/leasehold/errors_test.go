@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,16 +147,21 @@ func TestErrorSemaphoreWording(t *testing.T) {
 	}
 }
 
-// On SIGTERM elect says it resigned, and never that it campaigns again.
+// On SIGTERM, or SIGHUP (its terminal closed), elect says it resigned, and
+// never that it campaigns again.
 func TestElectInterruptMessage(t *testing.T) {
 	srv := testredis.Start(t)
-	up := filepath.Join(t.TempDir(), "up")
-	p := start(t, storeEnv(srv), "elect", "--key", "e2e:elect-term", "--", "sh", "-c", "echo up > "+up+"; exec sleep 30")
-	waitFor(t, 10*time.Second, "the leader's command", func() bool { _, err := os.Stat(up); return err == nil })
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	p.wait(15 * time.Second)
-	stderr := p.stderr.String()
-	if strings.Contains(stderr, "campaigning again") || !strings.Contains(stderr, "interrupted; resigned") {
-		t.Errorf("expected only \"interrupted; resigned\", got:\n%s", stderr)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			up := filepath.Join(t.TempDir(), "up")
+			p := start(t, storeEnv(srv), "elect", "--key", "e2e:elect-"+strconv.Itoa(int(sig)), "--", "sh", "-c", "echo up > "+up+"; exec sleep 30")
+			waitFor(t, 10*time.Second, "the leader's command", func() bool { _, err := os.Stat(up); return err == nil })
+			_ = p.cmd.Process.Signal(sig)
+			p.wait(15 * time.Second)
+			stderr := p.stderr.String()
+			if strings.Contains(stderr, "campaigning again") || !strings.Contains(stderr, "interrupted; resigned") {
+				t.Errorf("expected only \"interrupted; resigned\", got:\n%s", stderr)
+			}
+		})
 	}
 }

@@ -47,7 +47,7 @@ func (a *App) leader(cmd *cobra.Command, key string, watch bool) error {
 	if err := leasehold.ValidateKey(key); err != nil {
 		return usage("%v", err)
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	st, err := a.openStore(ctx, "leader", true)
 	if err != nil {
@@ -114,7 +114,7 @@ leadership ends (lost, renewals abandoned, expired locally) the command gets
 SIGTERM, then SIGKILL after --grace (sooner when the lock would expire in the
 store first, before another candidate can lead), and elect campaigns again. When the command
 exits on its own, elect resigns (the next candidate takes over at once) and exits
-with the command's status. SIGINT or SIGTERM stop the command the same way,
+with the command's status. SIGINT, SIGTERM or SIGHUP stop the command the same way,
 resign, and exit. Candidates take over in the order they started campaigning.
 COMMAND runs in its own process group under a supervisor that kills the whole
 group when elect dies for any reason, SIGKILL included, and, with SIGKILL at
@@ -146,7 +146,7 @@ func (a *App) elect(cmd *cobra.Command, o *electOpts, args []string) error {
 	if o.grace <= 0 {
 		return usage("--grace must be > 0, got %v", o.grace)
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	st, err := a.openStore(ctx, "elect", true)
 	if err != nil {
