@@ -5,9 +5,11 @@
 -- KEYS[4] order key (sorted set: token -> seq; lib.lua). Both keys expire
 --         at their latest deadline, so they vanish with their last waiter.
 -- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3]
--- "FENCE_EXPIRY_MS|QUEUE_TTL_MS|WAKE": the fence key's expiry, the queue TTL
--- (0: never queue) and the suffix of the waiter's process channel
--- (CHANNEL:WAKE). (Ten words in all: Redis
+-- "FENCE_EXPIRY_MS|QUEUE_TTL_MS|WAKE|KEPT_MS|SHARDED": the fence key's
+-- expiry, the queue TTL (0: never queue), the suffix of the waiter's
+-- process channel (CHANNEL:WAKE), how long a place kept by the process's
+-- presence lives (0: not kept; lib.lua) and '1' for sharded pub/sub. (Ten
+-- words in all: Redis
 -- answers a longer command from a client that has not authenticated with a
 -- protocol error instead of NOAUTH.)
 -- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
@@ -36,8 +38,9 @@ end
 -- @lib
 
 local token = string.match(value, '^[^|]*')
-local qttl, wake = string.match(ARGV[3], '^%d+|(%d+)|(%x*)$')
-qttl = tonumber(qttl) or 0
+local qttl, wake, kept, sharded = string.match(ARGV[3], '^%d+|(%d+)|(%x*)|(%d+)|([01])$')
+qttl, kept = tonumber(qttl) or 0, tonumber(kept) or 0
+if kept > 0 and wake ~= '' then qttl, wake = kept, wake .. '*' end
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.
@@ -102,8 +105,9 @@ if cur and owns(cur, token) then
   return again()
 end
 local now, nowms = clock()
-local first, mine = head(KEYS[3], KEYS[4], nowms)
-if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms) end
+local first, fv, fdl = head(KEYS[3], KEYS[4], nowms)
+local mine = fv
+if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms, KEYS[3]) end
 
 -- ahead is the number of entries ahead of token (all of them when it has
 -- no live entry); dead entries behind the head count until they reach it.
@@ -126,5 +130,27 @@ if not first or first == token then
   return grant(now)
 end
 local n = ahead()
+
+-- A free key whose head is kept by its process's presence is handed to the
+-- head here, as a release would: the head may be a place its process
+-- forgot (an acquire applied after its clean-up release), which would
+-- otherwise hold up the queue until its deadline.
+local pttl, holder, httl, hwake = 0, '', nil, nil
+if string.find(fv, '^%d+|%d+|%d+|%x+%*|') then holder, httl, hwake = details(fv) end
+if httl and httl > 0 then
+  local f = mint_fence(KEYS[2], now, httl + tonumber(fexp) - tonumber(ttl))
+  if f then
+    pttl = math.min(httl, fdl - nowms)
+    local hv = first
+    if holder ~= '' then hv = hv .. '|' .. holder end
+    redis.call('SET', KEYS[1], hv, 'PX', pttl)
+    drop(KEYS[3], KEYS[4], first)
+    n = n - 1
+    local chan = string.sub(KEYS[3], 1, -6) .. 'wake'
+    notify(first .. '|' .. f .. '|' .. httl, hwake, chan, sharded)
+  else
+    holder = ''
+  end
+end
 if qttl > 0 then enqueue(mine, nowms) end
-return {0, 0, '', n}
+return {0, pttl, holder, n}

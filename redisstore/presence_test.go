@@ -1,0 +1,224 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/redisstore"
+)
+
+// waiting returns how many live waiters key has, by Inspect (the key is
+// held).
+func waiting(t *testing.T, s *redisstore.Store, key string) int {
+	t.Helper()
+	info, err := s.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", key, err)
+	}
+	return info.Waiting
+}
+
+// A place queued with Kept lives past its QueueTTL while its Store keeps
+// its presence, ends with the presence, and a grant to it is capped at the
+// presence's end.
+func TestPresenceKeepsPlaces(t *testing.T) {
+	srv := testredis.Start(t)
+	c := newClient(t, srv.Addr)
+	holder, waiter := newStore(t, newClient(t, srv.Addr), redisstore.Options{}), newStore(t, c, redisstore.Options{})
+	ctx := t.Context()
+	const key, qttl, presence = "present", 200 * time.Millisecond, 400 * time.Millisecond
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.KeepPresence(ctx, presence); err != nil {
+		t.Fatal(err)
+	}
+	req := driver.AcquireRequest{Key: key, Token: "w", TTL: 10 * time.Second, QueueTTL: qttl, Kept: time.Minute}
+	if _, err := waiter.Acquire(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	for range 6 { // 600 ms: three QueueTTLs
+		time.Sleep(qttl / 2)
+		if err := waiter.KeepPresence(ctx, presence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := waiting(t, holder, key); n != 1 {
+		t.Fatalf("expected the place kept by the presence past its QueueTTL, got %d waiting", n)
+	}
+
+	// A release hands the key over capped at the presence's end.
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	pttl, ppresent := c.PTTL(ctx, holder.LockKey(key)).Val(), c.PTTL(ctx, waiter.PresenceKey()).Val()
+	if v := c.Get(ctx, holder.LockKey(key)).Val(); !strings.HasPrefix(v, "w|") && v != "w" {
+		t.Fatalf("expected the key handed to the kept place, lock value %q", v)
+	}
+	if pttl <= 0 || pttl > ppresent+10*time.Millisecond {
+		t.Errorf("expected the grant capped at the presence's end (%v), lock PTTL %v", ppresent, pttl)
+	}
+
+	// Once the presence ends, so does a kept place.
+	if err := waiter.Release(ctx, key, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h2", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Acquire(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting(t, holder, key) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("expected the kept place gone with the presence (%v), still queued after 10s (Kept %v)", presence, req.Kept)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// An acquire that finds the key free and a kept place at the head hands the
+// key to the head, as a release would: the head may be a place its process
+// forgot, which would otherwise stall the queue for its whole Kept.
+func TestPresenceAcquireHandsAFreeKeyToAKeptHead(t *testing.T) {
+	srv := testredis.Start(t)
+	c := newClient(t, srv.Addr)
+	holder, forgot, other := newStore(t, newClient(t, srv.Addr), redisstore.Options{}), newStore(t, c, redisstore.Options{}), newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	ctx := t.Context()
+	const key = "forgotten"
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := forgot.KeepPresence(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sub := c.Subscribe(ctx, forgot.WaiterChannel(key))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := forgot.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "f", TTL: 5 * time.Second, QueueTTL: time.Second, Kept: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	time.Sleep(400 * time.Millisecond) // the holder's lock expires; nobody releases
+	g, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "o", TTL: 5 * time.Second, QueueTTL: time.Second})
+	if !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired behind the kept head, got %v", err)
+	}
+	if v := c.Get(ctx, holder.LockKey(key)).Val(); v != "f" {
+		t.Fatalf("expected the free key handed to the kept head f, lock value %q", v)
+	}
+	if g.Remaining <= 0 || g.Ahead != 0 {
+		t.Errorf("expected the acquirer next in line with the grant's TTL to time, got %+v", g)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || !strings.HasPrefix(msg.Payload, "f|") {
+		t.Errorf("expected the grant published to the head's process, got %v, %v", msg, err)
+	}
+}
+
+// A Store over a Ring (or a Cluster) keeps no presence: a script cannot
+// read a key on another node.
+func TestPresenceUnsupportedOffOneNode(t *testing.T) {
+	srv := testredis.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, ContextTimeoutEnabled: true})
+	defer ring.Close()
+	s := newStore(t, ring, redisstore.Options{})
+	if err := s.KeepPresence(context.Background(), time.Second); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("expected errors.ErrUnsupported on a Ring, got %v", err)
+	}
+}
+
+// countingClient counts the commands a client sends, by name.
+type countingClient struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countingClient) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countingClient) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *countingClient) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+func (c *countingClient) add(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range cmds {
+		c.n[cmd.Name()]++
+	}
+}
+func (c *countingClient) get(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[name]
+}
+
+// A Locker's idle waiter next in line behind a holder keeps its place by
+// its Store's presence alone (one SET per refresh interval, no script), and
+// still gets the key when the holder releases.
+func TestIdleHeadKeptByPresence(t *testing.T) {
+	srv := testredis.Start(t)
+	holder := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	c := newClient(t, srv.Addr)
+	cc := &countingClient{n: map[string]int{}}
+	c.AddHook(cc)
+	lk, err := leasehold.New(newStore(t, c, redisstore.Options{}), leasehold.Options{TTL: 10 * time.Second, WaiterTTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ctx := t.Context()
+	const key = "idle"
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := lk.Acquire(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for cc.get("set") < 2 { // queued, and the presence kept twice
+		if time.Now().After(deadline) {
+			t.Fatal("expected the waiter's presence kept within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(600 * time.Millisecond) // a refresh or more: the place is now kept by the presence
+	scripts, sets := cc.get("evalsha")+cc.get("eval"), cc.get("set")
+	time.Sleep(2 * time.Second) // ten refresh intervals, under a third of Kept
+	scripts, sets = cc.get("evalsha")+cc.get("eval")-scripts, cc.get("set")-sets
+	if scripts > 1 || sets < 5 {
+		t.Errorf("idle head over 10 refresh intervals: expected the presence kept each interval and at most one script, got %d SETs and %d scripts", sets, scripts)
+	}
+	if n := waiting(t, holder, key); n != 1 {
+		t.Fatalf("expected the idle waiter still queued, got %d waiting", n)
+	}
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("expected the waiter to get the key on release, got %v", err)
+	}
+}
