@@ -145,7 +145,7 @@ type QueueRefresh struct {
 // presence per Store instead of each by its own refreshes. A place queued
 // or refreshed with Kept > 0 lives until the earlier of Kept from then and
 // the end of the presence: a process that stops keeping its presence loses
-// all its places QueueTTL after its last KeepPresence, and a live one
+// all its places when its last KeepPresence's ttl runs out, and a live one
 // refreshes a place only every Kept/3. A release or acquire that hands the
 // key to such a place caps the grant at that deadline. An Acquire that finds
 // the key free and such a place at the head hands the key to it (the place

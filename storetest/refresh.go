@@ -251,13 +251,16 @@ func (r *runner) queueIdleWaiters(t *testing.T) {
 	for n := int64(-1); n != ts.acqs.Load(); time.Sleep(every / 2) {
 		n = ts.acqs.Load()
 	}
+	// Over a PresenceKeeper, the first refresh of each place moves it to
+	// the presence, a round after the presence was first kept.
+	time.Sleep(2 * every)
 	window := lk.Options().WaiterTTL + every
 	calls0, places0, kept0 := ts.calls.Load(), ts.places.Load(), ts.kept.Load()
 	time.Sleep(window)
 	calls, places, kept := ts.calls.Load()-calls0, ts.places.Load()-places0, ts.kept.Load()-kept0
 	rounds := int64(window / every)
-	switch _, present := rs[1].(driver.PresenceKeeper); {
-	case present:
+	switch {
+	case kept > 0: // a store that cannot keep a presence (a Redis Cluster) says so once
 		// Each waiter is next in line behind its holder and times the
 		// holder's expiry: the presence alone keeps its place, each round.
 		if calls > rounds+1 || kept < rounds-1 {

@@ -224,13 +224,33 @@ type refreshingStore struct {
 	rq driver.QueueRefresher
 }
 
+// presentStore is a refreshingStore over a driver.PresenceKeeper, which it
+// forwards, so that the drill's waiters keep their places by their
+// process's presence as a Locker's do in production.
+type presentStore struct {
+	refreshingStore
+	pk driver.PresenceKeeper
+}
+
 // forLocker returns what the replica's Locker runs on: p, with RefreshQueue
-// when the store it wraps has it (not every store does).
+// and KeepPresence when the store it wraps has them (not every store does).
 func (p *procStore) forLocker() driver.Store {
-	if rq, ok := p.inner.(driver.QueueRefresher); ok {
-		return refreshingStore{p, rq}
+	rq, ok := p.inner.(driver.QueueRefresher)
+	if !ok {
+		return p
 	}
-	return p
+	if pk, ok := p.inner.(driver.PresenceKeeper); ok {
+		return presentStore{refreshingStore{p, rq}, pk}
+	}
+	return refreshingStore{p, rq}
+}
+
+// KeepPresence keeps the replica's presence: it only passes the gate.
+func (r presentStore) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	if err := r.gate(ctx); err != nil {
+		return err
+	}
+	return r.pk.KeepPresence(ctx, ttl)
 }
 
 // RefreshQueue keeps queue places without changing a lock: it only passes
