@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,12 +27,13 @@ import (
 // Each connection has two goroutines, joined by Close: a receiver that
 // reads messages and subscription confirmations, and a controller that sends
 // SUBSCRIBE and UNSUBSCRIBE in order. A waiter only waits for its own
-// channel's confirmation, bounded by its own context: it never holds a lock
-// while another waiter's subscription dials.
+// channel's confirmation, bounded by its own context and confirmTimeout: it
+// never holds a lock while another waiter's subscription dials.
 type notifier struct {
 	s       *Store
 	waiters waiters.Set
 	linger  time.Duration // how long a channel stays subscribed after its last waiter left
+	confirm time.Duration // how long a waiter waits for its subscriptions' confirmation
 
 	done   chan struct{} // closed by Close
 	ctx    context.Context
@@ -49,6 +51,16 @@ type notifier struct {
 // its next waiter subscribes before its first acquire (Live).
 const defaultLinger = 2 * time.Second
 
+// confirmTimeout bounds a waiter's wait for Redis's confirmation of its
+// subscriptions. A healthy server confirms at once, but a hung connection (a
+// frozen server or proxy, a half-open TCP connection) answers nothing and
+// fails nothing: without a bound the waiter would neither be woken nor poll
+// until its context ended (often minutes). Past it the waiter gets an outage
+// and polls. 5 s is as long as go-redis lets the dial of a new connection
+// take by default (DialTimeout), and as long as etcdstore waits for a watch
+// to start.
+const confirmTimeout = 5 * time.Second
+
 // group is one pub/sub connection and the channels subscribed on it.
 type group struct {
 	n       *notifier
@@ -58,9 +70,8 @@ type group struct {
 
 	// guarded by n.mu
 	chans   map[string]*subscription
-	pending []string       // channels the controller must bring in line
-	skip    map[string]int // confirmations of dropped subscriptions still to come
-	armed   time.Time      // when the controller's linger timer fires (zero: not armed)
+	pending []string  // channels the controller must bring in line
+	armed   time.Time // when the controller's linger timer fires (zero: not armed)
 }
 
 // subscription is one channel's state.
@@ -80,6 +91,7 @@ func (n *notifier) init(s *Store) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.groups = make(map[string]*group)
 	n.linger = defaultLinger
+	n.confirm = confirmTimeout
 }
 
 // WaitRelease implements driver.Notifier. A waiter (token != "")
@@ -87,8 +99,9 @@ func (n *notifier) init(s *Store) {
 // (token == "") Channel and ObserverChannel, unless another waiter of the key in
 // this Store already did; it returns once Redis has confirmed the
 // subscriptions, so a release after WaitRelease returns is seen; ctx bounds
-// the wait. A waiter's channel gets one wake-up at once when the key may
-// have changed for it since its last Acquire: when every channel was
+// the wait, and so does confirmTimeout (5 s: past it, the error wraps
+// driver.ErrUnavailable). A waiter's channel gets one wake-up at once when
+// the key may have changed for it since its last Acquire: when every channel was
 // already subscribed (no round trip: its Acquire may have come after a
 // release whose message this waiter missed), else when a GET of the lock
 // after Redis confirmed the subscriptions finds the key free or granted to
@@ -132,8 +145,8 @@ func (s *Store) mayTake(ctx context.Context, key, token string) bool {
 // subscribe joins the channels chans (of one key: one hash slot, so one
 // connection) for the waiter token registered under waiterKey in the
 // notifier's waiter set, and returns once Redis confirmed every
-// subscription, bounded by ctx. op names the call in errors. A waiter
-// (token != "") is woken at once when mayTake is nil, when every channel
+// subscription, bounded by ctx and n.confirm. op names the call in errors.
+// A waiter (token != "") is woken at once when mayTake is nil, when every channel
 // was already confirmed, or when mayTake, called after the confirmations,
 // reports true.
 func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, waiterKey, token string, mayTake func(context.Context) bool) (<-chan driver.Wake, func(), error) {
@@ -162,6 +175,8 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 			s.notify.leave(g, chans)
 		})
 	}
+	timeout := time.NewTimer(s.notify.confirm)
+	defer timeout.Stop()
 	for _, sub := range subs {
 		select {
 		case <-sub.ready:
@@ -172,6 +187,9 @@ func (s *Store) subscribe(ctx context.Context, op, key string, chans []string, w
 		case <-ctx.Done():
 			stop()
 			return nil, nil, s.fail(op, key, ctx.Err())
+		case <-timeout.C:
+			stop()
+			return nil, nil, fmt.Errorf("redisstore: %s %q: %w: Redis did not confirm the subscription within %v", op, key, driver.ErrUnavailable, s.notify.confirm)
 		case <-s.notify.done:
 			stop()
 			return nil, nil, ErrClosed
@@ -204,7 +222,7 @@ func (n *notifier) group(ctx context.Context, ch string) (*group, error) {
 	}
 	g := &group{
 		n: n, ps: node.Subscribe(context.Background()), sharded: n.s.cluster != nil,
-		wake: make(chan struct{}, 1), chans: make(map[string]*subscription), skip: make(map[string]int),
+		wake: make(chan struct{}, 1), chans: make(map[string]*subscription),
 	}
 	n.groups[addr] = g
 	n.wg.Add(2)
@@ -373,7 +391,10 @@ const (
 
 // plan decides what ch needs, and marks it so: opSubscribe (it has
 // waiters and was not sent), opUnsubscribe (nobody waits and its linger
-// ended; it is forgotten here) or 0.
+// ended; it is forgotten here) or 0. A subscription sent but not confirmed
+// stays until its confirmation (confirm then asks again): a confirmation
+// always finds its own subscription, also after a waiter gave up on a hung
+// connection and after go-redis subscribed the channel again on a new one.
 func (g *group) plan(ch string) (int, *subscription) {
 	n := g.n
 	n.mu.Lock()
@@ -385,11 +406,9 @@ func (g *group) plan(ch string) (int, *subscription) {
 		sub.sent = true
 		return opSubscribe, sub
 	case sub.refs == 0 && sub.lingers(time.Now()):
+	case sub.refs == 0 && sub.sent && !sub.confirmed && sub.err == nil:
 	case sub.refs == 0:
 		delete(g.chans, ch)
-		if sub.sent && !sub.confirmed && sub.err == nil {
-			g.skip[ch]++
-		}
 		if sub.sent {
 			return opUnsubscribe, sub
 		}
@@ -544,15 +563,12 @@ func (g *group) confirm(m *redis.Subscription) {
 	defer n.mu.Unlock()
 	switch m.Kind {
 	case "subscribe", "ssubscribe":
-		if g.skip[m.Channel] > 0 {
-			if g.skip[m.Channel]--; g.skip[m.Channel] == 0 {
-				delete(g.skip, m.Channel)
-			}
-			return
-		}
 		if sub := g.chans[m.Channel]; sub != nil && sub.sent && !sub.confirmed && sub.err == nil {
 			sub.confirmed = true
 			close(sub.ready)
+			if sub.refs == 0 {
+				g.kick(m.Channel) // its waiters gave up: it lingers from their leave
+			}
 		}
 	case "sunsubscribe":
 		if sub := g.chans[m.Channel]; sub != nil && sub.refs > 0 {

@@ -8,10 +8,11 @@ import (
 
 // Proxy forwards TCP connections from a loopback port to a target address.
 // Pause holds back everything the target sends (the bytes stay in the
-// proxy, never reaching the client), and Cut closes every connection and
-// refuses new ones: together they make a replica miss writes its master
-// made before a failover, which pausing the replica process cannot do (the
-// kernel would still buffer the replication stream for it).
+// proxy until Resume), as a frozen server or network would, and Cut closes
+// every connection and refuses new ones: together they make a replica miss
+// writes its master made before a failover, which pausing the replica
+// process cannot do (the kernel would still buffer the replication stream
+// for it).
 type Proxy struct {
 	Addr string
 
@@ -100,8 +101,8 @@ func (p *Proxy) pipe(dst, src net.Conn, pausable bool) {
 	}
 }
 
-// Pause holds back every byte the target sends from now on until Cut or
-// Close (it is never delivered).
+// Pause holds back every byte the target sends from now on, until Resume
+// delivers it, or Cut or Close drops it.
 func (p *Proxy) Pause() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -112,26 +113,35 @@ func (p *Proxy) Pause() {
 	}
 }
 
+// Resume delivers what Pause held back and forwards again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.resume:
+	default:
+		close(p.resume)
+	}
+}
+
 // Cut closes every connection, dropping what Pause held back, and refuses
 // new connections from now on.
-func (p *Proxy) Cut() {
+func (p *Proxy) Cut() { p.drop(true) }
+
+// Reset closes every connection, dropping what Pause held back, and
+// forwards new connections again: a hung connection its client or the
+// network finally gave up on.
+func (p *Proxy) Reset() { p.drop(false) }
+
+func (p *Proxy) drop(refuse bool) {
 	p.mu.Lock()
-	p.cut = true
+	p.cut = p.cut || refuse
 	for c := range p.conns {
 		_ = c.Close()
 	}
 	p.conns = map[net.Conn]struct{}{}
-	resume := p.resume
 	p.mu.Unlock()
-	select {
-	case <-resume:
-	default:
-		// Release paused pipes: their connections are closed, so the
-		// held bytes go nowhere.
-		p.mu.Lock()
-		close(p.resume)
-		p.mu.Unlock()
-	}
+	p.Resume() // paused pipes end: their connections are closed, so the held bytes go nowhere
 }
 
 // Close cuts every connection, stops listening and waits for the copying
