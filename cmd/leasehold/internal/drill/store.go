@@ -171,9 +171,21 @@ func (p *procStore) trackedErr(ctx context.Context, key, token string, extends b
 }
 
 func (p *procStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
+	g, err := tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
 		return p.inner.Acquire(ctx, req)
 	})
+	if _, present := p.inner.(driver.PresenceKeeper); present && err != nil {
+		// An acquire that finds the key free with a place kept by a
+		// presence at the head hands the key to that head, with no call of
+		// the head's token, as a release does.
+		switch {
+		case errors.Is(err, leasehold.ErrNotAcquired):
+			p.h.call(wire{K: "handoff", Key: req.Key, At: p.h.since()})
+		case p.applied(err):
+			p.h.call(wire{K: "handoff", Key: req.Key, At: p.h.since(), Late: p.late})
+		}
+	}
+	return g, err
 }
 
 func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
