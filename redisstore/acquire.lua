@@ -40,7 +40,14 @@ end
 local token = string.match(value, '^[^|]*')
 local qttl, wake, kept, sharded = string.match(ARGV[3], '^%d+|(%d+)|(%x*)|(%d+)|([01])$')
 qttl, kept = tonumber(qttl) or 0, tonumber(kept) or 0
-if kept > 0 and wake ~= '' then qttl, wake = kept, wake .. '*' end
+if kept > 0 and wake ~= '' then
+  -- A presence lost with the data (a restart, FLUSHALL) comes back for the
+  -- queue TTL, so the place is live at once: the waiters that re-check at
+  -- the reconnect would otherwise drop each other's places before their
+  -- Lockers keep the presence again.
+  redis.call('SET', string.match(KEYS[3], '^(.*){') .. 'present:' .. wake, '1', 'PX', qttl, 'NX')
+  qttl, wake = kept, wake .. '*'
+end
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.

@@ -381,3 +381,48 @@ func TestPresenceUnkeptWriteNeverShortensAKeptPlace(t *testing.T) {
 		t.Errorf("expected the kept place to outlive QueueTTL, got %d waiting", n)
 	}
 }
+
+// After Redis lost every key (a restart without persistence, FLUSHALL),
+// the waiters that re-check at the reconnect of their notifications queue
+// again before their Lockers' next rounds keep the presences again: their
+// places must be live at once, or each re-queued waiter drops the one
+// before it and believes itself next in line for Kept/3.
+func TestPresenceLostWaitersQueueAgain(t *testing.T) {
+	srv := testredis.Start(t)
+	admin := newClient(t, srv.Addr)
+	holder := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	ctx := t.Context()
+	const key, waiterTTL, n = "lost", 900 * time.Millisecond, 3
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for range n { // n processes
+		lk, err := leasehold.New(newStore(t, newClient(t, srv.Addr), redisstore.Options{}), leasehold.Options{TTL: 10 * time.Second, WaiterTTL: waiterTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		go func() { _, _ = lk.Acquire(ctx, key) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting(t, holder, key) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("expected %d waiters queued within 10s", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(waiterTTL) // the presences kept: the places are kept by them
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(waiterTTL) // the waiters re-check, and each Locker keeps its presence again
+	if got := waiting(t, holder, key); got != n {
+		t.Fatalf("expected the %d waiters queued again, got %d", n, got)
+	}
+}
