@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,11 +338,11 @@ func TestPresenceLateUnkeptAcquireHandOffIsSafe(t *testing.T) {
 	if err := holder.Release(t.Context(), key, "h"); err != nil {
 		t.Fatal(err)
 	}
-	expiry := time.Now().Add(c.PTTL(t.Context(), holder.LockKey(key)).Val())
 	l := <-got
 	if l == nil {
 		t.Fatal("expected the waiter to get the key on release")
 	}
+	expiry := time.Now().Add(c.PTTL(t.Context(), holder.LockKey(key)).Val())
 	if over := l.ValidUntil().Sub(expiry); over > 2*time.Millisecond {
 		t.Errorf("the hand-off is trusted %v past the lock's expiry in Redis (ValidUntil %v, PTTL expiry %v)", over, l.ValidUntil(), expiry)
 	}
@@ -424,5 +425,87 @@ func TestPresenceLostWaitersQueueAgain(t *testing.T) {
 	time.Sleep(waiterTTL) // the waiters re-check, and each Locker keeps its presence again
 	if got := waiting(t, holder, key); got != n {
 		t.Fatalf("expected the %d waiters queued again, got %d", n, got)
+	}
+}
+
+// slowWakeStore hands its Locker a grant (a Wake with a fence) only after
+// the next KeepPresence that succeeded after the grant came: a wake-up
+// read a little late, after the Locker's keeper kept the presence again.
+type slowWakeStore struct {
+	*redisstore.Store
+	keeps atomic.Int64 // KeepPresence calls that succeeded
+}
+
+func (s *slowWakeStore) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	err := s.Store.KeepPresence(ctx, ttl)
+	if err == nil {
+		s.keeps.Add(1)
+	}
+	return err
+}
+
+func (s *slowWakeStore) WaitRelease(ctx context.Context, key, token string) (<-chan driver.Wake, func(), error) {
+	in, stop, err := s.Store.WaitRelease(ctx, key, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan driver.Wake, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case w := <-in:
+				if w.Fence != 0 {
+					for n := s.keeps.Load(); s.keeps.Load() == n; {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				select {
+				case out <- w:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out, func() { close(done); stop() }, nil
+}
+
+// A hand-off to a place kept by the presence is capped at what was left of
+// the presence when Redis granted it: a presence kept after that grant
+// (before the waiter read the wake-up) does not extend the lock, so the
+// lease must not count on it.
+func TestPresenceHandOffIgnoresALaterKeep(t *testing.T) {
+	srv := testredis.Start(t)
+	c := newClient(t, srv.Addr)
+	holder := newStore(t, c, redisstore.Options{})
+	ctx := t.Context()
+	const key, waiterTTL = "later-keep", 600 * time.Millisecond
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := leasehold.New(&slowWakeStore{Store: newStore(t, newClient(t, srv.Addr), redisstore.Options{})},
+		leasehold.Options{TTL: 10 * time.Second, WaiterTTL: waiterTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		l, _ := lk.Acquire(ctx, key)
+		got <- l
+	}()
+	time.Sleep(2 * waiterTTL) // queued, and kept by the presence
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.Fatal("expected the waiter to get the key on release")
+	}
+	expiry := time.Now().Add(c.PTTL(ctx, holder.LockKey(key)).Val())
+	if over := l.ValidUntil().Sub(expiry); over > 2*time.Millisecond {
+		t.Errorf("the hand-off is trusted %v past the lock's expiry in Redis (ValidUntil %v, PTTL expiry %v)", over, l.ValidUntil(), expiry)
 	}
 }
