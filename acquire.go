@@ -469,13 +469,6 @@ func (a *attempt) nextTry(g driver.Grant, sent time.Time) time.Time {
 	return next
 }
 
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // keepPlace hands our place in the queue, which the acquire sent at sent
 // kept, to the Locker's keeper: a lock attempt that is subscribed, over a
 // store that can refresh places.
