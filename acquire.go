@@ -115,8 +115,9 @@ type attempt struct {
 	stopSub func()
 	subDone bool // subscription tried (it is tried once)
 	backoff time.Duration
-	place   *place // kept by the Locker's keeper while subscribed and queued
-	kept    bool   // the last request was kept by the presence (driver.PresenceKeeper)
+	place   *place    // kept by the Locker's keeper while subscribed and queued
+	kept    bool      // the last request was kept by the presence (driver.PresenceKeeper)
+	present time.Time // when the presence was last kept before that request
 }
 
 // acquire is the one acquire path.
@@ -275,7 +276,7 @@ func (a *attempt) request() driver.AcquireRequest {
 	if a.spec.wait {
 		req.QueueTTL = a.l.opts.WaiterTTL
 		if a.place != nil {
-			req.Kept = a.l.keep.keptFor()
+			req.Kept, a.present = a.l.keep.keptFor()
 		}
 	}
 	a.kept = req.Kept > 0
@@ -476,10 +477,10 @@ func (a *attempt) keepPlace(sent time.Time, g driver.Grant) {
 	head := g.Ahead == 0 && g.Remaining > 0
 	switch {
 	case a.place != nil:
-		k.requeued(a.place, sent, a.kept, head)
+		k.requeued(a.place, sent, a.kept, a.present, head)
 	case k != nil && a.wake != nil:
 		if _, lock := a.ops.(lockOps); lock {
-			a.place = k.join(a.spec.key, a.token, sent, a.kept, head)
+			a.place = k.join(a.spec.key, a.token, sent, a.kept, a.present, head)
 		}
 	}
 }

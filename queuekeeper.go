@@ -56,6 +56,7 @@ type place struct {
 	due        time.Time     // when the place needs a refresh
 	wrote      time.Time     // when the last acquire or refresh that kept it was sent
 	kept       bool          // that write was kept by the presence
+	present    time.Time     // keeper.present when that write was sent
 	head       bool          // next in line behind a holder, at the last acquire
 }
 
@@ -74,24 +75,26 @@ func newKeeper(l *Locker) *keeper {
 		places: make(map[*place]struct{}), kick: make(chan struct{}, 1), ctx: l.ctx}
 }
 
-// keptFor returns the Kept of a request for a registered place: the kept
-// lifetime once the presence was kept, else 0.
-func (k *keeper) keptFor() time.Duration {
+// keptFor returns the Kept of a request for a registered place, the kept
+// lifetime once the presence was kept (else 0), and when the presence was
+// last kept: a keeping whose answer came before the request was sent,
+// hence applied before any hand-off that the request's place received.
+func (k *keeper) keptFor() (time.Duration, time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.pk == nil || k.present.IsZero() {
-		return 0
+		return 0, time.Time{}
 	}
-	return k.kept
+	return k.kept, k.present
 }
 
-// wrote records a write sent at sent that kept p (kept: by the presence),
-// and when p next needs a refresh. Guarded by k.mu.
-func (k *keeper) wrote(p *place, sent time.Time, kept bool) {
+// wrote records a write sent at sent that kept p (kept: by the presence,
+// last kept at present), and when p next needs a refresh. Guarded by k.mu.
+func (k *keeper) wrote(p *place, sent time.Time, kept bool, present time.Time) {
 	if sent.Before(p.wrote) {
 		return
 	}
-	p.wrote, p.kept = sent, kept
+	p.wrote, p.kept, p.present = sent, kept, present
 	p.due = sent.Add(k.every)
 	if kept && p.head {
 		p.due = sent.Add(k.kept / 3)
@@ -99,12 +102,13 @@ func (k *keeper) wrote(p *place, sent time.Time, kept bool) {
 }
 
 // join registers the place of token, queued by an Acquire sent at sent
-// (kept: with Kept; head: next in line behind a holder).
-func (k *keeper) join(key, token string, sent time.Time, kept, head bool) *place {
+// (kept: with Kept, the presence last kept at present; head: next in line
+// behind a holder).
+func (k *keeper) join(key, token string, sent time.Time, kept bool, present time.Time, head bool) *place {
 	p := &place{key: key, token: token, stale: make(chan struct{}, 1), head: head}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.wrote(p, sent, kept)
+	k.wrote(p, sent, kept, present)
 	k.places[p] = struct{}{}
 	if !k.running {
 		k.running = true
@@ -115,22 +119,23 @@ func (k *keeper) join(key, token string, sent time.Time, kept, head bool) *place
 }
 
 // requeued records a full Acquire sent at sent that kept p's place.
-func (k *keeper) requeued(p *place, sent time.Time, kept, head bool) {
+func (k *keeper) requeued(p *place, sent time.Time, kept bool, present time.Time, head bool) {
 	k.mu.Lock()
 	p.head = head
-	k.wrote(p, sent, kept)
+	k.wrote(p, sent, kept, present)
 	k.mu.Unlock()
 }
 
 // keptSince returns the instant from which p's place is known to last
 // WaiterTTL: the send of the last write that kept it, or for a place kept
-// by the presence the earlier of the presence's last keeping and the
-// place's own end less WaiterTTL.
+// by the presence the earlier of the presence's last keeping before that
+// write and the place's own end less WaiterTTL. A keeping since then may
+// have come after a hand-off, which it did not extend.
 func (k *keeper) keptSince(p *place) time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if p.kept {
-		return earliest(k.present, p.wrote.Add(k.kept-k.ttl))
+		return earliest(p.present, p.wrote.Add(k.kept-k.ttl))
 	}
 	return p.wrote
 }
@@ -227,7 +232,7 @@ func (k *keeper) keepPresence() {
 // refresh sends one RefreshQueue for batch and wakes the acquire of every
 // place it did not keep with the key held.
 func (k *keeper) refresh(batch []*place) {
-	kept := k.keptFor()
+	kept, present := k.keptFor()
 	reqs := make([]driver.QueueRefresh, len(batch))
 	for i, p := range batch {
 		reqs[i] = driver.QueueRefresh{Key: p.key, Token: p.token, QueueTTL: k.ttl, Kept: kept}
@@ -240,7 +245,7 @@ func (k *keeper) refresh(batch []*place) {
 	defer k.mu.Unlock()
 	for i, p := range batch {
 		if len(errs) == len(batch) && errs[i] == nil {
-			k.wrote(p, sent, kept > 0)
+			k.wrote(p, sent, kept > 0, present)
 			continue
 		}
 		select {

@@ -146,7 +146,9 @@ type QueueRefresh struct {
 // or refreshed with Kept > 0 lives until the earlier of Kept from then and
 // the end of the presence: a process that stops keeping its presence loses
 // all its places when its last KeepPresence's ttl runs out, and a live one
-// refreshes a place only every Kept/3. A release or acquire that hands the
+// refreshes a place only every Kept/3. A place once kept stays kept: an
+// Acquire or refresh without Kept (one sent before the presence was first
+// kept, applied late) never shortens it. A release or acquire that hands the
 // key to such a place caps the grant at that deadline. An Acquire that finds
 // the key free and such a place at the head hands the key to it (the place
 // may be one its process forgot, which would otherwise hold up the queue).

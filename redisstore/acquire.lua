@@ -40,7 +40,14 @@ end
 local token = string.match(value, '^[^|]*')
 local qttl, wake, kept, sharded = string.match(ARGV[3], '^%d+|(%d+)|(%x*)|(%d+)|([01])$')
 qttl, kept = tonumber(qttl) or 0, tonumber(kept) or 0
-if kept > 0 and wake ~= '' then qttl, wake = kept, wake .. '*' end
+if kept > 0 and wake ~= '' then
+  -- A presence lost with the data (a restart, FLUSHALL) comes back for the
+  -- queue TTL, so the place is live at once: the waiters that re-check at
+  -- the reconnect would otherwise drop each other's places before their
+  -- Lockers keep the presence again.
+  redis.call('SET', string.match(KEYS[3], '^(.*){') .. 'present:' .. wake, '1', 'PX', qttl, 'NX')
+  qttl, wake = kept, wake .. '*'
+end
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.
@@ -73,16 +80,21 @@ local function keep(k, ms)
 end
 
 -- enqueue adds token behind the last entry (or refreshes its place, its
--- live entry mine) until now + qttl.
+-- live entry mine) until now + qttl. A place kept by the presence stays
+-- kept, its deadline never earlier: an acquire without Kept that Redis
+-- applies after a later refresh with Kept must not shorten the place its
+-- Locker counts as kept.
 local function enqueue(mine, nowms)
-  local seq
+  local seq, dl, w = nil, nowms + qttl, wake
   if mine then
     seq = string.match(mine, '^%d+')
+    local odl = string.match(mine, '^%d+|(%d+)|%d+|%x+%*|')
+    if odl and string.sub(w, -1) ~= '*' then dl, w = math.max(dl, tonumber(odl)), w .. '*' end
   else
     seq = (tonumber(redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]) or 0) + 1
     redis.call('ZADD', KEYS[4], seq, token)
   end
-  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, nowms + qttl, ttl, wake) .. holder_of(value))
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, dl, ttl, w) .. holder_of(value))
   keep(KEYS[3], qttl)
   keep(KEYS[4], qttl)
 end

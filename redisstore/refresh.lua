@@ -1,7 +1,7 @@
 -- refresh: keeps waiters' places: each queue entry's deadline moves to now +
 -- the queue TTL, or now + KEPT for a place kept by its process's presence
--- (lib.lua), never back unless the place changes how it is kept. It never
--- creates an entry and never grants.
+-- (lib.lua), never back; a place once kept by the presence stays kept. It
+-- never creates an entry and never grants.
 -- KEYS[3i-2] lock key, KEYS[3i-1] queue key, KEYS[3i] order key of place i
 -- (see acquire.lua); one place per call on a Cluster, where keys of one
 -- call share a slot
@@ -33,7 +33,11 @@ for i = 1, #KEYS / 3 do
     out[i] = 0
   else
     local keep, mark = qttl, ''
-    if kept > 0 and wake ~= '' then keep, mark = kept, '*' end
+    if kept > 0 and wake ~= '' then
+      keep, mark = kept, '*'
+    elseif star == '*' then
+      mark = '*' -- a refresh without Kept applied late never unkeeps a place
+    end
     if now + keep > tonumber(dl) or mark ~= star then
       redis.call('HSET', qk, token, seq .. '|' .. string.format('%d', now + keep) .. '|' .. ttl .. '|' .. wake .. mark .. '|' .. rest)
       redis.call('PEXPIRE', qk, keep, 'GT')

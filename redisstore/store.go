@@ -483,7 +483,8 @@ func (s *Store) keptMillis(kept time.Duration) int64 {
 // PresenceKey returns the Redis key of this Store's presence:
 // PREFIX + "present:" + the id of its WaiterChannel. While it exists, the
 // queue places this Store's waiters queued with Kept live on (see
-// QueueKey); KeepPresence sets it.
+// QueueKey); KeepPresence sets it, and so does, for its QueueTTL, a
+// waiting Acquire with Kept that finds it gone (Redis lost its data).
 func (s *Store) PresenceKey() string { return s.prefix + "present:" + s.wake }
 
 // KeepPresence implements driver.PresenceKeeper: SET PresenceKey NX PX ttl,
