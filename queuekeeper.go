@@ -226,6 +226,15 @@ func (k *keeper) keepPresence() {
 		k.present = sent
 	case errors.Is(err, errors.ErrUnsupported):
 		k.pk = nil
+	default:
+		// The presence may lapse: every kept place is refreshed next
+		// round (a refresh that finds it gone wakes its acquire), until a
+		// keeping succeeds again.
+		for p := range k.places {
+			if p.kept {
+				p.due = sent
+			}
+		}
 	}
 }
 

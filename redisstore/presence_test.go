@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -510,5 +511,62 @@ func TestPresenceHandOffIgnoresALaterKeep(t *testing.T) {
 	expiry := time.Now().Add(c.PTTL(ctx, holder.LockKey(key)).Val())
 	if over := l.ValidUntil().Sub(expiry); over > 2*time.Millisecond {
 		t.Errorf("the hand-off is trusted %v past the lock's expiry in Redis (ValidUntil %v, PTTL expiry %v)", over, l.ValidUntil(), expiry)
+	}
+}
+
+// failingPresence is a Store whose KeepPresence fails while fail is set.
+type failingPresence struct {
+	*redisstore.Store
+	fail   atomic.Bool
+	places atomic.Int64 // places sent in RefreshQueue calls
+}
+
+func (f *failingPresence) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	if f.fail.Load() {
+		return fmt.Errorf("%w: injected", driver.ErrUnavailable)
+	}
+	return f.Store.KeepPresence(ctx, ttl)
+}
+
+func (f *failingPresence) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	f.places.Add(int64(len(reqs)))
+	return f.Store.RefreshQueue(ctx, reqs)
+}
+
+// While its presence cannot be kept, an idle head's place is refreshed
+// every round again, so it does not silently die with the presence (it was
+// left alone for Kept/3), and the waiter keeps its place.
+func TestIdleHeadRefreshedWhenThePresenceFails(t *testing.T) {
+	srv := testredis.Start(t)
+	holder := newStore(t, newClient(t, srv.Addr), redisstore.Options{})
+	fs := &failingPresence{Store: newStore(t, newClient(t, srv.Addr), redisstore.Options{})}
+	const wttl = 600 * time.Millisecond
+	lk, err := leasehold.New(fs, leasehold.Options{TTL: 10 * time.Second, WaiterTTL: wttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	ctx := t.Context()
+	const key = "presence-fails"
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := lk.Acquire(wctx, key); done <- err }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(4 * wttl / 3) // queued, the presence kept, the place moved to it
+	before := fs.places.Load()
+	time.Sleep(wttl) // three rounds: an idle head is not refreshed (Kept/3 = 4 s)
+	if n := fs.places.Load() - before; n != 0 {
+		t.Fatalf("expected the idle head left alone while the presence is kept, got %d place refreshes", n)
+	}
+	fs.fail.Store(true)
+	time.Sleep(3 * wttl) // the presence lapses in Redis
+	if n := fs.places.Load() - before; n < 2 {
+		t.Errorf("expected the idle head refreshed each round while the presence fails, got %d place refreshes", n)
+	}
+	if n := waiting(t, holder, key); n != 1 {
+		t.Errorf("expected the waiter still queued after its presence lapsed, got %d waiting", n)
 	}
 }
