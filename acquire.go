@@ -115,7 +115,9 @@ type attempt struct {
 	stopSub func()
 	subDone bool // subscription tried (it is tried once)
 	backoff time.Duration
-	place   *place // kept by the Locker's keeper while subscribed and queued
+	place   *place    // kept by the Locker's keeper while subscribed and queued
+	kept    bool      // the last request was kept by the presence (driver.PresenceKeeper)
+	present time.Time // when the presence was last kept before that request
 }
 
 // acquire is the one acquire path.
@@ -273,7 +275,11 @@ func (a *attempt) request() driver.AcquireRequest {
 	req := driver.AcquireRequest{Key: a.spec.key, Token: a.token, TTL: a.spec.ttl, Holder: a.l.opts.Identity}
 	if a.spec.wait {
 		req.QueueTTL = a.l.opts.WaiterTTL
+		if a.place != nil {
+			req.Kept, a.present = a.l.keep.keptFor()
+		}
 	}
+	a.kept = req.Kept > 0
 	return req
 }
 
@@ -324,7 +330,7 @@ func (a *attempt) handedOff(ctx context.Context, w driver.Wake, sent time.Time) 
 		return nil, false, nil
 	}
 	if a.place != nil {
-		sent = latest(sent, a.l.keep.keptSince(a.place)) // a refresh moved the queue deadline
+		sent = a.l.keep.keptSince(a.place) // our last acquire, or a refresh since
 	}
 	o := &a.l.opts
 	ttl := a.spec.ttl.Truncate(time.Millisecond)
@@ -396,7 +402,7 @@ func (a *attempt) waitTurn(ctx context.Context, g driver.Grant, sent time.Time) 
 			return w, nil
 		}
 	}
-	a.keepPlace(sent)
+	a.keepPlace(sent, g)
 	var timer <-chan time.Time
 	if next := a.nextTry(g, sent); !next.IsZero() {
 		t := time.NewTimer(time.Until(next))
@@ -463,24 +469,18 @@ func (a *attempt) nextTry(g driver.Grant, sent time.Time) time.Time {
 	return next
 }
 
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // keepPlace hands our place in the queue, which the acquire sent at sent
 // kept, to the Locker's keeper: a lock attempt that is subscribed, over a
 // store that can refresh places.
-func (a *attempt) keepPlace(sent time.Time) {
+func (a *attempt) keepPlace(sent time.Time, g driver.Grant) {
 	k := a.l.keep
+	head := g.Ahead == 0 && g.Remaining > 0
 	switch {
 	case a.place != nil:
-		k.requeued(a.place, sent)
+		k.requeued(a.place, sent, a.kept, a.present, head)
 	case k != nil && a.wake != nil:
 		if _, lock := a.ops.(lockOps); lock {
-			a.place = k.join(a.spec.key, a.token, sent)
+			a.place = k.join(a.spec.key, a.token, sent, a.kept, a.present, head)
 		}
 	}
 }

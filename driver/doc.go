@@ -17,20 +17,25 @@
 //
 // Every key has a FIFO queue of waiting tokens, kept in the store so that it
 // spans processes. An entry lives until QueueTTL after its token's last
-// waiting Acquire or [QueueRefresher] refresh; expired entries are dropped
-// before any decision. A key is granted only when it is free and the queue
-// is empty or the token is its head: a newcomer never overtakes a waiter.
+// waiting Acquire or [QueueRefresher] refresh, or, queued with Kept on a
+// [PresenceKeeper], until the earlier of Kept after it and the end of its
+// Store's presence; expired entries are dropped before any decision. A key
+// is granted only when it is free and the queue is empty or the token is its
+// head: a newcomer never overtakes a waiter.
 //
 // # Wake-ups and hand-offs
 //
 // A [Notifier]'s channel carries [Wake] values. A zero Wake means "check
 // again". A store whose Release hands a free key straight to the queue head
 // grants what the head asked for in its last waiting Acquire (token, Holder,
-// TTL) with a fresh fence, removes the head from the queue, keeps the lock at
-// least min(TTL, QueueTTL) after that Acquire was sent, and sends the head a
-// Wake with the Fence and TTL: the Locker takes the lease without a request.
-// A waiter that misses the Wake finds itself the holder on its next Acquire;
-// one that gives up calls Release, which frees a grant it may have received.
+// TTL) with a fresh fence, removes the head from the queue, keeps the lock
+// at least for the lesser of TTL and what was left of the entry's life (so
+// at least min(TTL, QueueTTL) after that Acquire or a later refresh, and for
+// an entry kept by a presence no longer than the presence), and sends the
+// head a Wake with the Fence and TTL: the Locker takes the lease without a
+// request. A waiter that misses the Wake finds itself the holder on its
+// next Acquire; one that gives up calls Release, which frees a grant it may
+// have received.
 //
 // For a waiter (token not empty), WaitRelease puts one zero Wake on the
 // channel before it returns, unless the subscription misses no change since

@@ -35,6 +35,9 @@ type AcquireRequest struct {
 	TTL        time.Duration
 	Holder     string        // the holder's identity, shown by Inspect
 	QueueTTL   time.Duration // > 0: a waiting acquire (see Store.Acquire)
+	// Kept > 0 (a PresenceKeeper's waiter): the place lives Kept instead of
+	// QueueTTL, but no longer than the Store's presence.
+	Kept time.Duration
 }
 
 // Grant is what an acquire saw.
@@ -135,6 +138,26 @@ type QueueRefresher interface {
 type QueueRefresh struct {
 	Key, Token string
 	QueueTTL   time.Duration
+	Kept       time.Duration // as in AcquireRequest
+}
+
+// PresenceKeeper is a QueueRefresher whose places can be kept by one
+// presence per Store instead of each by its own refreshes. A place queued
+// or refreshed with Kept > 0 lives until the earlier of Kept from then and
+// the end of the presence: a process that stops keeping its presence loses
+// all its places when its last KeepPresence's ttl runs out, and a live one
+// refreshes a place only every Kept/3. A place once kept stays kept: an
+// Acquire or refresh without Kept (one sent before the presence was first
+// kept, applied late) never shortens it. A release or acquire that hands the
+// key to such a place caps the grant at that deadline. An Acquire that finds
+// the key free and such a place at the head hands the key to it (the place
+// may be one its process forgot, which would otherwise hold up the queue).
+type PresenceKeeper interface {
+	QueueRefresher
+	// KeepPresence makes the presence last ttl from when it was sent (never
+	// shorter). A store that cannot keep one for its client (a Redis
+	// Cluster) returns an error wrapping errors.ErrUnsupported.
+	KeepPresence(ctx context.Context, ttl time.Duration) error
 }
 
 // ConfigChecker reads the server settings that can lose a lock without an

@@ -5,9 +5,11 @@
 -- KEYS[4] order key (sorted set: token -> seq; lib.lua). Both keys expire
 --         at their latest deadline, so they vanish with their last waiter.
 -- ARGV[1] lock value (TOKEN|HOLDER, or TOKEN), ARGV[2] TTL ms, ARGV[3]
--- "FENCE_EXPIRY_MS|QUEUE_TTL_MS|WAKE": the fence key's expiry, the queue TTL
--- (0: never queue) and the suffix of the waiter's process channel
--- (CHANNEL:WAKE). (Ten words in all: Redis
+-- "FENCE_EXPIRY_MS|QUEUE_TTL_MS|WAKE|KEPT_MS|SHARDED": the fence key's
+-- expiry, the queue TTL (0: never queue), the suffix of the waiter's
+-- process channel (CHANNEL:WAKE), how long a place kept by the process's
+-- presence lives (0: not kept; lib.lua) and '1' for sharded pub/sub. (Ten
+-- words in all: Redis
 -- answers a longer command from a client that has not authenticated with a
 -- protocol error instead of NOAUTH.)
 -- Returns the fence (a decimal string) on a grant, or {0, pttl, holder, ahead} when refused:
@@ -36,8 +38,16 @@ end
 -- @lib
 
 local token = string.match(value, '^[^|]*')
-local qttl, wake = string.match(ARGV[3], '^%d+|(%d+)|(%x*)$')
-qttl = tonumber(qttl) or 0
+local qttl, wake, kept, sharded = string.match(ARGV[3], '^%d+|(%d+)|(%x*)|(%d+)|([01])$')
+qttl, kept = tonumber(qttl) or 0, tonumber(kept) or 0
+if kept > 0 and wake ~= '' then
+  -- A presence lost with the data (a restart, FLUSHALL) comes back for the
+  -- queue TTL, so the place is live at once: the waiters that re-check at
+  -- the reconnect would otherwise drop each other's places before their
+  -- Lockers keep the presence again.
+  redis.call('SET', string.match(KEYS[3], '^(.*){') .. 'present:' .. wake, '1', 'PX', qttl, 'NX')
+  qttl, wake = kept, wake .. '*'
+end
 
 -- grant takes the lock (already SET) and mints its fence; a bad fence key
 -- undoes the SET so nothing is left behind.
@@ -70,16 +80,21 @@ local function keep(k, ms)
 end
 
 -- enqueue adds token behind the last entry (or refreshes its place, its
--- live entry mine) until now + qttl.
+-- live entry mine) until now + qttl. A place kept by the presence stays
+-- kept, its deadline never earlier: an acquire without Kept that Redis
+-- applies after a later refresh with Kept must not shorten the place its
+-- Locker counts as kept.
 local function enqueue(mine, nowms)
-  local seq
+  local seq, dl, w = nil, nowms + qttl, wake
   if mine then
     seq = string.match(mine, '^%d+')
+    local odl = string.match(mine, '^%d+|(%d+)|%d+|%x+%*|')
+    if odl and string.sub(w, -1) ~= '*' then dl, w = math.max(dl, tonumber(odl)), w .. '*' end
   else
     seq = (tonumber(redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]) or 0) + 1
     redis.call('ZADD', KEYS[4], seq, token)
   end
-  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, nowms + qttl, ttl, wake) .. holder_of(value))
+  redis.call('HSET', KEYS[3], token, string.format('%d|%d|%d|%s|', seq, dl, ttl, w) .. holder_of(value))
   keep(KEYS[3], qttl)
   keep(KEYS[4], qttl)
 end
@@ -102,8 +117,9 @@ if cur and owns(cur, token) then
   return again()
 end
 local now, nowms = clock()
-local first, mine = head(KEYS[3], KEYS[4], nowms)
-if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms) end
+local first, fv, fdl = head(KEYS[3], KEYS[4], nowms)
+local mine = fv
+if first ~= token then mine = first and live(redis.call('HGET', KEYS[3], token), nowms, KEYS[3]) end
 
 -- ahead is the number of entries ahead of token (all of them when it has
 -- no live entry); dead entries behind the head count until they reach it.
@@ -126,5 +142,27 @@ if not first or first == token then
   return grant(now)
 end
 local n = ahead()
+
+-- A free key whose head is kept by its process's presence is handed to the
+-- head here, as a release would: the head may be a place its process
+-- forgot (an acquire applied after its clean-up release), which would
+-- otherwise hold up the queue until its deadline.
+local pttl, holder, httl, hwake = 0, '', nil, nil
+if string.find(fv, '^%d+|%d+|%d+|%x+%*|') then holder, httl, hwake = details(fv) end
+if httl and httl > 0 then
+  local f = mint_fence(KEYS[2], now, httl + tonumber(fexp) - tonumber(ttl))
+  if f then
+    pttl = math.min(httl, fdl - nowms)
+    local hv = first
+    if holder ~= '' then hv = hv .. '|' .. holder end
+    redis.call('SET', KEYS[1], hv, 'PX', pttl)
+    drop(KEYS[3], KEYS[4], first)
+    n = n - 1
+    local chan = string.sub(KEYS[3], 1, -6) .. 'wake'
+    notify(first .. '|' .. f .. '|' .. httl, hwake, chan, sharded)
+  else
+    holder = ''
+  end
+end
 if qttl > 0 then enqueue(mine, nowms) end
-return {0, 0, '', n}
+return {0, pttl, holder, n}

@@ -20,9 +20,9 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   if n > 0 then
     local holder, _, wake = details(fv)
     info[4], info[5] = n, holder
-    notify(first, wake)
+    notify(first, wake, ARGV[1], ARGV[2])
     return info
   end
 end
-notify('')
+notify('', nil, ARGV[1], ARGV[2])
 return info

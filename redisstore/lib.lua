@@ -51,13 +51,23 @@ end
 -- PREFIX{TAG}:queue, token -> "seq|deadline ms|ttl ms|wake|holder", and the
 -- sorted set PREFIX{TAG}:order, token -> seq, whose first member is the
 -- head. An entry is live until its deadline (Redis TIME); the scripts skip
--- and delete dead entries as they reach the head. An entry of an older
--- client reads "seq|deadline ms|holder".
+-- and delete dead entries as they reach the head. An entry whose wake ends
+-- in '*' is kept by its process's presence, the key PREFIX + 'present:' +
+-- wake (PREFIX: the queue key's name before its hash tag): it lives until
+-- the earlier of its deadline and the presence's expiry. An entry of an
+-- older client reads "seq|deadline ms|holder".
 
--- live returns entry v and its deadline when v is live at nowms.
-local function live(v, nowms)
+-- live returns entry v of queue qk and its deadline when v is live at nowms.
+local function live(v, nowms, qk)
   local dl = v and tonumber(string.match(v, '^%d+|(%d+)|'))
-  if dl and dl > nowms then return v, dl end
+  if not dl or dl <= nowms then return end
+  local w = string.match(v, '^%d+|%d+|%d+|(%x+)%*|')
+  if w then
+    local p = redis.call('PTTL', string.match(qk, '^(.*){') .. 'present:' .. w)
+    if p == -2 or p == 0 then return end
+    if p > 0 then dl = math.min(dl, nowms + p) end
+  end
+  return v, dl
 end
 
 -- drop removes token t from the queue.
@@ -71,7 +81,7 @@ local function head(qk, ok, nowms)
   while true do
     local t = redis.call('ZRANGE', ok, 0, 0)[1]
     if not t then return nil end
-    local v, dl = live(redis.call('HGET', qk, t), nowms)
+    local v, dl = live(redis.call('HGET', qk, t), nowms, qk)
     if v then return t, v, dl end
     drop(qk, ok, t)
   end
@@ -82,7 +92,7 @@ end
 local function survey(qk, ok, nowms)
   local n, first, fv = 0, nil, nil
   for _, t in ipairs(redis.call('ZRANGE', ok, 0, -1)) do
-    local v = live(redis.call('HGET', qk, t), nowms)
+    local v = live(redis.call('HGET', qk, t), nowms, qk)
     if v then
       if n == 0 then first, fv = t, v end
       n = n + 1
@@ -95,7 +105,7 @@ end
 -- the suffix of its process's channel; TTL and suffix are nil in an entry
 -- of an older client.
 local function details(v)
-  local ttl, wake, h = string.match(v, '^%d+|%d+|(%d+)|(%x*)|(.*)$')
+  local ttl, wake, h = string.match(v, '^%d+|%d+|(%d+)|(%x*)%*?|(.*)$')
   if not ttl then return string.match(v, '^%d+|%d+|(.*)$'), nil, nil end
   return h, tonumber(ttl), wake
 end
@@ -122,15 +132,15 @@ end
 -- its queue entry names one, so that the other processes waiting on the key
 -- are not woken, and then on the key's observer channel
 -- (PREFIX{TAG}:watch); else on the key's channel, which every waiter and
--- observer subscribes. ARGV[1] is the key's channel (PREFIX{TAG}:wake),
--- ARGV[2] '1' for sharded pub/sub (Cluster).
-local function notify(msg, wake)
+-- observer subscribes. chan is the key's channel (PREFIX{TAG}:wake),
+-- sharded '1' for sharded pub/sub (Cluster).
+local function notify(msg, wake, chan, sharded)
   local pub = 'PUBLISH'
-  if ARGV[2] == '1' then pub = 'SPUBLISH' end
+  if sharded == '1' then pub = 'SPUBLISH' end
   if wake and wake ~= '' then
-    redis.call(pub, ARGV[1] .. ':' .. wake, msg)
-    redis.call(pub, string.sub(ARGV[1], 1, -5) .. 'watch', msg)
+    redis.call(pub, chan .. ':' .. wake, msg)
+    redis.call(pub, string.sub(chan, 1, -5) .. 'watch', msg)
   else
-    redis.call(pub, ARGV[1], msg)
+    redis.call(pub, chan, msg)
   end
 end

@@ -66,9 +66,9 @@ if ttl and ttl > 0 then
     if holder ~= '' then hv = hv .. '|' .. holder end
     redis.call('SET', KEYS[1], hv, 'PX', math.min(ttl, dl - nowms))
     drop(KEYS[2], KEYS[5], first)
-    notify(first .. '|' .. f .. '|' .. ttl, wake)
+    notify(first .. '|' .. f .. '|' .. ttl, wake, ARGV[1], ARGV[2])
     return res
   end
 end
-notify(first, wake)
+notify(first, wake, ARGV[1], ARGV[2])
 return res

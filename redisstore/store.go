@@ -86,6 +86,7 @@ var (
 	_ driver.ForceReleaser  = (*Store)(nil)
 	_ driver.BatchRenewer   = (*Store)(nil)
 	_ driver.QueueRefresher = (*Store)(nil)
+	_ driver.PresenceKeeper = (*Store)(nil)
 )
 
 // Options configure a Store. The zero value means the documented defaults.
@@ -124,6 +125,7 @@ type Store struct {
 	retention time.Duration
 	fcall     fcaller // nil unless Options.Functions
 	wake      string  // this Store's waiter channel suffix (WaiterChannel), random hex
+	presence  bool    // c is one node (or Sentinel's master), whose scripts can read PresenceKey
 
 	notify notifier
 
@@ -165,6 +167,7 @@ func New(client Client, opts Options) (*Store, error) {
 	if cc, ok := client.(clusterClient); ok {
 		s.cluster, s.sharded = cc, "1"
 	}
+	_, s.presence = client.(*redis.Client)
 	if opts.Functions {
 		fc, ok := client.(fcaller)
 		if !ok {
@@ -300,7 +303,7 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	}
 	base := s.base(req.Key)
 	res, err := s.run(ctx, acquireScript, []string{base + ":lock", base + ":fence", base + ":queue", base + ":order"},
-		value, ms, strconv.FormatInt(ms+s.retention.Milliseconds(), 10)+"|"+strconv.FormatInt(qms, 10)+"|"+s.wake).Result()
+		value, ms, fmt.Sprintf("%d|%d|%s|%d|%s", ms+s.retention.Milliseconds(), qms, s.wake, s.keptMillis(req.Kept), s.sharded)).Result()
 	if err != nil {
 		return driver.Grant{}, s.fail("acquire", req.Key, err)
 	}
@@ -429,16 +432,17 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 		chunk = refreshChunk
 	}
 	var calls [][]int
-	for len(ok) > 0 { // one call per chunk of places with one queue TTL
-		n, ttl := 1, reqs[ok[0]].QueueTTL
-		for n < min(chunk, len(ok)) && reqs[ok[n]].QueueTTL == ttl {
+	for len(ok) > 0 { // one call per chunk of places with one queue TTL and Kept
+		n, ttl, kept := 1, reqs[ok[0]].QueueTTL, reqs[ok[0]].Kept
+		for n < min(chunk, len(ok)) && reqs[ok[n]].QueueTTL == ttl && reqs[ok[n]].Kept == kept {
 			n++
 		}
 		calls, ok = append(calls, ok[:n]), ok[n:]
 	}
 	cmds, cerrs := s.runBatch(ctx, refreshScript, len(calls), func(c int) ([]string, []any, error) {
 		keys := make([]string, 0, 3*len(calls[c]))
-		args := []any{reqs[calls[c][0]].QueueTTL.Milliseconds()}
+		r := reqs[calls[c][0]]
+		args := []any{fmt.Sprintf("%d|%d", r.QueueTTL.Milliseconds(), s.keptMillis(r.Kept))}
 		for _, i := range calls[c] {
 			base := s.base(reqs[i].Key)
 			keys = append(keys, base+":lock", base+":queue", base+":order")
@@ -465,6 +469,48 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 		}
 	}
 	return errs
+}
+
+// keptMillis returns Kept in ms for the scripts: 0 when this Store keeps no
+// presence, so the place lives QueueTTL.
+func (s *Store) keptMillis(kept time.Duration) int64 {
+	if !s.presence || kept <= 0 {
+		return 0
+	}
+	return max(kept.Milliseconds(), 1)
+}
+
+// PresenceKey returns the Redis key of this Store's presence:
+// PREFIX + "present:" + the id of its WaiterChannel. While it exists, the
+// queue places this Store's waiters queued with Kept live on (see
+// QueueKey); KeepPresence sets it, and so does, for its QueueTTL, a
+// waiting Acquire with Kept that finds it gone (Redis lost its data).
+func (s *Store) PresenceKey() string { return s.prefix + "present:" + s.wake }
+
+// KeepPresence implements driver.PresenceKeeper: SET PresenceKey NX PX ttl,
+// then PEXPIRE GT, in one round trip. The scripts read the key without
+// declaring it (it lies in another hash slot than the queue), so only a
+// Store over one node keeps a presence: on a Cluster or Ring it returns an
+// error wrapping errors.ErrUnsupported, and places live QueueTTL.
+func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	if !s.presence {
+		return fmt.Errorf("redisstore: a presence needs a client of one Redis node, got %T: %w", s.c, errors.ErrUnsupported)
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return err
+	}
+	p := s.c.Pipeline()
+	p.Do(ctx, "SET", s.PresenceKey(), "1", "NX", "PX", ms) // nil when it exists
+	longer := p.Do(ctx, "PEXPIRE", s.PresenceKey(), ms, "GT")
+	_, err = p.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		err = longer.Err()
+	}
+	if err != nil {
+		return s.fail("presence", "", err)
+	}
+	return nil
 }
 
 // refreshChunk is the most places one refresh call keeps (on a single

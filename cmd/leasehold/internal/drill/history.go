@@ -274,8 +274,9 @@ func (r *recorder) acquired(a Acquisition) {
 	r.count(func(h *History) { h.Acquisitions = append(h.Acquisitions, a) })
 }
 
-// released records that a release of key was applied, at the latest at
-// latest: it may have granted key to the head of its queue.
+// released records that a release of key (or an acquire, on a store with
+// driver.PresenceKeeper) was applied, at the latest at latest: it may have
+// granted key to the head of its queue.
 func (r *recorder) released(key string, latest time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -120,6 +120,8 @@ func (s *session) notice(m wire) bool {
 		if m.Flag && m.Key != "" {
 			d.rec.released(m.Key, m.At+m.Late)
 		}
+	case m.K == "handoff":
+		d.rec.released(m.Key, m.At+m.Late)
 	case m.K == "acq":
 		d.rec.acquired(Acquisition{Key: m.Key, Token: m.Token, Fence: m.Fence, Replica: r.id, Call: m.Call, At: m.At})
 	case m.K == "event" && m.Event != nil:

@@ -171,9 +171,21 @@ func (p *procStore) trackedErr(ctx context.Context, key, token string, extends b
 }
 
 func (p *procStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
+	g, err := tracked(ctx, p, req.Key, req.Token, true, func() (driver.Grant, error) {
 		return p.inner.Acquire(ctx, req)
 	})
+	if _, present := p.inner.(driver.PresenceKeeper); present && err != nil {
+		// An acquire that finds the key free with a place kept by a
+		// presence at the head hands the key to that head, with no call of
+		// the head's token, as a release does.
+		switch {
+		case errors.Is(err, leasehold.ErrNotAcquired):
+			p.h.call(wire{K: "handoff", Key: req.Key, At: p.h.since()})
+		case p.applied(err):
+			p.h.call(wire{K: "handoff", Key: req.Key, At: p.h.since(), Late: p.late})
+		}
+	}
+	return g, err
 }
 
 func (p *procStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -224,13 +236,33 @@ type refreshingStore struct {
 	rq driver.QueueRefresher
 }
 
+// presentStore is a refreshingStore over a driver.PresenceKeeper, which it
+// forwards, so that the drill's waiters keep their places by their
+// process's presence as a Locker's do in production.
+type presentStore struct {
+	refreshingStore
+	pk driver.PresenceKeeper
+}
+
 // forLocker returns what the replica's Locker runs on: p, with RefreshQueue
-// when the store it wraps has it (not every store does).
+// and KeepPresence when the store it wraps has them (not every store does).
 func (p *procStore) forLocker() driver.Store {
-	if rq, ok := p.inner.(driver.QueueRefresher); ok {
-		return refreshingStore{p, rq}
+	rq, ok := p.inner.(driver.QueueRefresher)
+	if !ok {
+		return p
 	}
-	return p
+	if pk, ok := p.inner.(driver.PresenceKeeper); ok {
+		return presentStore{refreshingStore{p, rq}, pk}
+	}
+	return refreshingStore{p, rq}
+}
+
+// KeepPresence keeps the replica's presence: it only passes the gate.
+func (r presentStore) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	if err := r.gate(ctx); err != nil {
+		return err
+	}
+	return r.pk.KeepPresence(ctx, ttl)
 }
 
 // RefreshQueue keeps queue places without changing a lock: it only passes

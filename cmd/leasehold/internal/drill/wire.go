@@ -24,8 +24,9 @@ import (
 //
 // Worker to drill, no reply: end (Sec, At, Text: outcome, OK: worked),
 // stop (Stop), work (Job, OK: fenced), begin (Token, At), ret (Token, Call,
-// At, OK: applied, Late), acq (Key, Token, Fence, At), event (Event),
-// belief (Belief).
+// At, OK: applied, Late), handoff (Key, At, Late: an acquire that may have
+// handed the key to the queue's head), acq (Key, Token, Fence, At), event
+// (Event), belief (Belief).
 //
 // Drill to worker: reply, hint (Job: a redelivered job). Closing the
 // worker's stdin tells it to stop: it ends its work, releases its leases
