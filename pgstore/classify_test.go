@@ -46,7 +46,9 @@ func acquireFailOpen(t *testing.T, dsn string, opts pgstore.Options) (*leasehold
 // Configuration mistakes never fail open against a real PostgreSQL:
 // a role without privileges, a database that does not exist, a server
 // certificate from another CA, TLS required from a server without it for
-// the client, and a URL that names a port speaking another protocol.
+// the client, a replication connection (replication=database copied from
+// a CDC tool's DSN), and a URL that names a port speaking another
+// protocol.
 func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 	f, other := testtls.New(t), testtls.New(t)
 	srv := testpg.Start(t)
@@ -77,6 +79,7 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 		{"table that does not exist", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=disable"), pgstore.Options{Table: "missing_locks", Migrate: pgstore.MigrateNever}, leasehold.ErrMisconfigured},
 		{"server certificate from another CA", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=verify-full&sslrootcert="+other.CA), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
 		{"TLS required, server without TLS", base(testpg.Superuser, "127.0.0.1", plain.Port, "sslmode=require"), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
+		{"replication connection (SQLSTATE 08P01 to every query)", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=disable&replication=database"), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
 		{"postgres:// to an HTTP port", base(testpg.Superuser, webHost, wp, "sslmode=disable"), pgstore.Options{}, leasehold.ErrMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
