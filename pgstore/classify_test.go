@@ -126,6 +126,31 @@ func TestOutageFailsOpen(t *testing.T) {
 	_ = l.Release(t.Context())
 }
 
+// A read-only default (a role's, a database's or the URL's) is no
+// outage: Open's sessions are read-write, so the store works, where it
+// used to take SQLSTATE 25006, a standby's answer, for an outage and fail
+// open for good.
+func TestReadOnlyDefaultNeverFailsOpen(t *testing.T) {
+	srv := testpg.Start(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
+	open(t, srv.DSN(), pgstore.Options{Table: "readonly_locks"}) // the tables exist
+	if _, err := admin.Exec(t.Context(), "CREATE ROLE ro LOGIN SUPERUSER; ALTER ROLE ro SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, user, query string }{
+		{"role default", "ro", ""},
+		{"URL options", testpg.Superuser, "&options=-c%20default_transaction_read_only%3Don"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5%s", tc.user, srv.Port, tc.query)
+			l, err := acquireFailOpen(t, dsn, pgstore.Options{Table: "readonly_locks", Migrate: pgstore.MigrateNever})
+			if err != nil || l.Degraded() {
+				t.Fatalf("expected a lease from the store, got %v, %v", l, err)
+			}
+		})
+	}
+}
+
 // The grants README.md lists under "Privileges" are enough for locks and
 // semaphores with MigrateNever.
 func TestDocumentedPrivilegesSuffice(t *testing.T) {
