@@ -2,7 +2,12 @@ package etcdstore_test
 
 import (
 	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +15,8 @@ import (
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/etcdstore"
 	"github.com/leasehold/leasehold/etcdstore/internal/testetcd"
+	"github.com/leasehold/leasehold/internal/testredis"
+	"github.com/leasehold/leasehold/internal/testtls"
 )
 
 // A TTL longer than etcd's maximum lease TTL is a configuration error with
@@ -52,6 +59,112 @@ func TestOpenClassifiesErrors(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "wrongpw") {
 			t.Errorf("%s: the error shows the password: %v", tc.name, err)
+		}
+	}
+}
+
+// A member restarted with TLS on the endpoint of a plaintext store it
+// answered before fails every new connection's handshake: gRPC retries the
+// connection, so the requests only time out, and those timeouts are
+// configuration errors, not an outage for a FailOpen Locker to run
+// unlocked through. (A member restarted with mutual TLS that the client
+// cannot pass is not covered: its refusal sometimes reaches the client as
+// a broken pipe, which proves nothing.)
+func TestRestartedWithTLSNeverFailsOpen(t *testing.T) {
+	f := testtls.New(t)
+	ep := freeAddr(t)
+	stop := startEtcdOn(t, ep, nil)
+	s, err := etcdstore.OpenURL(ctxFor(t, 10*time.Second), "etcd://"+ep, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	lk, err := leasehold.New(s, leasehold.Options{Name: "classify", OnStoreError: leasehold.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	if l, err := lk.TryAcquire(t.Context(), "before"); err != nil || l.Degraded() {
+		t.Fatalf("expected a lease from the first member, got %v, %v", l, err)
+	}
+	stop()
+	startEtcdOn(t, ep, []string{"--cert-file", f.ServerCert, "--key-file", f.ServerKey})
+	for i := range 3 {
+		l, err := lk.TryAcquire(t.Context(), fmt.Sprintf("after-%d", i))
+		if l != nil {
+			_ = l.Release(t.Context())
+			t.Fatalf("attempt %d: expected no lease, got one (degraded %v)", i, l.Degraded())
+		}
+		if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrUnavailable) {
+			t.Fatalf("attempt %d: expected ErrMisconfigured (and not ErrUnavailable), got %v", i, err)
+		}
+	}
+}
+
+// A proxy that closes every new connection once its member is gone is an
+// outage, though gRPC reports it as a connection closed before the server's
+// preface, as it does a member restarted with TLS.
+func TestProxyClosingConnectionsIsOutage(t *testing.T) {
+	c := testetcd.Start(t)
+	px := testredis.StartProxy(t, strings.TrimPrefix(c.Endpoints()[0], "http://")) // any TCP proxy
+	s, err := etcdstore.OpenURL(ctxFor(t, 10*time.Second), "etcd://"+px.Addr, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	lk, err := leasehold.New(s, leasehold.Options{Name: "classify", OnStoreError: leasehold.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lk.Close() })
+	if l, err := lk.TryAcquire(t.Context(), "before"); err != nil || l.Degraded() {
+		t.Fatalf("expected a lease through the proxy, got %v, %v", l, err)
+	}
+	px.Cut()
+	for i := range 3 {
+		l, err := lk.TryAcquire(t.Context(), fmt.Sprintf("after-%d", i))
+		if err != nil || !l.Degraded() {
+			t.Fatalf("attempt %d: expected a degraded lease, got %v, %v", i, l, err)
+		}
+		_ = l.Release(t.Context())
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startEtcdOn runs a fresh one-member etcd whose client endpoint is ep,
+// over TLS when tlsArgs are given, until stop or the end of the test.
+func startEtcdOn(t *testing.T, ep string, tlsArgs []string) (stop func()) {
+	t.Helper()
+	scheme, peer := "http://", "http://"+freeAddr(t)
+	if tlsArgs != nil {
+		scheme = "https://"
+	}
+	cmd := exec.Command(testetcd.Bin(t), append([]string{"--name", "m0", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--listen-client-urls", scheme + ep, "--advertise-client-urls", scheme + ep,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer,
+		"--logger", "zap", "--log-level", "error"}, tlsArgs...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", ep); err == nil {
+			_ = c.Close()
+			return stop
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd on %s not ready", ep)
 		}
 	}
 }

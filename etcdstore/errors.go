@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold"
@@ -35,13 +39,52 @@ var outageErrors = []error{
 var handshakeText = []string{"handshake", "tls:", "x509:", "certificate", "server preface", "http2", "speaks TLS"}
 
 // wrap makes err the error of op on key, classified by classify; a
-// request that RequestTimeout ended (timedOut) is ErrUnavailable.
+// request that RequestTimeout ended (timedOut) is ErrUnavailable. An outage
+// while the client's connection fails its handshake (handshakeFailure) is a
+// configuration error.
 func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	what := fmt.Sprintf("%s %q", op, key)
+	if timedOut(ctx, err) || classify(err) == leasehold.ErrUnavailable {
+		if herr := s.handshakeFailure(); herr != nil {
+			return classified(what, herr)
+		}
+	}
 	if timedOut(ctx, err) {
 		return fmt.Errorf("etcdstore: %s: %w: no answer within %v: %w", what, ErrUnavailable, s.timeout, err)
 	}
 	return classified(what, err)
+}
+
+// handshakeFailure returns the error of the client's connection when it
+// keeps failing its TLS handshake (a member restarted with TLS, or refusing
+// the client certificate): gRPC retries such a connection, so a request
+// only times out or finds no connection. A request that does not wait for
+// a connection fails with the last error of one that is failing; it is sent
+// only while the client has no connection up, and waits at most 100 ms for
+// one being made. Only the TLS library's refusal is proof: a connection
+// closed or reset in the handshake or before the server's HTTP/2 preface
+// proves nothing (a proxy whose member is down does that too) unless probe
+// finds the endpoint speaking TLS to a plaintext client.
+func (s *Store) handshakeFailure() error {
+	if s.cli == nil || s.cli.ActiveConnection() == nil {
+		return nil
+	}
+	conn := s.cli.ActiveConnection()
+	if st := conn.GetState(); st != connectivity.TransientFailure && st != connectivity.Connecting {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(s.timeout, 100*time.Millisecond))
+	defer cancel()
+	_, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	switch msg := fmt.Sprint(err); {
+	case err == nil || !isHandshake(err):
+		return nil
+	case strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
+		return err // the TLS library's own refusal
+	case s.probe != nil:
+		return s.probe()
+	}
+	return nil
 }
 
 // timedOut reports whether err is the end of a request of operation ctx by

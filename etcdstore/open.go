@@ -70,6 +70,9 @@ func OpenConfig(ctx context.Context, cfg clientv3.Config, opts Options) (*Store,
 		return nil, err
 	}
 	s.owned = true
+	if cfg.TLS == nil {
+		s.probe = func() error { return probeTLS(cfg) } // reports only a port that speaks TLS
+	}
 	return s, nil
 }
 

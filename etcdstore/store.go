@@ -55,7 +55,8 @@ const DefaultRequestTimeout = time.Second
 // value is not usable: call New or Open, and Close when done.
 type Store struct {
 	cli     *clientv3.Client
-	owned   bool // Close closes cli (Open dialled it)
+	owned   bool         // Close closes cli (Open dialled it)
+	probe   func() error // a plaintext client's probeTLS of its first endpoint (Open); nil for New
 	prefix  string
 	timeout time.Duration // per request; <= 0: none
 	sess    *session

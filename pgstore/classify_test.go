@@ -46,7 +46,9 @@ func acquireFailOpen(t *testing.T, dsn string, opts pgstore.Options) (*leasehold
 // Configuration mistakes never fail open against a real PostgreSQL:
 // a role without privileges, a database that does not exist, a server
 // certificate from another CA, TLS required from a server without it for
-// the client, and a URL that names a port speaking another protocol.
+// the client, a replication connection (replication=database copied from
+// a CDC tool's DSN), and a URL that names a port speaking another
+// protocol.
 func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 	f, other := testtls.New(t), testtls.New(t)
 	srv := testpg.Start(t)
@@ -77,6 +79,7 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 		{"table that does not exist", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=disable"), pgstore.Options{Table: "missing_locks", Migrate: pgstore.MigrateNever}, leasehold.ErrMisconfigured},
 		{"server certificate from another CA", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=verify-full&sslrootcert="+other.CA), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
 		{"TLS required, server without TLS", base(testpg.Superuser, "127.0.0.1", plain.Port, "sslmode=require"), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
+		{"replication connection (SQLSTATE 08P01 to every query)", base(testpg.Superuser, "127.0.0.1", srv.Port, "sslmode=disable&replication=database"), pgstore.Options{Table: "classify_locks"}, leasehold.ErrMisconfigured},
 		{"postgres:// to an HTTP port", base(testpg.Superuser, webHost, wp, "sslmode=disable"), pgstore.Options{}, leasehold.ErrMisconfigured},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,6 +124,31 @@ func TestOutageFailsOpen(t *testing.T) {
 		t.Fatalf("server stopped: expected a degraded lease, got %v, %v", l, err)
 	}
 	_ = l.Release(t.Context())
+}
+
+// A read-only default (a role's, a database's or the URL's) is no
+// outage: Open's sessions are read-write, so the store works, where it
+// used to take SQLSTATE 25006, a standby's answer, for an outage and fail
+// open for good.
+func TestReadOnlyDefaultNeverFailsOpen(t *testing.T) {
+	srv := testpg.Start(t)
+	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
+	open(t, srv.DSN(), pgstore.Options{Table: "readonly_locks"}) // the tables exist
+	if _, err := admin.Exec(t.Context(), "CREATE ROLE ro LOGIN SUPERUSER; ALTER ROLE ro SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, user, query string }{
+		{"role default", "ro", ""},
+		{"URL options", testpg.Superuser, "&options=-c%20default_transaction_read_only%3Don"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5%s", tc.user, srv.Port, tc.query)
+			l, err := acquireFailOpen(t, dsn, pgstore.Options{Table: "readonly_locks", Migrate: pgstore.MigrateNever})
+			if err != nil || l.Degraded() {
+				t.Fatalf("expected a lease from the store, got %v, %v", l, err)
+			}
+		})
+	}
 }
 
 // The grants README.md lists under "Privileges" are enough for locks and

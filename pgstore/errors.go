@@ -17,12 +17,14 @@ func storeErr(op, key string, err error) error {
 }
 
 // outageStates are the SQLSTATEs of a server that is up but cannot serve
-// for now, by class ("08" connection exception) or code: shutting down,
+// for now, by class or code: a lost or refused connection (class 08 but
+// 08P01, a protocol violation: a replication connection, a client that
+// speaks the protocol wrongly), shutting down,
 // starting up or in recovery, out of connections or memory, a statement or
 // lock timeout, a standby that became read-only, a serialization failure or
 // deadlock that outlived its retries.
 var outageStates = []string{
-	"08", "57P01", "57P02", "57P03", "57P05", "53", "57014", "55P03", "25006", "40001", "40P01",
+	"08000", "08001", "08003", "08004", "08006", "08007", "57P01", "57P02", "57P03", "57P05", "53", "57014", "55P03", "25006", "40001", "40P01",
 }
 
 // accessStates are the SQLSTATEs of refused credentials or privileges.

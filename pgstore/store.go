@@ -191,8 +191,9 @@ func New(ctx context.Context, db DB, opts Options) (*Store, error) {
 
 // Open connects a pool to dsn (a URL or keyword/value string that pgx
 // parses) and returns a Store over it. The Store owns the pool: Close closes
-// it. The pool's sessions run at READ COMMITTED whatever the database's
-// default. Open pings the database and, unless opts.Migrate is
+// it. The pool's sessions run at READ COMMITTED and read-write whatever the
+// database's, role's or URL's defaults, so that a read-only transaction
+// (SQLSTATE 25006, an outage) means a standby. Open pings the database and, unless opts.Migrate is
 // MigrateNever, creates the store's objects when missing.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	check := opts // bad options fail before any connection
@@ -204,6 +205,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: pgstore: %w", driver.ErrInvalidOptions, err)
 	}
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "off" // 25006 only from a standby, an outage
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", classify(err))

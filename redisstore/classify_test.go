@@ -4,10 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +122,9 @@ func TestMisconfigurationNeverFailsOpen(t *testing.T) {
 }
 
 // An outage of a correctly configured server fails open: a refused port,
-// and a server that dies after it answered.
+// a server that dies after it answered, and a proxy that closes every new
+// connection once its server is gone (as a server restarted with TLS does,
+// but the proxy does not speak TLS).
 func TestOutageFailsOpen(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,6 +155,26 @@ func TestOutageFailsOpen(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("proxy that closes new connections after the server answered", func(t *testing.T) {
+		px := testredis.StartProxy(t, testredis.Start(t).Addr)
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: px.Addr, MaxRetries: -1, DialTimeout: 3 * time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		lk, err := leasehold.New(newStore(t, c, redisstore.Options{}), leasehold.Options{Name: "classify", OnStoreError: leasehold.FailOpen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close() })
+		if l, err := lk.TryAcquire(t.Context(), "before"); err != nil || l.Degraded() {
+			t.Fatalf("expected a lease through the proxy, got %v, %v", l, err)
+		}
+		px.Cut()
+		l, err := lk.TryAcquire(t.Context(), "after")
+		if err != nil || !l.Degraded() {
+			t.Fatalf("expected a degraded lease, got %v, %v", l, err)
+		}
+		_ = l.Release(t.Context())
+	})
 }
 
 // Cluster and Sentinel clients fail closed on configuration errors too.
@@ -199,5 +224,72 @@ func TestMisconfigurationNeverFailsOpenClusterSentinel(t *testing.T) {
 				t.Fatalf("expected the question whether this is a Redis server, got %v", err)
 			}
 		})
+	}
+}
+
+// A server restarted with TLS, or with mutual TLS, on the port of a store
+// it answered before closes each new connection before it answers HELLO:
+// that is a configuration error, not an outage, however many times the
+// server answered the store earlier.
+func TestRestartedWithTLSNeverFailsOpen(t *testing.T) {
+	ca := testtls.New(t)
+	tlsArgs := []string{"--tls-cert-file", ca.ServerCert, "--tls-key-file", ca.ServerKey}
+	for _, tc := range []struct {
+		name  string
+		first *testredis.Server
+		tls   *tls.Config
+		then  []string // the restarted server's TLS arguments
+	}{
+		{"plaintext client, server now TLS", testredis.Start(t), nil, append(tlsArgs, "--tls-auth-clients", "no")},
+		{"client without a certificate, server now mutual TLS", testredis.StartTLS(t, ca.ServerCert, ca.ServerKey),
+			tlsConfig(t, ca.CA, ca, false, "127.0.0.1"), append(tlsArgs, "--tls-ca-cert-file", ca.CA, "--tls-auth-clients", "yes")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: tc.first.Addr, TLSConfig: tc.tls,
+				DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, DialerRetries: 1, MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			lk, err := leasehold.New(newStore(t, c, redisstore.Options{}), leasehold.Options{Name: "classify", OnStoreError: leasehold.FailOpen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lk.Close() })
+			l, err := lk.TryAcquire(t.Context(), "before")
+			if err != nil || l.Degraded() {
+				t.Fatalf("expected a lease from the first server, got %v, %v", l, err)
+			}
+			tc.first.Stop()
+			startTLSOn(t, tc.first.Port, tc.then...)
+			for i := range 5 { // a TLS 1.3 refusal sometimes ends in a reset, sometimes in an alert
+				l, err := lk.TryAcquire(t.Context(), fmt.Sprintf("after-%d", i))
+				if l != nil {
+					_ = l.Release(t.Context())
+					t.Fatalf("attempt %d: expected no lease, got one (degraded %v)", i, l.Degraded())
+				}
+				if !errors.Is(err, leasehold.ErrMisconfigured) || errors.Is(err, leasehold.ErrUnavailable) {
+					t.Fatalf("attempt %d: expected ErrMisconfigured (and not ErrUnavailable), got %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// startTLSOn runs redis-server listening only for TLS on port, with args,
+// until the test ends.
+func startTLSOn(t *testing.T, port int, args ...string) {
+	t.Helper()
+	cmd := exec.Command(testredis.Binary(t), append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if nc, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			_ = nc.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on port %d not ready", port)
+		}
 	}
 }

@@ -2,12 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -121,9 +123,15 @@ func (e *handshakeError) Unwrap() error { return e.err }
 // protocol) before the server ever answered refused the protocol (a
 // plaintext client on a TLS port, another service) or the client
 // certificate (TLS 1.3 reports it after the handshake). Once the server
-// has answered, a closed connection is an outage.
+// has answered, a closed connection is an outage, unless probe finds the
+// server refusing new connections' handshakes: a server restarted with TLS
+// or mutual TLS closes the HELLO of every new connection, as a proxy in
+// front of a server that is down does.
 type handshakeHook struct {
-	answered atomic.Bool // the server answered a command
+	answered atomic.Bool            // the server answered a command
+	addr     atomic.Pointer[string] // the address last dialled
+	probes   bool                   // a client of one server at a time, whose TLS is tls
+	tls      *tls.Config
 }
 
 func (h *handshakeHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -133,13 +141,26 @@ func (h *handshakeHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil && !errors.As(err, &op) && !errors.Is(err, context.Canceled) {
 			err = &handshakeError{err, "the TLS handshake failed or got no answer: check that the port speaks TLS (rediss://), the CA, the host name and the client certificate"}
 		}
+		if err == nil && network == "tcp" {
+			h.addr.Store(&addr)
+		}
 		return c, err
 	}
 }
 
 func (h *handshakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		return h.check(next(ctx, cmd))
+		err := h.check(next(ctx, cmd))
+		var hs *handshakeError
+		if cmd.Name() == "hello" && err != nil && !errors.As(err, &hs) && notRedis(err) {
+			if perr := h.probe(ctx); perr != nil {
+				// go-redis fails the command that waited for the new
+				// connection with its HELLO's error unwrapped once.
+				err = fmt.Errorf("%w", &handshakeError{err, perr.Error()})
+				cmd.SetErr(err)
+			}
+		}
+		return err
 	}
 }
 
@@ -162,6 +183,50 @@ func (h *handshakeHook) check(err error) error {
 		return &handshakeError{err, "is this a Redis server? it closed the connection or answered in another protocol before it ever answered: check the host and port, that the port speaks Redis without TLS (redis://) or with TLS (rediss://), and the client certificate"}
 	}
 	return err
+}
+
+// probeTimeout bounds probe.
+const probeTimeout = time.Second
+
+// probe looks for positive proof that a new connection closed in answer to
+// its HELLO was refused rather than lost: the address last dialled now
+// speaks TLS to a plaintext client, or refuses a TLS client's certificate
+// with an alert. It returns what it proved, or nil.
+func (h *handshakeHook) probe(ctx context.Context) error {
+	ap := h.addr.Load()
+	if !h.probes || ap == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", *ap)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	cfg := &tls.Config{InsecureSkipVerify: true} // only to learn whether the port speaks TLS
+	if h.tls != nil {
+		cfg = h.tls.Clone()
+	}
+	if host, _, err := net.SplitHostPort(*ap); err == nil && cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	tc := tls.Client(conn, cfg)
+	err = tc.HandshakeContext(ctx)
+	if err == nil && h.tls != nil {
+		_, err = tc.Read(make([]byte, 1)) // TLS 1.3 refuses a certificate after the handshake
+	}
+	switch alert := err != nil && strings.Contains(err.Error(), "remote error: tls:"); {
+	case h.tls == nil && (err == nil || alert):
+		return fmt.Errorf("%s speaks TLS: use rediss:// with its CA", *ap)
+	case h.tls != nil && alert:
+		return fmt.Errorf("%s refuses the TLS client (%v): check the client certificate and the server's CA", *ap, err)
+	}
+	return nil
 }
 
 // notRedis reports a failure of a connection's first exchange that a server

@@ -176,7 +176,11 @@ func New(client Client, opts Options) (*Store, error) {
 		s.fcall = fc
 	}
 	if h, ok := client.(interface{ AddHook(redis.Hook) }); ok {
-		h.AddHook(&handshakeHook{})
+		hook := &handshakeHook{}
+		if rc, ok := client.(*redis.Client); ok {
+			hook.probes, hook.tls = true, rc.Options().TLSConfig
+		}
+		h.AddHook(hook)
 	}
 	s.notify.init(s)
 	return s, nil
