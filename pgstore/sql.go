@@ -112,9 +112,9 @@ func (s *Store) buildSQL() {
 	}
 	s.acquireFastSQL = fast("$5::boolean", "")
 	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
-	// durable, $7 channel, $8 wake channel, $9 kept µs) in one statement: the fast
-	// acquire, or the acquire function when it did not apply (a new key, a
-	// held key, a queue, a bad row, a fence ahead of the clock).
+	// durable, $7 channel, $8 wake channel, $9 kept µs) in one statement:
+	// the fast acquire, or the acquire function when it did not apply (a new
+	// key, a held key, a queue, a bad row, a fence ahead of the clock).
 	//
 	// Here the fast UPDATE takes the key's advisory lock before it reads the
 	// row (a one-time filter, evaluated before the scan), as the function
@@ -133,10 +133,9 @@ SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire4 + `
 WHERE NOT EXISTS (SELECT 1 FROM u)`
 	// Many acquires ($1 keys, $2 tokens, $3 TTLs µs, $4 holders, $5 queue
 	// TTLs µs, $9 kept µs as arrays; $6 durable, $7 channel, $8 wake
-	// channel) in one
-	// statement, each through the acquire function, in the arrays' order;
-	// it returns arrays of their results, in order. It commits durably, as
-	// releaseBatchSQL does (see there).
+	// channel) in one statement, each through the acquire function, in the
+	// arrays' order; it returns arrays of their results, in order. It
+	// commits durably, as releaseBatchSQL does (see there).
 	s.acquireBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.won END, r.fence, r.rem, r.holder, r.ahead
 FROM (SELECT array_agg(a.won ORDER BY x.i) AS won, array_agg(a.fence ORDER BY x.i) AS fence, array_agg(a.remaining_us ORDER BY x.i) AS rem,
 		array_agg(a.holder ORDER BY x.i) AS holder, array_agg(a.ahead ORDER BY x.i) AS ahead
