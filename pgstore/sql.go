@@ -224,12 +224,12 @@ RETURNING w.key, w.token, EXISTS (SELECT 1 FROM ` + n.locks + ` l WHERE l.key = 
 WHERE l.key LIKE $1 ESCAPE E'\\' AND l.expires_at > clock_timestamp()
 ORDER BY l.key COLLATE "C"`
 	// The presence ($1 wake channel, $2 TTL µs) lasts TTL from now, never
-	// less; presences gone for an hour (their stores' places died with
-	// them, a waiting acquire would re-create them) are deleted, a few at a
-	// time. A lost keeping costs one more, so it never waits for a durable
-	// commit.
+	// less; with $3, presences gone for an hour (their stores' places died
+	// with them, a waiting acquire would re-create them) are deleted, a few
+	// at a time. A lost keeping costs one more, so it never waits for a
+	// durable commit.
 	s.presenceSQL = `WITH gone AS (DELETE FROM ` + n.presence + ` p WHERE p.wake IN (SELECT g.wake FROM ` + n.presence + ` g
-		WHERE g.expires_at < clock_timestamp() - interval '1 hour' AND g.wake <> $1 LIMIT 16))
+		WHERE $3::boolean AND g.expires_at < clock_timestamp() - interval '1 hour' AND g.wake <> $1 LIMIT 16))
 INSERT INTO ` + n.presence + ` AS p (wake, expires_at)
 SELECT $1, clock_timestamp() + $2::bigint * interval '1 microsecond' WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
 ON CONFLICT (wake) DO UPDATE SET expires_at = GREATEST(p.expires_at, EXCLUDED.expires_at)`

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -142,12 +143,15 @@ type Store struct {
 
 	id string // random, unique to the store: its observers' subscription rows
 
-	lis       listener
-	acquires  *batcher[acquireCall]
-	releases  *batcher[releaseCall]
-	sweep     sweeper
-	free      freeKeys // keys whose row this store's last release kept free
-	closeOnce sync.Once
+	lis      listener
+	acquires *batcher[acquireCall]
+	releases *batcher[releaseCall]
+	sweep    sweeper
+	free     freeKeys // keys whose row this store's last release kept free
+	// presenceSweep is when KeepPresence next deletes old presences (Unix
+	// ns): at most once per sweepEvery, as the free rows.
+	presenceSweep atomic.Int64
+	closeOnce     sync.Once
 }
 
 // New returns a Store over db. With Migrate: MigrateCreate it creates the
@@ -840,7 +844,8 @@ func (s *Store) refreshQueue(ctx context.Context, keys, tokens []string, ttls, k
 
 // KeepPresence implements driver.PresenceKeeper: one upsert of the store's
 // row in the presence table (keyed by its own NOTIFY channel, the wake of
-// its queue entries) that makes it last ttl from now, never less. The
+// its queue entries) that makes it last ttl from now, never less; at most
+// once a minute it also deletes up to 16 presences expired over an hour ago. The
 // places its waiters queued or refreshed with Kept live until the earlier
 // of their own deadline and the presence's. A store without a LISTEN
 // connection (no Options.Listen) has no channel of its own, hence no
@@ -854,11 +859,17 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now().UnixNano()
+	next := s.presenceSweep.Load()
+	sweep := now >= next && s.presenceSweep.CompareAndSwap(next, now+int64(sweepEvery))
 	err = retry(ctx, func() error {
-		_, err := s.db.Exec(ctx, s.presenceSQL, wake, us)
+		_, err := s.db.Exec(ctx, s.presenceSQL, wake, us, sweep)
 		return err
 	})
 	if err != nil {
+		if sweep {
+			s.presenceSweep.Store(0) // the next keeping sweeps
+		}
 		return storeErr("keep presence", wake, err)
 	}
 	return nil
