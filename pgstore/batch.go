@@ -189,10 +189,10 @@ func (s *Store) sendReleases(calls []*call[releaseCall]) {
 	}
 }
 
-// acquireCall is an acquire's arguments (TTL and queue TTL in µs, holder)
-// and what it saw.
+// acquireCall is an acquire's arguments (TTL, queue TTL and kept in µs,
+// holder) and what it saw.
 type acquireCall struct {
-	us, qus          int64
+	us, qus, kus     int64
 	holder           string
 	won              bool
 	fence, remaining int64
@@ -206,7 +206,7 @@ func (s *Store) sendAcquires(calls []*call[acquireCall]) {
 	if len(calls) == 1 {
 		c := calls[0]
 		c.err = retry(c.ctx, func() error {
-			return s.db.QueryRow(c.ctx, s.acquireSQL, c.key, c.token, c.p.us, c.p.holder, c.p.qus, s.opts.Durable, s.channel, s.wakeChannel()).
+			return s.db.QueryRow(c.ctx, s.acquireSQL, c.key, c.token, c.p.us, c.p.holder, c.p.qus, s.opts.Durable, s.channel, s.wakeChannel(), c.p.kus).
 				Scan(&c.p.won, &c.p.fence, &c.p.remaining, &c.p.seenHolder, &c.p.ahead)
 		})
 		return
@@ -214,9 +214,9 @@ func (s *Store) sendAcquires(calls []*call[acquireCall]) {
 	ctx, cancel := batchContext(calls)
 	defer cancel()
 	keys, tokens := keysTokens(calls)
-	us, qus, holders := make([]int64, len(calls)), make([]int64, len(calls)), make([]string, len(calls))
+	us, qus, kus, holders := make([]int64, len(calls)), make([]int64, len(calls)), make([]int64, len(calls)), make([]string, len(calls))
 	for i, c := range calls {
-		us[i], qus[i], holders[i] = c.p.us, c.p.qus, c.p.holder
+		us[i], qus[i], kus[i], holders[i] = c.p.us, c.p.qus, c.p.kus, c.p.holder
 	}
 	var (
 		won                []bool
@@ -225,7 +225,7 @@ func (s *Store) sendAcquires(calls []*call[acquireCall]) {
 		ahead              []int32
 	)
 	err := retry(ctx, func() error {
-		return s.db.QueryRow(ctx, s.acquireBatchSQL, keys, tokens, us, holders, qus, s.opts.Durable, s.channel, s.wakeChannel()).
+		return s.db.QueryRow(ctx, s.acquireBatchSQL, keys, tokens, us, holders, qus, s.opts.Durable, s.channel, s.wakeChannel(), kus).
 			Scan(&won, &fences, &remainings, &seen, &ahead)
 	})
 	if alone(ctx, err) {

@@ -159,7 +159,7 @@ func TestDocumentedPrivilegesSuffice(t *testing.T) {
 	admin := testpg.Connect(t, srv.DSN(), pgxpool.New)
 	for _, q := range []string{
 		"CREATE ROLE app LOGIN",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters, leasehold_locks_permits, leasehold_locks_permit_queue, leasehold_locks_permit_limits TO app",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters, leasehold_locks_presence, leasehold_locks_permits, leasehold_locks_permit_queue, leasehold_locks_permit_limits TO app",
 		"GRANT SELECT, UPDATE ON leasehold_locks_counter TO app",
 	} {
 		if _, err := admin.Exec(t.Context(), q); err != nil {

@@ -192,7 +192,7 @@ func testFastPathDurability(t *testing.T, srv *testpg.Server) {
 		t.Fatal(err)
 	}
 	acq := func(tok string, durable bool) []any {
-		return []any{"k", tok, int64(60e6), "", int64(0), durable, "c", ""}
+		return []any{"k", tok, int64(60e6), "", int64(0), durable, "c", "", int64(0)}
 	}
 	for _, tc := range []struct {
 		name   string

@@ -14,11 +14,14 @@ type names struct {
 	locks         string // the lock table: one row per held (or expired) lock
 	waiters       string // the waiter queue and the subscribers of each key
 	counter       string // one row: the durable fence floor
+	presence      string // one row per Store that keeps a presence (driver.PresenceKeeper)
 	acquire       string // functions
 	acquire2      string
 	acquire3      string
+	acquire4      string
 	release       string
 	release2      string
+	release3      string
 	force         string
 	lockClass     int32 // advisory lock class of the per-key transaction locks
 }
@@ -38,8 +41,14 @@ const (
 	// which re-creates the functions it knows, never replaces their bodies
 	// with ones that do not.
 	sufAcquire3 = "_acquire3"
+	// sufAcquire4 and sufRelease3 know the places kept by a presence (see
+	// the migration): an older version's functions would count a kept
+	// place whose presence ended as live until its own deadline.
+	sufAcquire4 = "_acquire4"
 	sufRelease  = "_release"
 	sufRelease2 = "_release2"
+	sufRelease3 = "_release3"
+	sufPresence = "_presence"
 	sufForce    = "_force_release"
 	longestSuf  = sufForce
 )
@@ -50,9 +59,9 @@ func newNames(schema, table string) names {
 	h.Write([]byte("leasehold.pgstore:" + schema + "." + table))
 	return names{
 		schema: schema, table: table,
-		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter),
-		acquire: q(sufAcquire), acquire2: q(sufAcquire2), acquire3: q(sufAcquire3),
-		release: q(sufRelease), release2: q(sufRelease2), force: q(sufForce),
+		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter), presence: q(sufPresence),
+		acquire: q(sufAcquire), acquire2: q(sufAcquire2), acquire3: q(sufAcquire3), acquire4: q(sufAcquire4),
+		release: q(sufRelease), release2: q(sufRelease2), release3: q(sufRelease3), force: q(sufForce),
 		lockClass: int32(h.Sum32()),
 	}
 }
@@ -64,6 +73,19 @@ const (
 	// usOf is a timestamp in µs, NULL when it is not finite (a bad entry).
 	usOf = `CASE WHEN isfinite(%[1]s) THEN (extract(epoch FROM %[1]s) * 1000000)::bigint END`
 )
+
+// until is the deadline of waiter row w (an alias): its expires_at, and for
+// a place kept by its store's presence (kept) no later than the presence's
+// end (-infinity when the presence is gone). A row is live while its
+// deadline is ahead of the clock (see live); a subscription row is never
+// kept.
+func until(presence, w string) string {
+	return `CASE WHEN ` + w + `.kept THEN LEAST(` + w + `.expires_at, coalesce((SELECT p.expires_at FROM ` + presence +
+		` p WHERE p.wake = ` + w + `.wake), '-infinity')) ELSE ` + w + `.expires_at END`
+}
+
+// live is the condition that waiter row w is live at now.
+func live(presence, w, now string) string { return `(` + until(presence, w) + `) > ` + now }
 
 // buildSQL renders the statements once, with the quoted names spliced in;
 // every value is a parameter.
@@ -90,9 +112,9 @@ func (s *Store) buildSQL() {
 	}
 	s.acquireFastSQL = fast("$5::boolean", "")
 	// Acquire ($1 key, $2 token, $3 TTL µs, $4 holder, $5 queue TTL µs, $6
-	// durable, $7 channel, $8 wake channel) in one statement: the fast
-	// acquire, or the acquire function when it did not apply (a new key, a
-	// held key, a queue, a bad row, a fence ahead of the clock).
+	// durable, $7 channel, $8 wake channel, $9 kept µs) in one statement:
+	// the fast acquire, or the acquire function when it did not apply (a new
+	// key, a held key, a queue, a bad row, a fence ahead of the clock).
 	//
 	// Here the fast UPDATE takes the key's advisory lock before it reads the
 	// row (a one-time filter, evaluated before the scan), as the function
@@ -107,18 +129,18 @@ func (s *Store) buildSQL() {
 	s.acquireSQL = `WITH u AS (` + fast("$6::boolean", keyLock) + `)
 SELECT true, u.fence, 0::bigint, ''::text, 0 FROM u
 UNION ALL
-SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire3 + `($1, $2, $3, $4, $5, $6, $7, $8) a
+SELECT a.won, a.fence, a.remaining_us, a.holder, a.ahead FROM ` + n.acquire4 + `($1, $2, $3, $4, $5, $6, $7, $8, $9) a
 WHERE NOT EXISTS (SELECT 1 FROM u)`
 	// Many acquires ($1 keys, $2 tokens, $3 TTLs µs, $4 holders, $5 queue
-	// TTLs µs as arrays; $6 durable, $7 channel, $8 wake channel) in one
-	// statement, each through the acquire function, in the arrays' order;
-	// it returns arrays of their results, in order. It commits durably, as
-	// releaseBatchSQL does (see there).
+	// TTLs µs, $9 kept µs as arrays; $6 durable, $7 channel, $8 wake
+	// channel) in one statement, each through the acquire function, in the
+	// arrays' order; it returns arrays of their results, in order. It
+	// commits durably, as releaseBatchSQL does (see there).
 	s.acquireBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.won END, r.fence, r.rem, r.holder, r.ahead
 FROM (SELECT array_agg(a.won ORDER BY x.i) AS won, array_agg(a.fence ORDER BY x.i) AS fence, array_agg(a.remaining_us ORDER BY x.i) AS rem,
 		array_agg(a.holder ORDER BY x.i) AS holder, array_agg(a.ahead ORDER BY x.i) AS ahead
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[]) WITH ORDINALITY AS x(key, token, us, holder, qus, i)
-	CROSS JOIN LATERAL ` + n.acquire3 + `(x.key, x.token, x.us, x.holder, x.qus, $6, $7, $8) a) r`
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $9::bigint[]) WITH ORDINALITY AS x(key, token, us, holder, qus, kus, i)
+	CROSS JOIN LATERAL ` + n.acquire4 + `(x.key, x.token, x.us, x.holder, x.qus, $6, $7, $8, x.kus) a) r`
 	// The fast release ($1 key, $2 token, $3 durable): one plain UPDATE
 	// that keeps the row, with its fence, as a free row (token and holder
 	// '', expired) when nobody waits for the key. waited is read from the
@@ -136,7 +158,7 @@ FROM (SELECT array_agg(a.won ORDER BY x.i) AS won, array_agg(a.fence ORDER BY x.
 )
 SELECT res, true FROM u
 UNION ALL
-SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM u)`
+SELECT ` + n.release3 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM u)`
 	// Free rows older than a minute whose fence is below the clock by as
 	// much: the clock floor covers them (see sweeper).
 	s.sweepSQL = `DELETE FROM ` + n.locks + ` WHERE token = '' AND NOT waited
@@ -151,7 +173,7 @@ SELECT ` + n.release2 + `($1, $2, $3, $4), false WHERE NOT EXISTS (SELECT 1 FROM
 	// is set after the last call (in the outer select, which reads the
 	// aggregate's result).
 	s.releaseBatchSQL = `SELECT CASE WHEN set_config('synchronous_commit', 'on', true) IS NOT NULL THEN r.res END
-FROM (SELECT array_agg(` + n.release2 + `(x.key, x.token, $3, $4) ORDER BY x.i) AS res
+FROM (SELECT array_agg(` + n.release3 + `(x.key, x.token, $3, $4) ORDER BY x.i) AS res
 	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(key, token, i)) r`
 	// The end of WaitRelease subscriptions ($1 keys, $2 row tokens); a row
 	// that became a queue entry stays.
@@ -175,14 +197,18 @@ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()`
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING l.key, l.token`
-	// Many queue refreshes ($1 keys, $2 tokens, $3 queue TTLs µs, as
-	// arrays): each live queue entry's deadline moves to now + its queue TTL
-	// (never back); it returns the (key, token) of each refreshed entry and
-	// whether its key is held. A lost refresh costs nothing to undo, so it
-	// never waits for a durable commit.
-	s.refreshSQL = `UPDATE ` + n.waiters + ` AS w SET expires_at = GREATEST(w.expires_at, clock_timestamp() + r.us * interval '1 microsecond')
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key, token, us)
-WHERE w.key = r.key AND w.token = r.token AND w.queued AND w.expires_at > clock_timestamp()
+	// Many queue refreshes ($1 keys, $2 tokens, $3 queue TTLs µs, $4 kept
+	// µs, as arrays): each live queue entry's deadline moves to now + its
+	// queue TTL, or with a kept µs > 0 to now + that, the entry kept by its
+	// store's presence from then on (never back, never unkept); it returns
+	// the (key, token) of each refreshed entry and whether its key is held.
+	// A lost refresh costs nothing to undo, so it never waits for a durable
+	// commit.
+	s.refreshSQL = `UPDATE ` + n.waiters + ` AS w
+SET expires_at = GREATEST(w.expires_at, clock_timestamp() + CASE WHEN r.kus > 0 AND w.wake <> '' THEN r.kus ELSE r.us END * interval '1 microsecond'),
+	kept = w.kept OR (r.kus > 0 AND w.wake <> '')
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS r(key, token, us, kus)
+WHERE w.key = r.key AND w.token = r.token AND w.queued AND ` + live(n.presence, "w", "clock_timestamp()") + `
 	AND set_config('synchronous_commit', 'off', true) IS NOT NULL
 RETURNING w.key, w.token, EXISTS (SELECT 1 FROM ` + n.locks + ` l WHERE l.key = w.key AND l.expires_at > clock_timestamp())`
 
@@ -190,13 +216,23 @@ RETURNING w.key, w.token, EXISTS (SELECT 1 FROM ` + n.locks + ` l WHERE l.key = 
 	// waiting, next holder); times NULL when not finite.
 	cols := `l.key, l.token, l.holder, l.fence, ` + fmt.Sprintf(usOf, "l.expires_at") + `, ` +
 		fmt.Sprintf(usOf, "l.acquired_at") + `, ` + nowUS + `,
-	(SELECT count(*) FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND w.expires_at > clock_timestamp()),
-	coalesce((SELECT w.holder FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND w.expires_at > clock_timestamp()
+	(SELECT count(*) FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND ` + live(n.presence, "w", "clock_timestamp()") + `),
+	coalesce((SELECT w.holder FROM ` + n.waiters + ` w WHERE w.key = l.key AND w.queued AND ` + live(n.presence, "w", "clock_timestamp()") + `
 		ORDER BY w.enqueued_at, w.token LIMIT 1), '')`
 	s.inspectSQL = `SELECT ` + cols + ` FROM ` + n.locks + ` l WHERE l.key = $1 AND l.expires_at > clock_timestamp()`
 	s.listSQL = `SELECT ` + cols + ` FROM ` + n.locks + ` l
 WHERE l.key LIKE $1 ESCAPE E'\\' AND l.expires_at > clock_timestamp()
 ORDER BY l.key COLLATE "C"`
+	// The presence ($1 wake channel, $2 TTL µs) lasts TTL from now, never
+	// less; with $3, presences gone for an hour (their stores' places died
+	// with them, a waiting acquire would re-create them) are deleted, a few
+	// at a time. A lost keeping costs one more, so it never waits for a
+	// durable commit.
+	s.presenceSQL = `WITH gone AS (DELETE FROM ` + n.presence + ` p WHERE p.wake IN (SELECT g.wake FROM ` + n.presence + ` g
+		WHERE $3::boolean AND g.expires_at < clock_timestamp() - interval '1 hour' AND g.wake <> $1 LIMIT 16))
+INSERT INTO ` + n.presence + ` AS p (wake, expires_at)
+SELECT $1, clock_timestamp() + $2::bigint * interval '1 microsecond' WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+ON CONFLICT (wake) DO UPDATE SET expires_at = GREATEST(p.expires_at, EXCLUDED.expires_at)`
 	s.forceSQL = `SELECT key, token, holder, fence, ` + fmt.Sprintf(usOf, "expires_at") + `, ` +
 		fmt.Sprintf(usOf, "acquired_at") + `, now_us, 0::bigint, ''::text FROM ` + n.force + `($1, $2, $3)`
 }
@@ -213,8 +249,8 @@ func (s *Store) migrateSQL() string {
 
 // MigrationSQL returns the DDL that creates the store's objects for opts
 // (Schema, Table, Durable) when they are missing and upgrades those of older
-// versions, for running by hand or from a migration tool: the lock table and
-// the waiter table (UNLOGGED unless opts.Durable), the fence floor counter
+// versions, for running by hand or from a migration tool: the lock, waiter
+// and presence tables (UNLOGGED unless opts.Durable), the fence floor counter
 // (always logged) and three functions (acquire, release, force release). It
 // is idempotent and never changes the persistence of an existing table
 // (ALTER TABLE ... SET LOGGED or SET UNLOGGED does that).
@@ -233,9 +269,10 @@ func MigrationSQL(opts Options) string {
 		unlogged = ""
 	}
 	r := strings.NewReplacer(
-		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter,
-		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{acquire3}", n.acquire3,
-		"{release}", n.release, "{release2}", n.release2, "{force}", n.force,
+		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter, "{presence}", n.presence,
+		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{acquire3}", n.acquire3, "{acquire4}", n.acquire4,
+		"{release}", n.release, "{release2}", n.release2, "{release3}", n.release3, "{force}", n.force,
+		"{live:w}", live(n.presence, "w", "now_ts"), "{until:w}", until(n.presence, "w"),
 		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
 	return r.Replace(migrationTemplate)
@@ -282,6 +319,15 @@ ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS wake text NOT NULL DEFAULT ''; --
 -- room on its page keeps those updates HOT (no new index entry); at the
 -- default fillfactor 4 % of them were, and a refresh took 40 % longer.
 ALTER TABLE {waiters} SET (fillfactor = 50);
+-- kept: the place is kept by its store's presence (driver.PresenceKeeper),
+-- the {presence} row of its wake: it lives until the earlier of expires_at
+-- and the presence's expires_at ({until:w} in the functions). A place once
+-- kept stays kept (only a queued row is).
+ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS kept boolean NOT NULL DEFAULT false;
+CREATE {unlogged}TABLE IF NOT EXISTS {presence} (
+	wake       text PRIMARY KEY, -- the store's own NOTIFY channel
+	expires_at timestamptz NOT NULL
+);
 CREATE TABLE IF NOT EXISTS {counter} (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	v   bigint  NOT NULL
@@ -299,9 +345,14 @@ DROP FUNCTION IF EXISTS {acquire}(text, text, bigint, text, bigint, boolean, tex
 -- p_wake is the caller's store's own channel, on which a release notifies it
 -- when it heads the queue ('': the shared p_channel).
 -- It also keeps the row's waited flag: true while the key may have queue
--- entries or subscriptions.
-CREATE OR REPLACE FUNCTION {acquire3}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
-	p_wake text,
+-- entries or subscriptions. With p_kept_us > 0 (and a p_wake) the place is
+-- kept by the store's presence: it lives p_kept_us, but no longer than the
+-- presence, which a missing one re-creates for p_queue_us. A free key
+-- whose live head is such a place is handed to the head, as a release
+-- does (see {release3}): the head may be a place its process forgot, which
+-- would otherwise hold up the queue for p_kept_us.
+CREATE OR REPLACE FUNCTION {acquire4}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text, p_kept_us bigint,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -316,6 +367,13 @@ DECLARE
 	v_ahead integer;
 	v_waited boolean;
 	cfg     text;
+	v_kept  boolean := p_kept_us > 0 AND p_queue_us > 0 AND p_wake <> '';
+	h_kept  boolean;
+	h_ttl   bigint;
+	h_holder text;
+	h_chan  text;
+	h_until timestamptz;
+	g_until timestamptz;
 BEGIN
 	won := false; fence := 0; remaining_us := 0; holder := ''; ahead := 0;
 	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
@@ -332,6 +390,12 @@ BEGIN
 		RAISE EXCEPTION 'pgstore: bad lock row for key %', p_key USING ERRCODE = 'data_corrupted',
 			HINT = 'delete it: leasehold release KEY --force';
 	END IF;
+	-- A presence lost (a crash of its UNLOGGED table) or lapsed comes back
+	-- for the queue TTL, so that the place is live at once.
+	IF v_kept AND NOT EXISTS (SELECT 1 FROM {presence} p WHERE p.wake = p_wake AND p.expires_at > now_ts) THEN
+		INSERT INTO {presence} AS p (wake, expires_at) VALUES (p_wake, now_ts + p_queue_us * interval '1 microsecond')
+		ON CONFLICT (wake) DO UPDATE SET expires_at = GREATEST(p.expires_at, EXCLUDED.expires_at);
+	END IF;
 	IF r.key IS NOT NULL AND r.token = p_token THEN -- a retry after a lost reply, or a release granted it to us: same fence
 		UPDATE {locks} l SET expires_at = now_ts + p_ttl_us * interval '1 microsecond', holder = p_holder WHERE l.key = p_key;
 		won := true; fence := r.fence;
@@ -342,7 +406,7 @@ BEGIN
 		SELECT p_key, p_token, p_holder, GREATEST(now_us, c.v + 1), now_ts + p_ttl_us * interval '1 microsecond', now_ts,
 			EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.expires_at > now_ts)
 		FROM {counter} c
-		WHERE NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts)
+		WHERE NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.queued AND {live:w})
 			AND CASE WHEN p_durable THEN true ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END
 		ON CONFLICT (key) DO NOTHING
 		RETURNING {locks}.fence INTO v_fence;
@@ -365,14 +429,16 @@ BEGIN
 	END IF;
 	held := r.key IS NOT NULL AND r.expires_at > now_ts;
 	-- One statement reads the queue's head, the floor and whether anyone
-	-- else waits, and (unless p_durable) turns off the WAL flush wait for
-	-- this transaction.
-	SELECT (SELECT w.token FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
-			ORDER BY w.enqueued_at, w.token LIMIT 1),
+	-- else waits (by its own deadline: a place whose presence lapsed may
+	-- come back with it), and (unless p_durable) turns off the WAL flush
+	-- wait for this transaction.
+	SELECT h.token, h.kept, h.ttl_us, h.holder, h.chan, h.dl,
 		(SELECT c.v FROM {counter} c),
 		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND w.token <> p_token AND w.expires_at > now_ts),
 		CASE WHEN p_durable THEN '' ELSE set_config('synchronous_commit', 'off', true) END
-		INTO head, v_floor, v_waited, cfg;
+		INTO head, h_kept, h_ttl, h_holder, h_chan, h_until, v_floor, v_waited, cfg
+		FROM (SELECT 1) x LEFT JOIN LATERAL (SELECT w.token, w.kept, w.ttl_us, w.holder, coalesce(nullif(w.wake, ''), p_channel) AS chan, {until:w} AS dl
+			FROM {waiters} w WHERE w.key = p_key AND w.queued AND {live:w} ORDER BY w.enqueued_at, w.token LIMIT 1) h ON true;
 	IF NOT held AND (head IS NULL OR head = p_token) THEN
 		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
 		IF r.key IS NULL THEN
@@ -387,7 +453,7 @@ BEGIN
 				expires_at = now_ts + p_ttl_us * interval '1 microsecond', acquired_at = now_ts, waited = v_waited WHERE l.key = p_key;
 		END IF;
 		IF head IS NOT NULL THEN -- the head took the key: the queue's head changes
-			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.expires_at <= now_ts);
+			DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR NOT {live:w});
 			IF EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts) THEN
 				PERFORM pg_notify(p_channel, '0:' || p_key); -- wakes the key's observers only
 			END IF;
@@ -399,42 +465,79 @@ BEGIN
 		won := true; fence := v_fence;
 		RETURN;
 	END IF;
+	IF NOT held AND h_kept AND h_ttl > 0 THEN -- a free key, a kept head: hand it the key as a release would
+		v_fence := GREATEST(coalesce(r.fence, 0) + 1, now_us, v_floor + 1);
+		g_until := LEAST(now_ts + h_ttl * interval '1 microsecond', h_until);
+		IF r.key IS NULL THEN
+			INSERT INTO {locks} (key, token, holder, fence, expires_at, acquired_at, waited)
+			VALUES (p_key, head, h_holder, v_fence, g_until, now_ts, true)
+			ON CONFLICT (key) DO NOTHING;
+			IF NOT FOUND THEN -- a row written around the key's lock (by hand): decide again
+				RAISE EXCEPTION 'pgstore: row of key % appeared', p_key USING ERRCODE = 'serialization_failure';
+			END IF;
+		ELSE
+			UPDATE {locks} l SET token = head, holder = h_holder, fence = v_fence,
+				expires_at = g_until, acquired_at = now_ts, waited = true WHERE l.key = p_key;
+		END IF;
+		IF v_fence > now_us THEN -- ahead of the clock, which cannot cover its loss: record it durably
+			UPDATE {counter} SET v = GREATEST(v, v_fence);
+			PERFORM set_config('synchronous_commit', 'on', true);
+		END IF;
+		DELETE FROM {waiters} w WHERE w.key = p_key AND w.token = head;
+		PERFORM pg_notify(h_chan, 'g' || octet_length(head) || ':' || head || v_fence || ':' || (h_ttl / 1000) || ':' || p_key);
+		IF h_chan <> p_channel AND EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts) THEN
+			PERFORM pg_notify(p_channel, '0:' || p_key); -- the key changed hands: its observers learn it
+		END IF;
+		held := true;
+		r.expires_at := g_until; r.holder := h_holder;
+	END IF;
 	IF held THEN
-		remaining_us := (extract(epoch FROM r.expires_at - now_ts) * 1000000)::bigint;
+		remaining_us := GREATEST((extract(epoch FROM r.expires_at - now_ts) * 1000000)::bigint, 0);
 		holder := r.holder;
 	END IF;
 	IF p_queue_us > 0 THEN
-		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us, wake)
-		VALUES (p_key, p_token, p_holder, true, now_ts, now_ts + p_queue_us * interval '1 microsecond', p_ttl_us, p_wake)
+		-- A live place keeps its turn, stays kept once kept, and its
+		-- deadline never moves back; a dead one (or a subscription row)
+		-- starts anew at the back.
+		INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at, ttl_us, wake, kept)
+		VALUES (p_key, p_token, p_holder, true, now_ts,
+			now_ts + CASE WHEN v_kept THEN p_kept_us ELSE p_queue_us END * interval '1 microsecond', p_ttl_us, p_wake, v_kept)
 		ON CONFLICT (key, token) DO UPDATE SET holder = EXCLUDED.holder, queued = true, ttl_us = EXCLUDED.ttl_us, wake = EXCLUDED.wake,
-			-- a subscription row becoming a queue entry takes the queue TTL
-			expires_at = CASE WHEN w.queued THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
-			enqueued_at = CASE WHEN w.queued AND w.expires_at > now_ts THEN w.enqueued_at ELSE now_ts END
+			kept = CASE WHEN w.queued AND {live:w} THEN w.kept OR EXCLUDED.kept ELSE EXCLUDED.kept END,
+			expires_at = CASE WHEN w.queued AND {live:w} THEN GREATEST(w.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+			enqueued_at = CASE WHEN w.queued AND {live:w} THEN w.enqueued_at ELSE now_ts END
 		RETURNING w.enqueued_at INTO me;
 		-- Under the row's lock (taken above): a release that waited for it
 		-- reads the flag from the row it then updates.
 		UPDATE {locks} l SET waited = true WHERE l.key = p_key AND NOT l.waited;
-		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts
+		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND {live:w}
 			AND (w.enqueued_at, w.token) < (me, p_token);
 	ELSE
-		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts;
+		SELECT count(*) INTO v_ahead FROM {waiters} w WHERE w.key = p_key AND w.queued AND {live:w};
 	END IF;
 	ahead := v_ahead;
 END
 $fn$;
 
--- {acquire2} and {acquire} are the acquires of earlier versions, kept for
--- replicas that still call them during a rolling upgrade.
+-- {acquire3}, {acquire2} and {acquire} are the acquires of earlier
+-- versions, kept for replicas that still call them during a rolling
+-- upgrade.
+CREATE OR REPLACE FUNCTION {acquire3}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
+	p_wake text,
+	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
+LANGUAGE sql AS $fn$
+	SELECT * FROM {acquire4}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, p_wake, 0)
+$fn$;
 CREATE OR REPLACE FUNCTION {acquire2}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
 	p_wake text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE sql AS $fn$
-	SELECT * FROM {acquire3}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, p_wake)
+	SELECT * FROM {acquire4}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, p_wake, 0)
 $fn$;
 CREATE OR REPLACE FUNCTION {acquire}(p_key text, p_token text, p_ttl_us bigint, p_holder text, p_queue_us bigint, p_durable boolean, p_channel text,
 	OUT won boolean, OUT fence bigint, OUT remaining_us bigint, OUT holder text, OUT ahead integer)
 LANGUAGE sql AS $fn$
-	SELECT * FROM {acquire3}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '')
+	SELECT * FROM {acquire4}(p_key, p_token, p_ttl_us, p_holder, p_queue_us, p_durable, p_channel, '', 0)
 $fn$;
 
 -- {release} returns 0 (released), 1 (another token holds the key) or 2
@@ -448,8 +551,9 @@ $fn$;
 -- wakes that head (the token's length, ':', the token, the key), or, with
 -- no queue, the key's subscribers ('*:' then the key).
 -- A grant marks the new row as waited for (its release goes through this
--- function, which re-reads the queue).
-CREATE OR REPLACE FUNCTION {release2}(p_key text, p_token text, p_channel text, p_durable boolean)
+-- function, which re-reads the queue). A head kept by its store's presence
+-- is live while the presence is, and its grant ends no later.
+CREATE OR REPLACE FUNCTION {release3}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
 	now_ts  timestamptz;
@@ -517,7 +621,7 @@ BEGIN
 	-- The first two live queued tokens and whether there are live
 	-- subscriptions.
 	SELECT (SELECT array_agg(q.token) FROM (SELECT w.token FROM {waiters} w
-			WHERE w.key = p_key AND w.queued AND w.expires_at > now_ts ORDER BY w.enqueued_at, w.token LIMIT 2) q),
+			WHERE w.key = p_key AND w.queued AND {live:w} ORDER BY w.enqueued_at, w.token LIMIT 2) q),
 		EXISTS (SELECT 1 FROM {waiters} w WHERE w.key = p_key AND NOT w.queued AND w.expires_at > now_ts AND w.token <> p_token)
 		INTO heads, subs;
 	IF res <> 1 THEN -- the key is free: hand it to the head, or wake the head if it is new
@@ -527,7 +631,7 @@ BEGIN
 			head := heads[1];
 		END IF;
 		IF head IS NOT NULL THEN -- notify the head on its store's own channel, when it has one
-			SELECT w.holder, w.ttl_us, w.expires_at, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
+			SELECT w.holder, w.ttl_us, {until:w}, coalesce(nullif(w.wake, ''), p_channel) INTO g_holder, g_ttl, g_until, g_chan
 				FROM {waiters} w WHERE w.key = p_key AND w.token = head;
 			IF NOT FOUND THEN -- the head left since the queue was read: nobody to notify or grant
 				head := NULL;
@@ -563,16 +667,20 @@ BEGIN
 			PERFORM pg_notify(p_channel, '*:' || p_key);
 		END IF;
 	END IF;
-	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.token = granted OR w.expires_at <= now_ts);
+	DELETE FROM {waiters} w WHERE w.key = p_key AND (w.token = p_token OR w.token = granted OR NOT {live:w});
 	RETURN res;
 END
 $fn$;
 
--- {release} is the release of earlier versions, kept for replicas that
--- still call it during a rolling upgrade.
+-- {release2} and {release} are the releases of earlier versions, kept for
+-- replicas that still call them during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {release2}(p_key text, p_token text, p_channel text, p_durable boolean)
+RETURNS integer LANGUAGE sql AS $fn$
+	SELECT {release3}(p_key, p_token, p_channel, p_durable)
+$fn$;
 CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE sql AS $fn$
-	SELECT {release2}(p_key, p_token, p_channel, p_durable)
+	SELECT {release3}(p_key, p_token, p_channel, p_durable)
 $fn$;
 
 -- {force} deletes the key's lock whatever its token, returns it and wakes
@@ -589,7 +697,7 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN;
 	END IF;
-	PERFORM {release2}(p_key, r.token, p_channel, p_durable);
+	PERFORM {release3}(p_key, r.token, p_channel, p_durable);
 	now_ts := clock_timestamp();
 	IF r.expires_at > now_ts THEN
 		RETURN QUERY SELECT r.key, r.token, r.holder, r.fence, r.expires_at, r.acquired_at, (extract(epoch FROM now_ts) * 1000000)::bigint;

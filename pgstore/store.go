@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,7 @@ var (
 	_ driver.ForceReleaser  = (*Store)(nil)
 	_ driver.BatchRenewer   = (*Store)(nil)
 	_ driver.QueueRefresher = (*Store)(nil)
+	_ driver.PresenceKeeper = (*Store)(nil)
 )
 
 // Migration says whether New and Open create (or upgrade) the store's
@@ -90,8 +92,9 @@ type Options struct {
 	Schema string
 	// Table is the lock table. Default "leasehold_locks". The other objects
 	// are named after it: Table+"_waiters", Table+"_counter",
-	// Table+"_acquire3", Table+"_release2", Table+"_force_release", and
-	// for older versions Table+"_acquire2", Table+"_acquire" and
+	// Table+"_presence", Table+"_acquire4", Table+"_release3",
+	// Table+"_force_release", and for older versions Table+"_acquire3",
+	// Table+"_acquire2", Table+"_acquire", Table+"_release2" and
 	// Table+"_release".
 	Table string
 	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
@@ -103,8 +106,8 @@ type Options struct {
 	Migrate Migration
 
 	// Durable keeps locks across a database crash: Migrate creates logged
-	// lock and waiter tables, and acquire and release commit durably. By
-	// default the lock and waiter tables are UNLOGGED and acquire and release
+	// lock, waiter and presence tables, and acquire and release commit
+	// durably. By default those tables are UNLOGGED and acquire and release
 	// commit with synchronous_commit off: a crash loses the locks (never the
 	// fence order); see README.md, "Durability".
 	Durable bool
@@ -125,8 +128,8 @@ type Options struct {
 	ReconnectDelay time.Duration
 }
 
-// Store is a driver.Store, Inspector, Notifier, BatchRenewer, QueueRefresher
-// and ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
+// Store is a driver.Store, Inspector, Notifier, BatchRenewer, QueueRefresher,
+// PresenceKeeper and ForceReleaser over PostgreSQL. It is safe for concurrent use. Close stops
 // its LISTEN connection (and closes the pool when Open created it).
 type Store struct {
 	db        DB
@@ -136,16 +139,19 @@ type Store struct {
 	opts      Options
 
 	acquireSQL, releaseSQL, subscribeSQL, renewSQL, renewBatchSQL, refreshSQL, inspectSQL, listSQL, forceSQL string
-	unsubscribeSQL, acquireBatchSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL               string
+	unsubscribeSQL, acquireBatchSQL, releaseBatchSQL, sweepSQL, acquireFastSQL, releaseFastSQL, presenceSQL  string
 
 	id string // random, unique to the store: its observers' subscription rows
 
-	lis       listener
-	acquires  *batcher[acquireCall]
-	releases  *batcher[releaseCall]
-	sweep     sweeper
-	free      freeKeys // keys whose row this store's last release kept free
-	closeOnce sync.Once
+	lis      listener
+	acquires *batcher[acquireCall]
+	releases *batcher[releaseCall]
+	sweep    sweeper
+	free     freeKeys // keys whose row this store's last release kept free
+	// presenceSweep is when KeepPresence next deletes old presences (Unix
+	// ns): at most once per sweepEvery, as the free rows.
+	presenceSweep atomic.Int64
+	closeOnce     sync.Once
 }
 
 // New returns a Store over db. With Migrate: MigrateCreate it creates the
@@ -364,10 +370,13 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	var qus int64
+	var qus, kus int64
 	if req.QueueTTL > 0 {
 		if qus, err = micros(req.QueueTTL); err != nil {
 			return driver.Grant{}, err
+		}
+		if req.Kept > 0 && s.wakeChannel() != "" {
+			kus = max(req.Kept.Microseconds(), 1)
 		}
 	}
 	if s.free.has(req.Key) {
@@ -381,7 +390,7 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	if up && req.QueueTTL > 0 {
 		s.lis.expect(req.Key, req.Token, epoch)
 	}
-	a, err := s.acquires.do(ctx, req.Key, req.Token, acquireCall{us: us, qus: qus, holder: req.Holder})
+	a, err := s.acquires.do(ctx, req.Key, req.Token, acquireCall{us: us, qus: qus, kus: kus, holder: req.Holder})
 	won, fence, rem, holder, ahead := a.won, a.fence, a.remaining, a.seenHolder, a.ahead
 	if won || err != nil { // an error: the next Acquire (or Release) decides
 		s.lis.forget(req.Key, req.Token)
@@ -786,10 +795,16 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 	if len(order) == 0 {
 		return errs
 	}
+	kept := make([]int64, len(order))
+	for j, i := range order {
+		if k := reqs[i].Kept; k > 0 && s.wakeChannel() != "" {
+			kept[j] = max(k.Microseconds(), 1)
+		}
+	}
 	var held map[[2]string]bool
 	err := retry(ctx, func() error {
 		var err error
-		held, err = s.refreshQueue(ctx, keys, tokens, ttls)
+		held, err = s.refreshQueue(ctx, keys, tokens, ttls, kept)
 		return err
 	})
 	for _, i := range order {
@@ -809,8 +824,8 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 
 // refreshQueue runs refreshSQL and returns, for each (key, token) it
 // refreshed, whether the key is held.
-func (s *Store) refreshQueue(ctx context.Context, keys, tokens []string, ttls []int64) (map[[2]string]bool, error) {
-	rows, err := s.db.Query(ctx, s.refreshSQL, keys, tokens, ttls)
+func (s *Store) refreshQueue(ctx context.Context, keys, tokens []string, ttls, kept []int64) (map[[2]string]bool, error) {
+	rows, err := s.db.Query(ctx, s.refreshSQL, keys, tokens, ttls, kept)
 	if err != nil {
 		return nil, err
 	}
@@ -825,4 +840,37 @@ func (s *Store) refreshQueue(ctx context.Context, keys, tokens []string, ttls []
 		held[[2]string{k, t}] = h
 	}
 	return held, rows.Err()
+}
+
+// KeepPresence implements driver.PresenceKeeper: one upsert of the store's
+// row in the presence table (keyed by its own NOTIFY channel, the wake of
+// its queue entries) that makes it last ttl from now, never less; at most
+// once a minute it also deletes up to 16 presences expired over an hour ago. The
+// places its waiters queued or refreshed with Kept live until the earlier
+// of their own deadline and the presence's. A store without a LISTEN
+// connection (no Options.Listen) has no channel of its own, hence no
+// presence: it returns an error wrapping errors.ErrUnsupported.
+func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	wake := s.wakeChannel()
+	if wake == "" {
+		return fmt.Errorf("pgstore: a presence needs the store's LISTEN connection (Options.Listen): %w", errors.ErrUnsupported)
+	}
+	us, err := micros(ttl)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UnixNano()
+	next := s.presenceSweep.Load()
+	sweep := now >= next && s.presenceSweep.CompareAndSwap(next, now+int64(sweepEvery))
+	err = retry(ctx, func() error {
+		_, err := s.db.Exec(ctx, s.presenceSQL, wake, us, sweep)
+		return err
+	})
+	if err != nil {
+		if sweep {
+			s.presenceSweep.Store(0) // the next keeping sweeps
+		}
+		return storeErr("keep presence", wake, err)
+	}
+	return nil
 }

@@ -339,7 +339,7 @@ func TestLeastPrivilegeUser(t *testing.T) {
 	sql := pgstore.MigrationSQL(pgstore.Options{}) + `
 CREATE ROLE leasehold_app LOGIN;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters TO leasehold_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_waiters, leasehold_locks_presence TO leasehold_app;
 GRANT SELECT, UPDATE ON leasehold_locks_counter TO leasehold_app;`
 	if _, err := admin.Exec(ctx, sql); err != nil {
 		t.Fatal(err)
@@ -499,10 +499,13 @@ func ExampleMigrationSQL() {
 	// Output:
 	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks"
 	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks_waiters"
+	// CREATE UNLOGGED TABLE IF NOT EXISTS "public"."leasehold_locks_presence"
 	// CREATE TABLE IF NOT EXISTS "public"."leasehold_locks_counter"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire4"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire3"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire2"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_acquire"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release3"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release2"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_force_release"

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -14,14 +15,23 @@ import (
 	"github.com/leasehold/leasehold/pgstore"
 )
 
-// A rolling upgrade: a replica of the previous version (3b0bdef, whose
-// migration testdata/migration-3b0bdef.sql is, verbatim) starts after this
-// version migrated, re-creating its own function bodies, and both work on
-// the same keys through their own statements. Fences keep increasing
-// whoever grants them, every call succeeds, and an old waiter the new fast
-// release did not wake takes the key on its next acquire.
+// A rolling upgrade: a replica of a previous version (3b0bdef, or v0.1.0
+// = dabc1c3, whose migrations testdata/migration-*.sql are, verbatim)
+// starts after this version migrated, re-creating its own function bodies,
+// and both work on the same keys through their own statements. Fences keep
+// increasing whoever grants them, every call succeeds, and an old waiter
+// the new fast release did not wake takes the key on its next acquire.
 func TestRollingUpgrade(t *testing.T) {
-	old, err := os.ReadFile("testdata/migration-3b0bdef.sql")
+	for _, v := range []struct{ commit, acquire, release string }{
+		{"3b0bdef", "leasehold_locks_acquire2", "leasehold_locks_release"},
+		{"dabc1c3", "leasehold_locks_acquire3", "leasehold_locks_release2"},
+	} {
+		t.Run(v.commit, func(t *testing.T) { rollingUpgrade(t, v.commit, v.acquire, v.release) })
+	}
+}
+
+func rollingUpgrade(t *testing.T, commit, acquireFn, releaseFn string) {
+	old, err := os.ReadFile("testdata/migration-" + commit + ".sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +51,7 @@ func TestRollingUpgrade(t *testing.T) {
 		var rem int64
 		var holder string
 		var ahead int32
-		if err := db.QueryRow(ctx, `SELECT * FROM leasehold_locks_acquire2($1, $2, 60000000, 'old', $3, false, 'public.leasehold_locks', '')`,
+		if err := db.QueryRow(ctx, `SELECT * FROM `+acquireFn+`($1, $2, 60000000, 'old', $3, false, 'public.leasehold_locks', '')`,
 			"k", tok, queue.Microseconds()).Scan(&won, &fence, &rem, &holder, &ahead); err != nil {
 			t.Fatalf("old acquire: %v", err)
 		}
@@ -50,7 +60,7 @@ func TestRollingUpgrade(t *testing.T) {
 	oldRelease := func(tok string) int32 {
 		t.Helper()
 		var res int32
-		if err := db.QueryRow(ctx, `SELECT leasehold_locks_release('k', $1, 'public.leasehold_locks', false)`, tok).Scan(&res); err != nil {
+		if err := db.QueryRow(ctx, `SELECT `+releaseFn+`('k', $1, 'public.leasehold_locks', false)`, tok).Scan(&res); err != nil {
 			t.Fatalf("old release: %v", err)
 		}
 		return res
@@ -111,4 +121,22 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("new after the old waiter", g.Fence)
+
+	// A new replica's place kept by its presence outlives its queue TTL and
+	// gets the key from a new release, whatever the old replica re-created.
+	s2 := open(t, dsn, pgstore.Options{Migrate: pgstore.MigrateNever})
+	if err := s2.KeepPresence(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	kw := driver.AcquireRequest{Key: "k", Token: "kw", TTL: time.Minute, QueueTTL: 100 * time.Millisecond, Kept: time.Minute}
+	if _, err := s2.Acquire(ctx, kw); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("new kept waiter: expected ErrNotAcquired, got %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := s.Release(ctx, "k", "end"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Inspect(ctx, "k"); err != nil || info.Token != "kw" || info.Fence <= last {
+		t.Fatalf("expected the key granted to the kept waiter past its queue TTL with a larger fence, got %+v, %v", info, err)
+	}
 }

@@ -28,9 +28,10 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, opts pgstore.Options, o O
 		tables: []pgTable{
 			{opts.Table, "SELECT, INSERT, UPDATE, DELETE"},
 			{opts.Table + "_waiters", "SELECT, INSERT, UPDATE, DELETE"},
+			{opts.Table + "_presence", "SELECT, INSERT, UPDATE, DELETE"},
 			{opts.Table + "_counter", "SELECT, UPDATE"},
 		},
-		funcs: []string{opts.Table + "_acquire3", opts.Table + "_release2", opts.Table + "_force_release"},
+		funcs: []string{opts.Table + "_acquire4", opts.Table + "_release3", opts.Table + "_force_release"},
 	}
 	sems := pgObjects{
 		tables: []pgTable{
