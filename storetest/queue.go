@@ -24,6 +24,8 @@ func (r *runner) queue(t *testing.T) {
 	t.Run("RefreshKeepsPlaces", r.queueRefresh)
 	t.Run("IdleWaitersOneRoundTrip", r.queueIdleWaiters)
 	t.Run("KilledWaiterLeaves", r.queueKilledWaiter)
+	t.Run("PresenceKeepsPlaces", r.presenceKeeps)
+	t.Run("PresenceHandsAFreeKeyToAKeptHead", r.presenceHandsFreeKey)
 	t.Run("TryAcquireNeverQueues", r.queueTry)
 	t.Run("HolderRecorded", r.queueHolder)
 	t.Run("ReleaseOutcomes", r.queueReleaseOutcomes)
