@@ -74,19 +74,7 @@ func TestRestartedWithTLSNeverFailsOpen(t *testing.T) {
 	f := testtls.New(t)
 	ep := freeAddr(t)
 	stop := startEtcdOn(t, ep, nil)
-	s, err := etcdstore.OpenURL(ctxFor(t, 10*time.Second), "etcd://"+ep, etcdstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	lk, err := leasehold.New(s, leasehold.Options{Name: "classify", OnStoreError: leasehold.FailOpen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lk.Close() })
-	if l, err := lk.TryAcquire(t.Context(), "before"); err != nil || l.Degraded() {
-		t.Fatalf("expected a lease from the first member, got %v, %v", l, err)
-	}
+	lk := failOpenLocker(t, "etcd://"+ep)
 	stop()
 	startEtcdOn(t, ep, []string{"--cert-file", f.ServerCert, "--key-file", f.ServerKey})
 	for i := range 3 {
@@ -101,13 +89,11 @@ func TestRestartedWithTLSNeverFailsOpen(t *testing.T) {
 	}
 }
 
-// A proxy that closes every new connection once its member is gone is an
-// outage, though gRPC reports it as a connection closed before the server's
-// preface, as it does a member restarted with TLS.
-func TestProxyClosingConnectionsIsOutage(t *testing.T) {
-	c := testetcd.Start(t)
-	px := testredis.StartProxy(t, strings.TrimPrefix(c.Endpoints()[0], "http://")) // any TCP proxy
-	s, err := etcdstore.OpenURL(ctxFor(t, 10*time.Second), "etcd://"+px.Addr, etcdstore.Options{})
+// failOpenLocker returns a FailOpen Locker over a store opened from url,
+// after a first lease shows the member answers.
+func failOpenLocker(t *testing.T, url string) *leasehold.Locker {
+	t.Helper()
+	s, err := etcdstore.OpenURL(ctxFor(t, 10*time.Second), url, etcdstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +104,18 @@ func TestProxyClosingConnectionsIsOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lk.Close() })
 	if l, err := lk.TryAcquire(t.Context(), "before"); err != nil || l.Degraded() {
-		t.Fatalf("expected a lease through the proxy, got %v, %v", l, err)
+		t.Fatalf("expected a lease from the member at %s, got %v, %v", url, l, err)
 	}
+	return lk
+}
+
+// A proxy that closes every new connection once its member is gone is an
+// outage, though gRPC reports it as a connection closed before the server's
+// preface, as it does a member restarted with TLS.
+func TestProxyClosingConnectionsIsOutage(t *testing.T) {
+	c := testetcd.Start(t)
+	px := testredis.StartProxy(t, strings.TrimPrefix(c.Endpoints()[0], "http://")) // any TCP proxy
+	lk := failOpenLocker(t, "etcd://"+px.Addr)
 	px.Cut()
 	for i := range 3 {
 		l, err := lk.TryAcquire(t.Context(), fmt.Sprintf("after-%d", i))

@@ -89,9 +89,17 @@ func TestFrozenSubscription(t *testing.T) {
 	}
 
 	p.Resume()
-	wake, stop, err := s.WaitRelease(ctx, "frozen", "w2")
+	wokenByRelease(ctx, t, s, "frozen", "w2", "the connection delivered again")
+}
+
+// wokenByRelease subscribes token to key (free) on s, after when, and
+// expects the wake-up at once of a new subscription, then one for a
+// release of key.
+func wokenByRelease(ctx context.Context, t *testing.T, s *redisstore.Store, key, token, when string) {
+	t.Helper()
+	wake, stop, err := s.WaitRelease(ctx, key, token)
 	if err != nil {
-		t.Fatalf("WaitRelease after the connection delivered again: %v", err)
+		t.Fatalf("WaitRelease after %s: %v", when, err)
 	}
 	defer stop()
 	select { // the wake-up at once of a new subscription (the key is free)
@@ -99,16 +107,16 @@ func TestFrozenSubscription(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no wake-up at once after subscribing")
 	}
-	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "frozen", Token: "other", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "other", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "frozen", "other"); err != nil {
+	if err := s.Release(ctx, key, "other"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-wake:
 	case <-ctx.Done():
-		t.Fatal("not woken by a release after the connection delivered again")
+		t.Fatalf("not woken by a release after %s", when)
 	}
 }
 
@@ -137,25 +145,5 @@ func TestFrozenSubscriptionReconnect(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the notifier acts on w1's leave (it used to UNSUBSCRIBE and skip the confirmation to come)
 	p.Reset()
 	// The new connection may come before or after this waiter's SUBSCRIBE.
-	wake, stop2, err := s.WaitRelease(ctx, "lost", "w2")
-	if err != nil {
-		t.Fatalf("WaitRelease after a reconnect: %v", err)
-	}
-	defer stop2()
-	select { // the wake-up at once of a new subscription (the key is free)
-	case <-wake:
-	case <-ctx.Done():
-		t.Fatal("no wake-up at once after subscribing")
-	}
-	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: "lost", Token: "other", TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, "lost", "other"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-wake:
-	case <-ctx.Done():
-		t.Fatal("not woken by a release after a reconnect")
-	}
+	wokenByRelease(ctx, t, s, "lost", "w2", "a reconnect")
 }
