@@ -27,6 +27,7 @@ type leases struct {
 	s      *Store
 	mu     sync.Mutex
 	cur    map[int64]*epoch // by granted seconds
+	pres   *epoch           // the presence (presence.go): kept alive, not rotated; nil: none
 	live   []*epoch         // granted and maybe not expired: Close revokes them
 	closed bool
 }
@@ -34,6 +35,7 @@ type leases struct {
 // epoch is one granted lease.
 type epoch struct {
 	ready chan struct{} // closed when the grant is answered
+	secs  int64         // its TTL class
 	// Set before ready is closed:
 	id    clientv3.LeaseID
 	until time.Time // lower bound of etcd's expiry: grant sent + its TTL
@@ -54,7 +56,11 @@ func (ls *leases) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID,
 			return 0, err
 		}
 		if granter {
-			ls.grant(ctx, e, secs)
+			ls.grant(ctx, e, secs, func() {
+				if ls.cur[secs] == e {
+					delete(ls.cur, secs)
+				}
+			})
 		}
 		select {
 		case <-e.ready:
@@ -96,8 +102,9 @@ func (ls *leases) current(secs int64, ttl time.Duration) (e *epoch, granter bool
 	return e, true, nil
 }
 
-// grant grants e's lease for secs.
-func (ls *leases) grant(ctx context.Context, e *epoch, secs int64) {
+// grant grants e's lease for secs; on an error, drop (called under ls.mu)
+// stops using e.
+func (ls *leases) grant(ctx context.Context, e *epoch, secs int64, drop func()) {
 	sent := time.Now()
 	g, err := ls.s.cli.Grant(ctx, secs)
 	ls.mu.Lock()
@@ -113,8 +120,8 @@ func (ls *leases) grant(ctx context.Context, e *epoch, secs int64) {
 		ls.live = slices.DeleteFunc(ls.live, func(o *epoch) bool { return o.until.Add(time.Second).Before(now) })
 		ls.live = append(ls.live, e)
 	}
-	if e.err != nil && ls.cur[secs] == e {
-		delete(ls.cur, secs)
+	if e.err != nil {
+		drop()
 	}
 	close(e.ready)
 	ls.mu.Unlock()
@@ -135,6 +142,9 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 			delete(ls.cur, secs)
 		}
 	}
+	if ls.pres != nil && ls.pres.id == id {
+		ls.pres = nil
+	}
 }
 
 // close revokes every lease that may still live, deleting what is on them.
@@ -142,7 +152,7 @@ func (ls *leases) close() {
 	ls.mu.Lock()
 	ls.closed = true
 	live := ls.live
-	ls.live, ls.cur = nil, map[int64]*epoch{}
+	ls.live, ls.cur, ls.pres = nil, map[int64]*epoch{}, nil
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

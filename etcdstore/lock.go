@@ -34,7 +34,11 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	for try := 0; ; try++ {
 		l, err := s.sess.leases.get(ctx, req.TTL)
 		var ql clientv3.LeaseID
-		if err == nil && req.QueueTTL > 0 {
+		switch {
+		case err != nil || req.QueueTTL <= 0:
+		case req.Kept > 0: // the place lives with the Store's presence
+			ql, _, err = s.sess.leases.presence(ctx, req.QueueTTL, false)
+		default:
 			ql, err = s.sess.leases.get(ctx, req.QueueTTL)
 		}
 		if err != nil {
@@ -71,7 +75,7 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			s.sess.track(s.sess.held, r, req.TTL)
 			s.sess.moved(r, 0) // a grant it took: at a mod revision unknown
 			if ql != 0 {
-				s.sess.track(s.sess.waiting, r, req.QueueTTL)
+				s.sess.track(s.sess.waiting, r, queueTTL(req))
 			}
 			return driver.Grant{}, s.wrapLease(ctx, "acquire", req.Key, err, l, ql)
 		}
@@ -87,17 +91,20 @@ func (s *Store) acquire(ctx context.Context, req driver.AcquireRequest, l, ql cl
 			forced = true      // ask again with the retry check
 			s.sess.moved(r, 0) // a grant seen is not this lock: taken by token from now on
 			if ql != 0 {       // and delete, at Release, the entry this answer put
-				s.sess.track(s.sess.waiting, r, req.QueueTTL)
+				s.sess.track(s.sess.waiting, r, queueTTL(req))
 			}
 			continue
 		}
 		left := time.Duration(-1) // unknown
 		if ql != 0 {
-			t := s.sess.track(s.sess.waiting, r, req.QueueTTL)
+			t := s.sess.track(s.sess.waiting, r, queueTTL(req))
 			left = s.sess.setQueue(t, v, sent, seen, req.TTL)
 			if v.lock == nil && v.myRev > 0 && v.ahead == 0 && attempt == 0 {
 				continue // we head the queue of a free key: take it now
 			}
+		}
+		if v.lock == nil && v.ahead > 0 && attempt == 0 && s.handToHead(ctx, req.Key, v) {
+			continue // the head has it now: we wait behind it
 		}
 		return s.contended(ctx, req, v, left), leasehold.ErrNotAcquired
 	}
@@ -130,6 +137,39 @@ func (s *Store) acquired(ctx context.Context, req driver.AcquireRequest, l clien
 		return g, true, err
 	}
 	return driver.Grant{Fence: fenceOf(prev)}, true, nil
+}
+
+// queueTTL is how long the store tracks the queue entry of req: a place the
+// presence keeps is refreshed only every Kept/3.
+func queueTTL(req driver.AcquireRequest) time.Duration {
+	return max(req.QueueTTL, req.Kept)
+}
+
+// handToHead hands key, which the acquire's answer v showed free with
+// another token's place at the head of its queue, to that place, as a
+// release would: the place may be one its process forgot (an acquire
+// applied after its clean-up release), which would otherwise hold up the
+// queue for as long as its lease lives (the presence's: the process's
+// life). It reports whether the grant was written.
+func (s *Store) handToHead(ctx context.Context, key string, v keyView) bool {
+	var head *mvccpb.KeyValue
+	for _, kv := range v.entries {
+		if head == nil || kv.CreateRevision < head.CreateRevision {
+			head = kv
+		}
+	}
+	next := s.entryHead(key, head)
+	if next == nil {
+		return false
+	}
+	k := s.lockKey(key)
+	qs, qe := s.queueRange(key)
+	guard := append(headCmps(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), next.key, next.rev, qs, qe),
+		clientv3.Compare(clientv3.LeaseValue(next.key), "=", next.lease))
+	// No fence in the value: the new key's create revision is above every earlier one.
+	grant := []clientv3.Op{clientv3.OpPut(k, lockValue(next.token, next.ttl, next.holder, 0), clientv3.WithLease(next.lease)), clientv3.OpDelete(next.key)}
+	resp, err := s.txn(ctx, key, guard, grant, nil, false)
+	return err == nil && resp.Succeeded
 }
 
 // wrapLease is wrap for a request that wrote on leases ids; a lease etcd
@@ -254,7 +294,7 @@ func (s *Store) acquireTxn(ctx context.Context, req driver.AcquireRequest, l, ql
 	}
 	var lost []clientv3.Op
 	if ql != 0 { // a rewrite keeps the entry's create revision: its place
-		lost = append(lost, clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql)))
+		lost = append(lost, s.keepEntry(e, clientv3.OpPut(e, entryValue(req.Holder, min(req.TTL, req.QueueTTL)), clientv3.WithLease(ql))))
 	}
 	lost = append(lost, clientv3.OpGet(ks, clientv3.WithRange(ke)))
 	take := []clientv3.Op{clientv3.OpPut(k, lockValue(req.Token, req.TTL, req.Holder, 0), clientv3.WithLease(l))}

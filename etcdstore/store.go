@@ -76,6 +76,7 @@ var (
 	_ driver.LiveNotifier   = (*Store)(nil)
 	_ driver.Semaphorer     = (*Store)(nil)
 	_ driver.PermitNotifier = (*Store)(nil)
+	_ driver.PresenceKeeper = (*Store)(nil)
 )
 
 // New returns a Store over an existing client. Close revokes the store's

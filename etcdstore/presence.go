@@ -1,0 +1,222 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A Store's presence (driver.PresenceKeeper) is one etcd lease per TTL
+// class that KeepPresence keeps alive. A place queued or refreshed with
+// Kept is put on it instead of on the class's rotating lease, so it needs
+// no write while it waits, and etcd deletes the places of a process that
+// stops keeping its presence when the lease runs out (docs/etcd.md).
+
+// KeepPresence implements driver.PresenceKeeper: the first call of a TTL
+// class grants its lease; later ones keep it alive (one LeaseKeepAlive,
+// which etcd's leader answers without a raft write). When etcd no longer
+// knows the lease (the process lost etcd for longer than ttl), the places
+// on it are gone with it and a new one is granted.
+func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	sent := time.Now()
+	id, fresh, err := s.sess.leases.presence(ctx, ttl, true)
+	if err == nil && !fresh {
+		var r *clientv3.LeaseKeepAliveResponse
+		switch r, err = s.cli.KeepAliveOnce(ctx, id); {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.sess.leases.expired(id)
+			_, _, err = s.sess.leases.presence(ctx, ttl, true)
+		case err == nil:
+			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
+		}
+	}
+	if err != nil {
+		return s.wrap(ctx, "keep presence", "", err)
+	}
+	return nil
+}
+
+// RefreshQueue implements driver.QueueRefresher: one transaction per
+// maxTxnOps places, each a nested transaction that, while the token's entry
+// is there, puts it on its lease (the presence with Kept, else the current
+// lease of QueueTTL) unless the presence keeps it already, and counts the
+// lock. A place the presence keeps is not written.
+func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
+	errs := make([]error, len(reqs))
+	for start := 0; start < len(reqs); start += maxTxnOps {
+		chunk := reqs[start:min(start+maxTxnOps, len(reqs))]
+		s.refreshChunk(ctx, chunk, errs[start:start+len(chunk)])
+	}
+	return errs
+}
+
+// refreshChunk refreshes the places of reqs in one transaction, setting errs.
+func (s *Store) refreshChunk(parent context.Context, reqs []driver.QueueRefresh, errs []error) {
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	defer end()
+	type class struct {
+		ttl  time.Duration
+		kept bool
+	}
+	leases := map[class]clientv3.LeaseID{}
+	var ops []clientv3.Op
+	var sent []int // the index in reqs of each op
+	for i, r := range reqs {
+		if errs[i] = checkRequest(r.Key, r.Token, "", r.QueueTTL); errs[i] != nil {
+			continue
+		}
+		c := class{r.QueueTTL, r.Kept > 0}
+		l, ok := leases[c]
+		if !ok {
+			if c.kept {
+				l, _, err = s.sess.leases.presence(ctx, r.QueueTTL, false)
+			} else {
+				l, err = s.sess.leases.get(ctx, r.QueueTTL)
+			}
+			if err != nil {
+				errs[i] = s.wrap(ctx, "refresh queue", r.Key, err)
+				continue
+			}
+			leases[c] = l
+		}
+		e := s.entryKey(r.Key, r.Token)
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), ">", 0)},
+			[]clientv3.Op{s.keepEntry(e, clientv3.OpPut(e, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l))), clientv3.OpGet(s.lockKey(r.Key), clientv3.WithCountOnly())},
+			nil))
+		sent = append(sent, i)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	for j, i := range sent {
+		switch {
+		case err != nil:
+			ids := make([]clientv3.LeaseID, 0, len(leases))
+			for _, l := range leases {
+				ids = append(ids, l)
+			}
+			errs[i] = s.wrapLease(ctx, "refresh queue", reqs[i].Key, err, ids...)
+		case !resp.Responses[j].GetResponseTxn().GetSucceeded():
+			errs[i] = driver.ErrNotQueued
+		case resp.Responses[j].GetResponseTxn().GetResponses()[1].GetResponseRange().GetCount() == 0:
+			errs[i] = leasehold.ErrNotHeld
+		default:
+			r := reqs[i]
+			s.sess.track(s.sess.waiting, ref{r.Key, r.Token}, max(r.QueueTTL, r.Kept))
+		}
+	}
+}
+
+// keepEntry returns put, a write of queue entry e (on the presence or a
+// rotating lease), guarded so that it leaves an entry on the presence of
+// queueTTL's class where it is: a place once kept stays kept, whatever
+// write without Kept (one sent before the presence was first kept) comes
+// after, and a kept place is not written again.
+func (s *Store) keepEntry(e string, put clientv3.Op) clientv3.Op {
+	p := s.sess.leases.presenceOf()
+	if p == 0 {
+		return put
+	}
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(e), "=", p)}, nil, []clientv3.Op{put})
+}
+
+// presence returns the Store's presence lease and whether this call
+// granted it (fresh). It grants one of ttl's class when there is none, or
+// (atLeast, a KeepPresence) when the presence's class is shorter: one
+// presence serves every TTL, and lasts the longest asked for.
+func (ls *leases) presence(ctx context.Context, ttl time.Duration, atLeast bool) (id clientv3.LeaseID, fresh bool, err error) {
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return 0, false, err
+	}
+	for {
+		ls.mu.Lock()
+		if ls.closed {
+			ls.mu.Unlock()
+			return 0, false, ErrClosed
+		}
+		e := ls.pres
+		granter := e == nil || atLeast && ready(e) && e.secs < secs
+		if granter {
+			e = &epoch{ready: make(chan struct{}), secs: secs}
+			ls.pres = e
+		}
+		ls.mu.Unlock()
+		if granter {
+			ls.grant(ctx, e, secs, func() {
+				if ls.pres == e {
+					ls.pres = nil
+				}
+			})
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return 0, false, context.Cause(ctx)
+		}
+		switch {
+		case e.err != nil && !granter && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)):
+			continue // the context of the caller that granted ended, not ours
+		case e.err != nil:
+			return 0, false, e.err
+		case atLeast && e.secs < secs:
+			continue // granted meanwhile, shorter
+		}
+		return e.id, granter, nil
+	}
+}
+
+// ready reports whether e's grant was answered.
+func ready(e *epoch) bool {
+	select {
+	case <-e.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// presenceOf returns the Store's presence lease, 0 when it has none (or it
+// is being granted).
+func (ls *leases) presenceOf() clientv3.LeaseID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if e := ls.pres; e != nil && ready(e) {
+		return e.id // 0 after an error
+	}
+	return 0
+}
+
+// keptAlive records that presence id lives at least until 'until', so that
+// Close still revokes it.
+func (ls *leases) keptAlive(id clientv3.LeaseID, until time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	e := ls.pres
+	if e == nil || e.id != id || !until.After(e.until) {
+		return
+	}
+	e.until = until
+	if !slices.Contains(ls.live, e) { // dropped as expired: it was not
+		ls.live = append(ls.live, e)
+	}
+}
