@@ -105,7 +105,9 @@ func TestHeadTakesOverOnItsFirstRetry(t *testing.T) {
 	for i := range 3 {
 		holder, crash := crashable(t, c)
 		waiter, n := countingStore(t, c)
-		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl})
+		// No refresh of the place (a transaction) before the takeover: the
+		// keeper's first round comes after WaiterTTL/3 (and WaitCap).
+		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl, WaiterTTL: 6 * ttl, WaitCap: 3 * ttl})
 		key := uniqueKey(t, "k")
 		ctx := ctxFor(t, 10*time.Second)
 		warm(t, holder, key+"-warm")
