@@ -47,15 +47,20 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// refreshPerTxn is how many places one RefreshQueue transaction refreshes:
+// etcd's --max-txn-ops (128) bounds a transaction's ops plus those of the
+// transactions nested in it on any one path (here two more levels).
+const refreshPerTxn = 100
+
 // RefreshQueue implements driver.QueueRefresher: one transaction per
-// maxTxnOps places, each a nested transaction that, while the token's entry
+// refreshPerTxn places, each a nested transaction that, while the token's entry
 // is there, puts it on its lease (the presence with Kept, else the current
 // lease of QueueTTL) unless the presence keeps it already, and counts the
 // lock. A place the presence keeps is not written.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
-	for start := 0; start < len(reqs); start += maxTxnOps {
-		chunk := reqs[start:min(start+maxTxnOps, len(reqs))]
+	for start := 0; start < len(reqs); start += refreshPerTxn {
+		chunk := reqs[start:min(start+refreshPerTxn, len(reqs))]
 		s.refreshChunk(ctx, chunk, errs[start:start+len(chunk)])
 	}
 	return errs

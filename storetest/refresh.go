@@ -57,6 +57,16 @@ func (r *runner) queueRefresh(t *testing.T) {
 		t.Fatalf("RefreshQueue of a queued token, of an unknown one, of a key without queue: expected nil, ErrNotQueued, ErrNotQueued, got %v", errs)
 	}
 	waiting(2, "after refreshing one queued and two unknown tokens")
+	// Many places in one call (a store may split it): each gets its answer.
+	many := []driver.QueueRefresh{{Key: key, Token: "w", QueueTTL: short}}
+	for i := range 300 {
+		many = append(many, driver.QueueRefresh{Key: r.key(t, "many"+strconv.Itoa(i)), Token: "w", QueueTTL: short})
+	}
+	for i, err := range refresh(many...) {
+		if want := error(driver.ErrNotQueued); i == 0 && err != nil || i > 0 && !errors.Is(err, want) {
+			t.Fatalf("RefreshQueue of 301 places, one queued: place %d: expected %v, got %v", i, map[bool]error{true: nil, false: want}[i == 0], err)
+		}
+	}
 	if _, err := rs[0].Inspect(ctxFor(t, 5*time.Second), other); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("RefreshQueue of a key without queue left something: expected ErrNotHeld from Inspect, got %v", err)
 	}
