@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -47,32 +48,98 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// refreshPerTxn is how many places one RefreshQueue transaction refreshes:
-// etcd's --max-txn-ops (128) bounds a transaction's ops plus those of the
-// transactions nested in it on any one path (here two more levels).
-const refreshPerTxn = 100
+// readPerTxn and movePerTxn are how many places one RefreshQueue
+// transaction reads or moves: etcd's --max-txn-ops (128) bounds a
+// transaction's ops plus those of the transactions nested in it on any one
+// path (a move: two more levels).
+const (
+	readPerTxn = maxTxnOps / 2
+	movePerTxn = 100
+)
 
-// RefreshQueue implements driver.QueueRefresher: one transaction per
-// refreshPerTxn places, each a nested transaction that, while the token's entry
-// is there, puts it on its lease (the presence with Kept, else the current
-// lease of QueueTTL) unless the presence keeps it already, and counts the
-// lock. A place the presence keeps is not written.
+// RefreshQueue implements driver.QueueRefresher. A place the presence keeps
+// (Kept) is only read: one transaction of plain reads per readPerTxn
+// places, its entry and the lock, which etcd answers without a raft write.
+// The others, and a kept place whose entry is not on the presence yet, are
+// moved: one transaction per movePerTxn places, each a nested transaction
+// that, while the token's entry is there, puts it on its lease (the
+// presence with Kept, else the current lease of QueueTTL) unless the
+// presence keeps it already, and counts the lock.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
-	for start := 0; start < len(reqs); start += refreshPerTxn {
-		chunk := reqs[start:min(start+refreshPerTxn, len(reqs))]
-		s.refreshChunk(ctx, chunk, errs[start:start+len(chunk)])
+	var read, move []int
+	for i, r := range reqs {
+		switch errs[i] = checkRequest(r.Key, r.Token, "", r.QueueTTL); {
+		case errs[i] != nil:
+		case r.Kept > 0:
+			read = append(read, i)
+		default:
+			move = append(move, i)
+		}
+	}
+	for c := range slices.Chunk(read, readPerTxn) {
+		move = append(move, s.readPlaces(ctx, reqs, c, errs)...)
+	}
+	for c := range slices.Chunk(move, movePerTxn) {
+		s.movePlaces(ctx, reqs, c, errs)
 	}
 	return errs
 }
 
-// refreshChunk refreshes the places of reqs in one transaction, setting errs.
-func (s *Store) refreshChunk(parent context.Context, reqs []driver.QueueRefresh, errs []error) {
-	ctx, end, err := s.begin(parent)
-	if err != nil {
-		for i := range errs {
+// readPlaces refreshes the kept places reqs[i], i in idx, in one read,
+// setting errs[i], and returns those whose entry is not on the presence.
+func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) (move []int) {
+	fail := func(err error) []int {
+		for _, i := range idx {
 			errs[i] = err
 		}
+		return nil
+	}
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		return fail(err)
+	}
+	defer end()
+	first := reqs[idx[0]]
+	p, _, err := s.sess.leases.presence(ctx, first.QueueTTL, false)
+	if err != nil {
+		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
+	}
+	ops := make([]clientv3.Op, 0, 2*len(idx))
+	for _, i := range idx {
+		ops = append(ops, clientv3.OpGet(s.entryKey(reqs[i].Key, reqs[i].Token)), clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly()))
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
+	}
+	for j, i := range idx {
+		entry := resp.Responses[2*j].GetResponseRange().GetKvs()
+		switch {
+		case len(entry) == 0:
+			errs[i] = driver.ErrNotQueued
+		case clientv3.LeaseID(entry[0].Lease) != p:
+			move = append(move, i)
+		case resp.Responses[2*j+1].GetResponseRange().GetCount() == 0:
+			errs[i] = leasehold.ErrNotHeld
+		default:
+			s.refreshed(reqs[i])
+		}
+	}
+	return move
+}
+
+// movePlaces refreshes the places reqs[i], i in idx, in one transaction
+// that puts each entry on its lease, setting errs[i].
+func (s *Store) movePlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+	ctx, end, err := s.begin(parent)
+	if err != nil {
+		fail(err)
 		return
 	}
 	defer end()
@@ -81,12 +148,9 @@ func (s *Store) refreshChunk(parent context.Context, reqs []driver.QueueRefresh,
 		kept bool
 	}
 	leases := map[class]clientv3.LeaseID{}
-	var ops []clientv3.Op
-	var sent []int // the index in reqs of each op
-	for i, r := range reqs {
-		if errs[i] = checkRequest(r.Key, r.Token, "", r.QueueTTL); errs[i] != nil {
-			continue
-		}
+	ops := make([]clientv3.Op, len(idx))
+	for j, i := range idx {
+		r := reqs[i]
 		c := class{r.QueueTTL, r.Kept > 0}
 		l, ok := leases[c]
 		if !ok {
@@ -96,39 +160,38 @@ func (s *Store) refreshChunk(parent context.Context, reqs []driver.QueueRefresh,
 				l, err = s.sess.leases.get(ctx, r.QueueTTL)
 			}
 			if err != nil {
-				errs[i] = s.wrap(ctx, "refresh queue", r.Key, err)
-				continue
+				fail(s.wrap(ctx, "refresh queue", r.Key, err))
+				return
 			}
 			leases[c] = l
 		}
 		e := s.entryKey(r.Key, r.Token)
-		ops = append(ops, clientv3.OpTxn(
+		ops[j] = clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e), ">", 0)},
 			[]clientv3.Op{s.keepEntry(e, clientv3.OpPut(e, "", clientv3.WithIgnoreValue(), clientv3.WithLease(l))), clientv3.OpGet(s.lockKey(r.Key), clientv3.WithCountOnly())},
-			nil))
-		sent = append(sent, i)
-	}
-	if len(ops) == 0 {
-		return
+			nil)
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	for j, i := range sent {
+	if err != nil {
+		fail(s.wrapLease(ctx, "refresh queue", reqs[idx[0]].Key, err, slices.Collect(maps.Values(leases))...))
+		return
+	}
+	for j, i := range idx {
+		inner := resp.Responses[j].GetResponseTxn()
 		switch {
-		case err != nil:
-			ids := make([]clientv3.LeaseID, 0, len(leases))
-			for _, l := range leases {
-				ids = append(ids, l)
-			}
-			errs[i] = s.wrapLease(ctx, "refresh queue", reqs[i].Key, err, ids...)
-		case !resp.Responses[j].GetResponseTxn().GetSucceeded():
+		case !inner.GetSucceeded():
 			errs[i] = driver.ErrNotQueued
-		case resp.Responses[j].GetResponseTxn().GetResponses()[1].GetResponseRange().GetCount() == 0:
+		case inner.GetResponses()[1].GetResponseRange().GetCount() == 0:
 			errs[i] = leasehold.ErrNotHeld
 		default:
-			r := reqs[i]
-			s.sess.track(s.sess.waiting, ref{r.Key, r.Token}, max(r.QueueTTL, r.Kept))
+			s.refreshed(reqs[i])
 		}
 	}
+}
+
+// refreshed records a refresh of r's place that kept it.
+func (s *Store) refreshed(r driver.QueueRefresh) {
+	s.sess.track(s.sess.waiting, ref{r.Key, r.Token}, max(r.QueueTTL, r.Kept))
 }
 
 // keepEntry returns put, a write of queue entry e (on the presence or a
