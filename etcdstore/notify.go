@@ -119,6 +119,8 @@ type keyWatch struct {
 	lockAt time.Time
 	subs   map[*subscriber]struct{}
 	empty  time.Time // when subs became empty
+
+	emptied chan struct{} // capacity 1: subs became empty
 }
 
 // subscriber is one WaitRelease.
@@ -146,7 +148,7 @@ func (w *watches) join(s *Store, key string, sb *subscriber, snap *keyView) *key
 		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}, err: ErrClosed}
 		close(kw.ready)
 	} else if kw == nil {
-		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+		kw = &keyWatch{s: s, key: key, ready: make(chan struct{}), subs: map[*subscriber]struct{}{}, emptied: make(chan struct{}, 1)}
 		w.keys[key] = kw
 		w.wg.Go(func() { kw.run(snap) })
 	}
@@ -160,6 +162,10 @@ func (w *watches) leave(kw *keyWatch, sb *subscriber) {
 	delete(kw.subs, sb)
 	if len(kw.subs) == 0 {
 		kw.empty = time.Now()
+		select {
+		case kw.emptied <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -202,6 +208,14 @@ func (kw *keyWatch) run(snap *keyView) {
 		}
 		kw.signal(nil) // the watch broke: every waiter re-checks
 	}
+}
+
+// subscribed reports whether kw has a subscriber.
+func (kw *keyWatch) subscribed() bool {
+	w := &kw.s.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(kw.subs) > 0
 }
 
 // remove takes kw out of the store's watches; idle: only when nobody
@@ -279,8 +293,12 @@ func (kw *keyWatch) start(ctx context.Context, snap *keyView) (clientv3.WatchCha
 // done (the store closed, or nobody subscribed for watchLinger; kw is then
 // removed), false when the watch broke.
 func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
-	idle := time.NewTicker(watchLinger / 2)
+	// Armed while nobody subscribes: no timer per idle waiter's watch.
+	idle := time.NewTimer(watchLinger)
 	defer idle.Stop()
+	if kw.subscribed() {
+		idle.Stop()
+	}
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
 	kw.arm(expiry)
@@ -289,6 +307,8 @@ func (kw *keyWatch) follow(ctx context.Context, wch clientv3.WatchChan) bool {
 		case <-ctx.Done():
 			kw.remove(false)
 			return true
+		case <-kw.emptied:
+			idle.Reset(watchLinger)
 		case <-idle.C:
 			if kw.remove(true) {
 				return true
