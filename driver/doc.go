@@ -19,7 +19,7 @@
 // spans processes. An entry lives until QueueTTL after its token's last
 // waiting Acquire or [QueueRefresher] refresh, or, queued with Kept on a
 // [PresenceKeeper], until the earlier of Kept after it and the end of its
-// Store's presence; expired entries are dropped before any decision. A key
+// Store's presence (on some stores the presence alone); expired entries are dropped before any decision. A key
 // is granted only when it is free and the queue is empty or the token is its
 // head: a newcomer never overtakes a waiter.
 //

@@ -152,6 +152,8 @@ type QueueRefresh struct {
 // key to such a place caps the grant at that deadline. An Acquire that finds
 // the key free and such a place at the head hands the key to it (the place
 // may be one its process forgot, which would otherwise hold up the queue).
+// A store may end a kept place with the presence alone, never at Kept
+// (etcdstore: a lease kept alive cannot end one key early; see its docs).
 type PresenceKeeper interface {
 	QueueRefresher
 	// KeepPresence makes the presence last ttl from when it was sent (never

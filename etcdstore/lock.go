@@ -473,8 +473,10 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 // token and nobody waits, and the token's queue entry when this store
 // queued it. When someone waits and the store knows the head (its acquire
 // or the grant's watch read it), it hands the key to the head (a
-// driver.Wake with the grant), guarded as a takeover, in one transaction;
-// when it does not, or the head changed, the head's own acquire takes it.
+// driver.Wake with the grant), guarded as a takeover, in one transaction
+// (a head that changed meanwhile is read, and the new one granted); when
+// it does not know the head, it deletes the lock and the head's own
+// acquire takes the key.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
