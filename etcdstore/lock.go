@@ -471,12 +471,9 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 
 // Release implements driver.Store: it deletes the lock if it holds
 // token and nobody waits, and the token's queue entry when this store
-// queued it. When someone waits and the store knows the head (its acquire
-// or the grant's watch read it), it hands the key to the head (a
-// driver.Wake with the grant), guarded as a takeover, in one transaction
-// (a head that changed meanwhile is read, and the new one granted); when
-// it does not know the head, it deletes the lock and the head's own
-// acquire takes the key.
+// queued it. When someone waits it hands the key to the head of the queue
+// (a driver.Wake with the grant), guarded as a takeover: one transaction when the
+// store knows the head, else a read and then the grant.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -492,11 +489,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		own = append(own, clientv3.OpDelete(s.entryKey(key, token)))
 	}
 	mod, next := s.sess.headOf(r)
-	// A head this store does not know is not read: the lock is deleted and
-	// the head, woken by its watch, takes the key with one acquire. A read
-	// and a grant cost the holder a second round trip, and a release-all
-	// of 10,000 keys passed ReleaseTimeout (BENCHMARKS.md).
-	plain := next == nil
+	plain := false
 	for attempt := 0; ; attempt++ {
 		rs, done, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
 		switch {

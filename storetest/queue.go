@@ -671,38 +671,26 @@ func (r *runner) queueGrants(t *testing.T) {
 	mustQueue(t, rs[1], waitReq(key, "w1"), 0)
 	mustQueue(t, rs[2], waitReq(key, "w2"), 1)
 	mustRelease(t, rs[0], key, "h")
-	var h driver.Wake
-	if heldBy(t, rs[0], key, "w1") {
-		r.expectWake(t, w1, "release that granted the head")
-		expectAsleep(t, "release that granted the head", w2)
-		h = w1.grant(t)
-		if h.Fence <= f0 || h.TTL != time.Minute {
-			t.Fatalf("grant to w1: expected a fence > %d and TTL 1m (what w1 asked for), got %+v", f0, h)
-		}
-		info, err := rs[0].Inspect(ctx, key)
-		if err != nil || info.Token != "w1" || info.Holder != "holder-w1" || info.Fence != h.Fence || info.Waiting != 1 {
-			t.Fatalf("after the grant: expected w1 (holder-w1) to hold with fence %d and w2 waiting, got %+v, %v", h.Fence, info, err)
-		}
-		if info.Remaining <= 0 || info.Remaining > queueTTL {
-			t.Fatalf("after the grant: expected the remaining TTL capped at w1's queue deadline (%v), got %v", queueTTL, info.Remaining)
-		}
-	} else {
-		// A store may grant only a head its holder knows (etcdstore: one
-		// its acquire read; h took a free key): w1 is woken and takes it.
-		r.expectWake(t, w1, "release with w1 at the head")
-		g, err := rs[1].Acquire(ctx, waitReq(key, "w1"))
-		if err != nil || g.Fence <= f0 {
-			t.Fatalf("w1's Acquire after the release: expected the key with a fence > %d, got %+v, %v", f0, g, err)
-		}
-		h = driver.Wake{Fence: g.Fence}
+	if !heldBy(t, rs[0], key, "w1") {
+		t.Skip("the store's release does not grant the key to the queue head")
+	}
+	r.expectWake(t, w1, "release that granted the head")
+	expectAsleep(t, "release that granted the head", w2)
+	h := w1.grant(t)
+	if h.Fence <= f0 || h.TTL != time.Minute {
+		t.Fatalf("grant to w1: expected a fence > %d and TTL 1m (what w1 asked for), got %+v", f0, h)
+	}
+	info, err := rs[0].Inspect(ctx, key)
+	if err != nil || info.Token != "w1" || info.Holder != "holder-w1" || info.Fence != h.Fence || info.Waiting != 1 {
+		t.Fatalf("after the grant: expected w1 (holder-w1) to hold with fence %d and w2 waiting, got %+v, %v", h.Fence, info, err)
+	}
+	if info.Remaining <= 0 || info.Remaining > queueTTL {
+		t.Fatalf("after the grant: expected the remaining TTL capped at w1's queue deadline (%v), got %v", queueTTL, info.Remaining)
 	}
 	// An Acquire by the granted waiter (one that missed its message does
 	// this) returns the grant's fence.
 	mustRelease(t, rs[1], key, "w1")
 	r.expectWake(t, w2, "release by w1")
-	if !heldBy(t, rs[0], key, "w2") {
-		t.Skip("the store's release does not grant the key to the queue head")
-	}
 	if h2 := w2.grant(t); h2.Fence <= h.Fence {
 		t.Fatalf("grant to w2: expected a fence > %d, got %+v", h.Fence, h2)
 	} else {
