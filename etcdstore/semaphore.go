@@ -226,9 +226,10 @@ type sight struct {
 // maxSights is the size of permitSights at which it first drops the sights
 // whose holder key is gone (deleted or rewritten): those older than their
 // TTL and sightStale. A key is deleted by etcd at its lease's expiry, at
-// most the TTL's whole seconds and leaseSlack after its last write, so no
-// present holder loses its sight (which would delay its takeover by up to
-// its TTL). The live sights left double the size of the next pruning.
+// most the TTL's whole seconds and leaseSlack after its last write (a
+// leader change can add as much again), so no present holder loses its
+// sight (which would delay its takeover by up to its TTL). Twice the sights
+// left is the size of the next pruning.
 const (
 	maxSights  = 4096
 	sightStale = time.Minute
