@@ -146,7 +146,8 @@ func (s *Store) judge(st *semState, req driver.PermitRequest, p string) (g drive
 	if i := index(st.holders, p+"h/"+req.Token); i >= 0 {
 		return driver.Grant{Fence: uint64(st.holders[i].CreateRevision)}, nil, nil
 	}
-	ends, now := s.sights.ends(st.holders), time.Now()
+	now := time.Now()
+	ends := s.sights.ends(st.holders, now)
 	first := 0 // the holder whose TTL ends first
 	for i, kv := range st.holders {
 		if !ends[i].After(now) {
@@ -211,37 +212,55 @@ func index(kvs []*mvccpb.KeyValue, k string) int {
 // it: a grant takes it over, guarded by that mod revision, before etcd's
 // expiry (up to 1.5 s later).
 type permitSights struct {
-	mu sync.Mutex
-	m  map[string]sight
+	mu    sync.Mutex
+	m     map[string]sight
+	prune int // len(m) at which the next pruning runs (at least maxSights)
 }
 
 type sight struct {
 	mod int64
 	at  time.Time
+	ttl time.Duration
 }
 
-// maxSights bounds permitSights; a deleted key's sight stays until then,
-// harmless: a new key of that name has another mod revision.
-const maxSights = 4096
+// maxSights is the size of permitSights at which it first drops the sights
+// whose holder key is gone (deleted or rewritten): those older than their
+// TTL and sightStale. A key is deleted by etcd at its lease's expiry, at
+// most the TTL's whole seconds and leaseSlack after its last write (a
+// leader change can add as much again), so no present holder loses its
+// sight (which would delay its takeover by up to its TTL). Twice the sights
+// left is the size of the next pruning.
+const (
+	maxSights  = 4096
+	sightStale = time.Minute
+)
 
-// ends records sights of holders and returns when each one's TTL ends by
-// them (far ahead for a holder without a TTL).
-func (ps *permitSights) ends(holders []*mvccpb.KeyValue) []time.Time {
-	now := time.Now()
+// ends records sights of holders at now and returns when each one's TTL
+// ends by them (far ahead for a holder without a TTL).
+func (ps *permitSights) ends(holders []*mvccpb.KeyValue, now time.Time) []time.Time {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.m == nil || len(ps.m) >= maxSights {
+	if ps.m == nil {
 		ps.m = make(map[string]sight)
+	}
+	if len(ps.m) >= max(ps.prune, maxSights) {
+		for k, x := range ps.m {
+			if now.Sub(x.at) > x.ttl+sightStale {
+				delete(ps.m, k)
+			}
+		}
+		ps.prune = 2 * len(ps.m)
 	}
 	out := make([]time.Time, len(holders))
 	for i, kv := range holders {
+		_, ttl, _, _, _ := lockFields(kv.Value)
 		x := ps.m[string(kv.Key)]
 		if x.mod != kv.ModRevision {
-			x = sight{kv.ModRevision, now}
+			x = sight{kv.ModRevision, now, ttl}
 			ps.m[string(kv.Key)] = x
 		}
 		out[i] = now.Add(time.Hour)
-		if _, ttl, _, _, _ := lockFields(kv.Value); ttl > 0 {
+		if ttl > 0 {
 			out[i] = x.at.Add(ttl)
 		}
 	}
@@ -442,7 +461,7 @@ func (m *permitModel) apply(evs []*clientv3.Event, sights *permitSights) bool {
 		default:
 			m.keys[k] = ev.Kv.CreateRevision
 			if strings.HasPrefix(k, m.p+"h/") {
-				sights.ends([]*mvccpb.KeyValue{ev.Kv})
+				sights.ends([]*mvccpb.KeyValue{ev.Kv}, time.Now())
 			}
 		}
 	}

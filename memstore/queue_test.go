@@ -100,3 +100,32 @@ func TestWaitReleaseAndAcquireFaults(t *testing.T) {
 		}
 	}
 }
+
+// ForceRelease has a fault of its own: a fault on OpForceRelease fails the
+// force release and not a Release, and one on OpRelease the other way round.
+func TestForceReleaseFaultsApartFromRelease(t *testing.T) {
+	s := memstore.New()
+	ctx := t.Context()
+	for _, op := range []memstore.Op{memstore.OpForceRelease, memstore.OpRelease} {
+		s.SetFaults(nil)
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "t", TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.SetFaults(func(o memstore.Op, _ string) memstore.Fault {
+			if o == op {
+				return memstore.Fault{Err: memstore.ErrUnavailable}
+			}
+			return memstore.Fault{}
+		})
+		_, forced := s.ForceRelease(ctx, "a")
+		released := s.Release(ctx, "b", "t")
+		if got, want := errors.Is(forced, memstore.ErrUnavailable), op == memstore.OpForceRelease; got != want {
+			t.Fatalf("fault on %s: expected ForceRelease to fail %v, got %v", op, want, forced)
+		}
+		if got, want := errors.Is(released, memstore.ErrUnavailable), op == memstore.OpRelease; got != want {
+			t.Fatalf("fault on %s: expected Release to fail %v, got %v", op, want, released)
+		}
+	}
+}

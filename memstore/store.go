@@ -46,6 +46,8 @@ const (
 	// renewals. Its fault applies to the whole batch.
 	OpRenewBatch Op = "renew_batch"
 	OpRelease    Op = "release"
+	// OpForceRelease is ForceRelease, a release without a token.
+	OpForceRelease Op = "force_release"
 	// OpRefreshQueue is one RefreshQueue call (key ""), as OpRenewBatch.
 	OpRefreshQueue Op = "refresh_queue"
 	OpInspect      Op = "inspect"
@@ -456,9 +458,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // ForceRelease implements driver.ForceReleaser. It wakes the head of the
-// key's queue.
+// key's queue. Faults apply to it as OpForceRelease.
 func (s *Store) ForceRelease(ctx context.Context, key string) (driver.LockInfo, error) {
-	f, err := s.before(ctx, OpRelease, key)
+	f, err := s.before(ctx, OpForceRelease, key)
 	if err != nil {
 		return driver.LockInfo{}, err
 	}

@@ -23,6 +23,7 @@ type names struct {
 	release2      string
 	release3      string
 	force         string
+	subscribe     string
 	lockClass     int32 // advisory lock class of the per-key transaction locks
 }
 
@@ -44,13 +45,14 @@ const (
 	// sufAcquire4 and sufRelease3 know the places kept by a presence (see
 	// the migration): an older version's functions would count a kept
 	// place whose presence ended as live until its own deadline.
-	sufAcquire4 = "_acquire4"
-	sufRelease  = "_release"
-	sufRelease2 = "_release2"
-	sufRelease3 = "_release3"
-	sufPresence = "_presence"
-	sufForce    = "_force_release"
-	longestSuf  = sufForce
+	sufAcquire4  = "_acquire4"
+	sufRelease   = "_release"
+	sufRelease2  = "_release2"
+	sufRelease3  = "_release3"
+	sufPresence  = "_presence"
+	sufForce     = "_force_release"
+	sufSubscribe = "_subscribe" // a WaitRelease subscription, under the key's advisory lock
+	longestSuf   = sufForce
 )
 
 func newNames(schema, table string) names {
@@ -62,6 +64,7 @@ func newNames(schema, table string) names {
 		locks: q(""), waiters: q(sufWaiters), counter: q(sufCounter), presence: q(sufPresence),
 		acquire: q(sufAcquire), acquire2: q(sufAcquire2), acquire3: q(sufAcquire3), acquire4: q(sufAcquire4),
 		release: q(sufRelease), release2: q(sufRelease2), release3: q(sufRelease3), force: q(sufForce),
+		subscribe: q(sufSubscribe),
 		lockClass: int32(h.Sum32()),
 	}
 }
@@ -179,12 +182,8 @@ FROM (SELECT array_agg(` + n.release3 + `(x.key, x.token, $3, $4) ORDER BY x.i) 
 	// that became a queue entry stays.
 	s.unsubscribeSQL = `DELETE FROM ` + n.waiters + ` w USING unnest($1::text[], $2::text[]) AS x(key, token)
 WHERE w.key = x.key AND w.token = x.token AND NOT w.queued`
-	// A subscription marks the key's row (when there is one) as waited
-	// for, under its row lock, so that the fast release sees it.
-	s.subscribeSQL = `WITH f AS (UPDATE ` + n.locks + ` l SET waited = true WHERE l.key = $1 AND NOT l.waited)
-INSERT INTO ` + n.waiters + ` AS w (key, token, holder, queued, enqueued_at, expires_at)
-VALUES ($1, $2, '', false, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 microsecond')
-ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END`
+	// A subscription ($1 key, $2 row token, $3 TTL µs): see {subscribe}.
+	s.subscribeSQL = `SELECT ` + n.subscribe + `($1, $2, $3)`
 	// (A subscription never extends a queue entry: the entry's deadline is
 	// the waiter's queue TTL, so a dead waiter leaves the queue in time.)
 
@@ -251,9 +250,9 @@ func (s *Store) migrateSQL() string {
 // (Schema, Table, Durable) when they are missing and upgrades those of older
 // versions, for running by hand or from a migration tool: the lock, waiter
 // and presence tables (UNLOGGED unless opts.Durable), the fence floor counter
-// (always logged) and three functions (acquire, release, force release). It
-// is idempotent and never changes the persistence of an existing table
-// (ALTER TABLE ... SET LOGGED or SET UNLOGGED does that).
+// (always logged) and four functions (acquire, release, force release,
+// subscribe). It is idempotent and never changes the persistence of an
+// existing table (ALTER TABLE ... SET LOGGED or SET UNLOGGED does that).
 func MigrationSQL(opts Options) string {
 	schema, table := opts.Schema, opts.Table
 	if schema == "" {
@@ -271,7 +270,7 @@ func MigrationSQL(opts Options) string {
 	r := strings.NewReplacer(
 		"{locks}", n.locks, "{waiters}", n.waiters, "{counter}", n.counter, "{presence}", n.presence,
 		"{acquire}", n.acquire, "{acquire2}", n.acquire2, "{acquire3}", n.acquire3, "{acquire4}", n.acquire4,
-		"{release}", n.release, "{release2}", n.release2, "{release3}", n.release3, "{force}", n.force,
+		"{release}", n.release, "{release2}", n.release2, "{release3}", n.release3, "{force}", n.force, "{subscribe}", n.subscribe,
 		"{live:w}", live(n.presence, "w", "now_ts"), "{until:w}", until(n.presence, "w"),
 		"{class}", fmt.Sprint(n.lockClass), "{oldseq}", quoteLiteral(oldSeq), "{unlogged}", unlogged,
 	)
@@ -681,6 +680,24 @@ $fn$;
 CREATE OR REPLACE FUNCTION {release}(p_key text, p_token text, p_channel text, p_durable boolean)
 RETURNS integer LANGUAGE sql AS $fn$
 	SELECT {release3}(p_key, p_token, p_channel, p_durable)
+$fn$;
+
+-- {subscribe} records p_token's WaitRelease subscription to p_key for p_us
+-- µs (a queue entry keeps its own deadline) and marks the key's row, when
+-- there is one, as waited for, under its row lock, so that the plain
+-- release, which notifies nobody, does not apply. It takes the key's
+-- advisory lock first, as an acquire does, and marks the row in a
+-- statement of its own: an acquire that was creating the row (it read the
+-- waiters before this subscription) has committed, and the row is seen.
+CREATE OR REPLACE FUNCTION {subscribe}(p_key text, p_token text, p_us bigint)
+RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+	PERFORM pg_advisory_xact_lock({class}, hashtext(p_key));
+	UPDATE {locks} l SET waited = true WHERE l.key = p_key AND NOT l.waited;
+	INSERT INTO {waiters} AS w (key, token, holder, queued, enqueued_at, expires_at)
+	VALUES (p_key, p_token, '', false, clock_timestamp(), clock_timestamp() + p_us * interval '1 microsecond')
+	ON CONFLICT (key, token) DO UPDATE SET expires_at = CASE WHEN w.queued THEN w.expires_at ELSE GREATEST(w.expires_at, EXCLUDED.expires_at) END;
+END
 $fn$;
 
 -- {force} deletes the key's lock whatever its token, returns it and wakes

@@ -93,9 +93,9 @@ type Options struct {
 	// Table is the lock table. Default "leasehold_locks". The other objects
 	// are named after it: Table+"_waiters", Table+"_counter",
 	// Table+"_presence", Table+"_acquire4", Table+"_release3",
-	// Table+"_force_release", and for older versions Table+"_acquire3",
-	// Table+"_acquire2", Table+"_acquire", Table+"_release2" and
-	// Table+"_release".
+	// Table+"_force_release", Table+"_subscribe", and for older versions
+	// Table+"_acquire3", Table+"_acquire2", Table+"_acquire",
+	// Table+"_release2" and Table+"_release".
 	Table string
 	// Channel is the LISTEN/NOTIFY channel on which a release wakes the
 	// key's waiters. Default Schema + "." + Table (at most 63 bytes).

@@ -508,6 +508,7 @@ func ExampleMigrationSQL() {
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release3"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release2"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_release"
+	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_subscribe"
 	// CREATE OR REPLACE FUNCTION "public"."leasehold_locks_force_release"
 }
 

@@ -31,7 +31,7 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, opts pgstore.Options, o O
 			{opts.Table + "_presence", "SELECT, INSERT, UPDATE, DELETE"},
 			{opts.Table + "_counter", "SELECT, UPDATE"},
 		},
-		funcs: []string{opts.Table + "_acquire4", opts.Table + "_release3", opts.Table + "_force_release"},
+		funcs: []string{opts.Table + "_acquire4", opts.Table + "_release3", opts.Table + "_force_release", opts.Table + "_subscribe"},
 	}
 	sems := pgObjects{
 		tables: []pgTable{
