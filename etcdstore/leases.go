@@ -28,6 +28,7 @@ type leases struct {
 	mu     sync.Mutex
 	cur    map[int64]*epoch // by granted seconds
 	pres   *epoch           // the presence (presence.go): kept alive, not rotated; nil: none
+	old    []*epoch         // presences a longer one replaced: still kept alive
 	live   []*epoch         // granted and maybe not expired: Close revokes them
 	closed bool
 }
@@ -145,6 +146,7 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 	if ls.pres != nil && ls.pres.id == id {
 		ls.pres = nil
 	}
+	ls.old = slices.DeleteFunc(ls.old, func(e *epoch) bool { return e.id == id })
 }
 
 // close revokes every lease that may still live, deleting what is on them.
@@ -152,7 +154,7 @@ func (ls *leases) close() {
 	ls.mu.Lock()
 	ls.closed = true
 	live := ls.live
-	ls.live, ls.cur, ls.pres = nil, map[int64]*epoch{}, nil
+	ls.live, ls.cur, ls.pres, ls.old = nil, map[int64]*epoch{}, nil, nil
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
