@@ -22,8 +22,10 @@ import (
 // KeepPresence implements driver.PresenceKeeper: the first call of a TTL
 // class grants its lease; later ones keep it alive (one LeaseKeepAlive,
 // which etcd's leader answers without a raft write). When etcd no longer
-// knows the lease (the process lost etcd for longer than ttl), the places
-// on it are gone with it and a new one is granted.
+// knows the lease (the process lost etcd, or paused, for longer than ttl),
+// the places on it are gone with it: it returns the error, so that the
+// caller refreshes every kept place (and queues it again), and the next
+// call grants a new one.
 func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
@@ -36,8 +38,7 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 		var r *clientv3.LeaseKeepAliveResponse
 		switch r, err = s.cli.KeepAliveOnce(ctx, id); {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.sess.leases.expired(id)
-			_, _, err = s.sess.leases.presence(ctx, ttl)
+			s.sess.leases.expired(id) // the next call grants a new one
 		case err == nil:
 			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
 		}

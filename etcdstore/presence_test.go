@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Two Lockers with different WaiterTTLs on one Store: the longer one's
@@ -40,4 +41,39 @@ func TestKeptPlaceOutlivesALongerPresence(t *testing.T) {
 	if errs[0] != nil {
 		t.Fatalf("the place kept by A's presence: %v", errs[0])
 	}
+}
+
+// A waiter next in line, whose place the presence keeps (refreshed only
+// every 20 × WaiterTTL / 3), queues again within a few rounds once etcd lost
+// the presence (a process paused for longer than WaiterTTL; here: revoked):
+// the KeepPresence that finds it gone must not pass for a kept one.
+func TestLostPresenceRequeuesItsHead(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const waiterTTL = time.Second
+	lk := newLocker(t, s, leasehold.Options{Name: "w", TTL: 10 * time.Second, WaiterTTL: waiterTTL})
+	go func() { _, _ = lk.Acquire(ctx, key) }()
+	entry := func() (clientv3.LeaseID, bool) {
+		r, err := cli.Get(ctx, "lh-test/"+key+"\x00", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) == 0 {
+			return 0, false
+		}
+		return clientv3.LeaseID(r.Kvs[0].Lease), true
+	}
+	time.Sleep(2 * waiterTTL) // the keeper's first rounds put the place on the presence
+	l, ok := entry()
+	if !ok {
+		t.Fatal("the waiter's place is not queued")
+	}
+	if _, err := cli.Revoke(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*waiterTTL, func() bool { _, ok := entry(); return ok })
 }
