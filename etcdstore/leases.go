@@ -144,9 +144,12 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 		}
 	}
 	if ls.pres != nil && ls.pres.id == id {
+		// A request that wrote on it and another lease does not tell
+		// which one etcd did not know: its places may still be on it, so
+		// KeepPresence keeps it until etcd says it is gone.
+		ls.old = append(ls.old, ls.pres)
 		ls.pres = nil
 	}
-	ls.old = slices.DeleteFunc(ls.old, func(e *epoch) bool { return e.id == id })
 }
 
 // close revokes every lease that may still live, deleting what is on them.

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -14,18 +15,19 @@ import (
 )
 
 // A Store's presence (driver.PresenceKeeper) is one etcd lease, of the
-// longest TTL asked for, that KeepPresence keeps alive. A place queued or refreshed with
-// Kept is put on it instead of on the class's rotating lease, so it needs
-// no write while it waits, and etcd deletes the places of a process that
-// stops keeping its presence when the lease runs out (docs/etcd.md).
+// longest TTL asked for, that KeepPresence keeps alive. A place queued or
+// refreshed with Kept is put on it instead of on the class's rotating
+// lease, so it needs no write while it waits, and etcd deletes the places
+// of a process that stops keeping its presence when the lease runs out
+// (docs/etcd.md).
 
-// KeepPresence implements driver.PresenceKeeper: the first call of a TTL
-// class grants its lease; later ones keep it alive (one LeaseKeepAlive,
-// which etcd's leader answers without a raft write). When etcd no longer
-// knows the lease (the process lost etcd, or paused, for longer than ttl),
-// the places on it are gone with it: it returns the error, so that the
-// caller refreshes every kept place (and queues it again), and the next
-// call grants a new one.
+// KeepPresence implements driver.PresenceKeeper: the first call grants the
+// lease, and one for a longer ttl a longer one; later ones keep it alive,
+// and those it replaced (one LeaseKeepAlive each, which etcd's leader
+// answers without a raft write). When etcd no longer knows the lease (the
+// process lost etcd, or paused, for longer than ttl), the places on it are
+// gone with it: it returns the error, so that the caller refreshes every
+// kept place (and queues it again), and the next call grants a new one.
 func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
@@ -38,22 +40,19 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 		var r *clientv3.LeaseKeepAliveResponse
 		switch r, err = s.cli.KeepAliveOnce(ctx, id); {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.sess.leases.expired(id) // the next call grants a new one
+			s.sess.leases.gone(id) // the next call grants a new one
 		case err == nil:
 			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
 		}
 	}
-	for _, id := range s.sess.leases.replaced() {
-		if err != nil {
-			break
-		}
-		// Places of shorter classes are still on it until refreshed.
-		var r *clientv3.LeaseKeepAliveResponse
-		switch r, err = s.cli.KeepAliveOnce(ctx, id); {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.sess.leases.expired(id)
-			err = nil
-		case err == nil:
+	for _, id := range s.sess.leases.replaced() { // places may still be on them
+		switch r, kerr := s.cli.KeepAliveOnce(ctx, id); {
+		case errors.Is(kerr, rpctypes.ErrLeaseNotFound):
+			s.sess.leases.gone(id)
+			err = cmp.Or(err, kerr)
+		case kerr != nil:
+			err = cmp.Or(err, kerr)
+		default:
 			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
 		}
 	}
@@ -303,7 +302,8 @@ func (ls *leases) presenceOf() clientv3.LeaseID {
 	return 0
 }
 
-// replaced returns the presences that a longer one replaced.
+// replaced returns the presences that a longer one replaced, or that a
+// request wrote on beside a lease etcd did not know (expired).
 func (ls *leases) replaced() []clientv3.LeaseID {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -312,6 +312,16 @@ func (ls *leases) replaced() []clientv3.LeaseID {
 		ids[i] = e.id
 	}
 	return ids
+}
+
+// gone forgets presence id, which etcd no longer knows.
+func (ls *leases) gone(id clientv3.LeaseID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.pres != nil && ls.pres.id == id {
+		ls.pres = nil
+	}
+	ls.old = slices.DeleteFunc(ls.old, func(e *epoch) bool { return e.id == id })
 }
 
 // keptAlive records that presence id lives at least until 'until', so that

@@ -77,3 +77,43 @@ func TestLostPresenceRequeuesItsHead(t *testing.T) {
 	}
 	waitFor(t, 3*waiterTTL, func() bool { _, ok := entry(); return ok })
 }
+
+// An acquire whose lock lease etcd no longer knows (revoked; or an acquire
+// queued past its lease) must not make the Store forget its live presence:
+// the places on it are still kept by the next KeepPresence calls.
+func TestPresenceOutlivesAnUnknownLockLease(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	if err := s.KeepPresence(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	kept := driver.AcquireRequest{Key: key, TTL: 10 * time.Second, QueueTTL: ttl, Kept: 20 * ttl}
+	kept.Token = "a" // next in line, on the presence
+	if _, err := s.Acquire(ctx, kept); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	other := uniqueKey(t, "other")
+	if _, err := acquireQ(t, s, other, "o", 0); err != nil { // the current lease of the lock's class
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, leaseOf(t, cli, "lh-test/"+other)); err != nil {
+		t.Fatal(err)
+	}
+	free := kept // a waiting acquire of a free key, on the revoked lease: refused by etcd, sent again
+	free.Key, free.Token = uniqueKey(t, "free"), "b"
+	if _, err := s.Acquire(ctx, free); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 3) {
+		_ = s.KeepPresence(ctx, ttl) // the keeper's rounds
+	}
+	errs := s.RefreshQueue(ctx, []driver.QueueRefresh{{Key: key, Token: "a", QueueTTL: ttl, Kept: 20 * ttl}})
+	if errs[0] != nil {
+		t.Fatalf("the place kept by the presence: %v", errs[0])
+	}
+}
