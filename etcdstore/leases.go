@@ -28,6 +28,7 @@ type leases struct {
 	mu     sync.Mutex
 	cur    map[int64]*epoch // by granted seconds
 	pres   *epoch           // the presence (presence.go): kept alive, not rotated; nil: none
+	old    []*epoch         // presences a longer one replaced: still kept alive
 	live   []*epoch         // granted and maybe not expired: Close revokes them
 	closed bool
 }
@@ -143,6 +144,10 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 		}
 	}
 	if ls.pres != nil && ls.pres.id == id {
+		// A request that wrote on it and another lease does not tell
+		// which one etcd did not know: its places may still be on it, so
+		// KeepPresence keeps it until etcd says it is gone.
+		ls.old = append(ls.old, ls.pres)
 		ls.pres = nil
 	}
 }
@@ -152,7 +157,7 @@ func (ls *leases) close() {
 	ls.mu.Lock()
 	ls.closed = true
 	live := ls.live
-	ls.live, ls.cur, ls.pres = nil, map[int64]*epoch{}, nil
+	ls.live, ls.cur, ls.pres, ls.old = nil, map[int64]*epoch{}, nil, nil
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

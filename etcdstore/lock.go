@@ -37,7 +37,7 @@ func (s *Store) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 		switch {
 		case err != nil || req.QueueTTL <= 0:
 		case req.Kept > 0: // the place lives with the Store's presence
-			ql, _, err = s.sess.leases.presence(ctx, req.QueueTTL, false)
+			ql, _, err = s.sess.leases.presence(ctx, req.QueueTTL)
 		default:
 			ql, err = s.sess.leases.get(ctx, req.QueueTTL)
 		}

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -13,17 +14,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// A Store's presence (driver.PresenceKeeper) is one etcd lease per TTL
-// class that KeepPresence keeps alive. A place queued or refreshed with
-// Kept is put on it instead of on the class's rotating lease, so it needs
-// no write while it waits, and etcd deletes the places of a process that
-// stops keeping its presence when the lease runs out (docs/etcd.md).
+// A Store's presence (driver.PresenceKeeper) is one etcd lease, of the
+// longest TTL asked for, that KeepPresence keeps alive. A place queued or
+// refreshed with Kept is put on it instead of on the class's rotating
+// lease, so it needs no write while it waits, and etcd deletes the places
+// of a process that stops keeping its presence when the lease runs out
+// (docs/etcd.md).
 
-// KeepPresence implements driver.PresenceKeeper: the first call of a TTL
-// class grants its lease; later ones keep it alive (one LeaseKeepAlive,
-// which etcd's leader answers without a raft write). When etcd no longer
-// knows the lease (the process lost etcd for longer than ttl), the places
-// on it are gone with it and a new one is granted.
+// KeepPresence implements driver.PresenceKeeper: the first call grants the
+// lease, and one for a longer ttl a longer one; later ones keep it alive,
+// and those it replaced (one LeaseKeepAlive each, which etcd's leader
+// answers without a raft write). When etcd no longer knows the lease (the
+// process lost etcd, or paused, for longer than ttl), the places on it are
+// gone with it: it returns the error, so that the caller refreshes every
+// kept place (and queues it again), and the next call grants a new one.
 func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
@@ -31,14 +35,24 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	}
 	defer end()
 	sent := time.Now()
-	id, fresh, err := s.sess.leases.presence(ctx, ttl, true)
+	id, fresh, err := s.sess.leases.presence(ctx, ttl)
 	if err == nil && !fresh {
 		var r *clientv3.LeaseKeepAliveResponse
 		switch r, err = s.cli.KeepAliveOnce(ctx, id); {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.sess.leases.expired(id)
-			_, _, err = s.sess.leases.presence(ctx, ttl, true)
+			s.sess.leases.gone(id) // the next call grants a new one
 		case err == nil:
+			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
+		}
+	}
+	for _, id := range s.sess.leases.replaced() { // places may still be on them
+		switch r, kerr := s.cli.KeepAliveOnce(ctx, id); {
+		case errors.Is(kerr, rpctypes.ErrLeaseNotFound):
+			s.sess.leases.gone(id)
+			err = cmp.Or(err, kerr)
+		case kerr != nil:
+			err = cmp.Or(err, kerr)
+		default:
 			s.sess.leases.keptAlive(id, sent.Add(time.Duration(r.TTL)*time.Second))
 		}
 	}
@@ -100,8 +114,11 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 		return fail(err)
 	}
 	defer end()
-	first := reqs[idx[0]]
-	p, _, err := s.sess.leases.presence(ctx, first.QueueTTL, false)
+	first, ttl := reqs[idx[0]], time.Duration(0)
+	for _, i := range idx {
+		ttl = max(ttl, reqs[i].QueueTTL)
+	}
+	p, _, err := s.sess.leases.presence(ctx, ttl)
 	if err != nil {
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
 	}
@@ -155,7 +172,7 @@ func (s *Store) movePlaces(parent context.Context, reqs []driver.QueueRefresh, i
 		l, ok := leases[c]
 		if !ok {
 			if c.kept {
-				l, _, err = s.sess.leases.presence(ctx, r.QueueTTL, false)
+				l, _, err = s.sess.leases.presence(ctx, r.QueueTTL)
 			} else {
 				l, err = s.sess.leases.get(ctx, r.QueueTTL)
 			}
@@ -208,10 +225,14 @@ func (s *Store) keepEntry(e string, put clientv3.Op) clientv3.Op {
 }
 
 // presence returns the Store's presence lease and whether this call
-// granted it (fresh). It grants one of ttl's class when there is none, or
-// (atLeast, a KeepPresence) when the presence's class is shorter: one
-// presence serves every TTL, and lasts the longest asked for.
-func (ls *leases) presence(ctx context.Context, ttl time.Duration, atLeast bool) (id clientv3.LeaseID, fresh bool, err error) {
+// granted it (fresh). It grants one of ttl's class when there is none or
+// the presence's class is shorter (a place written with Kept must last its
+// QueueTTL from its Locker's last keeping): one presence serves every TTL,
+// and lasts the longest asked for. The one it replaces is still kept alive
+// with it (replaced): the places of shorter classes stay on it until a
+// refresh moves them, and a place next in line is refreshed only every
+// Kept/3.
+func (ls *leases) presence(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, fresh bool, err error) {
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
 		return 0, false, err
@@ -222,9 +243,13 @@ func (ls *leases) presence(ctx context.Context, ttl time.Duration, atLeast bool)
 			ls.mu.Unlock()
 			return 0, false, ErrClosed
 		}
-		e := ls.pres
-		granter := e == nil || atLeast && ready(e) && e.secs < secs
+		prev := ls.pres
+		e := prev
+		granter := e == nil || ready(e) && e.secs < secs
 		if granter {
+			if prev != nil { // granted: an error dropped it
+				ls.old = append(ls.old, prev)
+			}
 			e = &epoch{ready: make(chan struct{}), secs: secs}
 			ls.pres = e
 		}
@@ -233,6 +258,9 @@ func (ls *leases) presence(ctx context.Context, ttl time.Duration, atLeast bool)
 			ls.grant(ctx, e, secs, func() {
 				if ls.pres == e {
 					ls.pres = nil
+					if i := slices.Index(ls.old, prev); i >= 0 { // the one it replaced goes on
+						ls.pres, ls.old = prev, slices.Delete(ls.old, i, i+1)
+					}
 				}
 			})
 		}
@@ -246,7 +274,7 @@ func (ls *leases) presence(ctx context.Context, ttl time.Duration, atLeast bool)
 			continue // the context of the caller that granted ended, not ours
 		case e.err != nil:
 			return 0, false, e.err
-		case atLeast && e.secs < secs:
+		case e.secs < secs:
 			continue // granted meanwhile, shorter
 		}
 		return e.id, granter, nil
@@ -274,15 +302,39 @@ func (ls *leases) presenceOf() clientv3.LeaseID {
 	return 0
 }
 
+// replaced returns the presences that a longer one replaced, or that a
+// request wrote on beside a lease etcd did not know (expired).
+func (ls *leases) replaced() []clientv3.LeaseID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ids := make([]clientv3.LeaseID, len(ls.old))
+	for i, e := range ls.old {
+		ids[i] = e.id
+	}
+	return ids
+}
+
+// gone forgets presence id, which etcd no longer knows.
+func (ls *leases) gone(id clientv3.LeaseID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.pres != nil && ls.pres.id == id {
+		ls.pres = nil
+	}
+	ls.old = slices.DeleteFunc(ls.old, func(e *epoch) bool { return e.id == id })
+}
+
 // keptAlive records that presence id lives at least until 'until', so that
 // Close still revokes it.
 func (ls *leases) keptAlive(id clientv3.LeaseID, until time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	e := ls.pres
-	if e == nil || e.id != id || !until.After(e.until) {
+	all := append([]*epoch{ls.pres}, ls.old...)
+	i := slices.IndexFunc(all, func(o *epoch) bool { return o != nil && o.id == id })
+	if i < 0 || !until.After(all[i].until) {
 		return
 	}
+	e := all[i]
 	e.until = until
 	if !slices.Contains(ls.live, e) { // dropped as expired: it was not
 		ls.live = append(ls.live, e)

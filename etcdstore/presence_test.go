@@ -1,0 +1,119 @@
+package etcdstore_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Two Lockers with different WaiterTTLs on one Store: the longer one's
+// KeepPresence must not end the places that the shorter one queued with
+// Kept and keeps with its own KeepPresence every round (a place next in
+// line is refreshed only every Kept/3).
+func TestKeptPlaceOutlivesALongerPresence(t *testing.T) {
+	c, _, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const short, long = time.Second, 6 * time.Second
+	if err := s.KeepPresence(ctx, short); err != nil { // A's keeper
+		t.Fatal(err)
+	}
+	req := driver.AcquireRequest{Key: key, Token: "a", TTL: 10 * time.Second, QueueTTL: short, Kept: 20 * short}
+	if _, err := s.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	if err := s.KeepPresence(ctx, long); err != nil { // B's keeper
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(4 * long / 5); time.Now().Before(end); time.Sleep(short / 3) {
+		if err := s.KeepPresence(ctx, short); err != nil { // A's keeper's rounds
+			t.Fatal(err)
+		}
+	}
+	errs := s.RefreshQueue(ctx, []driver.QueueRefresh{{Key: key, Token: "a", QueueTTL: short, Kept: 20 * short}})
+	if errs[0] != nil {
+		t.Fatalf("the place kept by A's presence: %v", errs[0])
+	}
+}
+
+// A waiter next in line, whose place the presence keeps (refreshed only
+// every 20 × WaiterTTL / 3), queues again within a few rounds once etcd lost
+// the presence (a process paused for longer than WaiterTTL; here: revoked):
+// the KeepPresence that finds it gone must not pass for a kept one.
+func TestLostPresenceRequeuesItsHead(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const waiterTTL = time.Second
+	lk := newLocker(t, s, leasehold.Options{Name: "w", TTL: 10 * time.Second, WaiterTTL: waiterTTL})
+	go func() { _, _ = lk.Acquire(ctx, key) }()
+	entry := func() (clientv3.LeaseID, bool) {
+		r, err := cli.Get(ctx, "lh-test/"+key+"\x00", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) == 0 {
+			return 0, false
+		}
+		return clientv3.LeaseID(r.Kvs[0].Lease), true
+	}
+	time.Sleep(2 * waiterTTL) // the keeper's first rounds put the place on the presence
+	l, ok := entry()
+	if !ok {
+		t.Fatal("the waiter's place is not queued")
+	}
+	if _, err := cli.Revoke(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*waiterTTL, func() bool { _, ok := entry(); return ok })
+}
+
+// An acquire whose lock lease etcd no longer knows (revoked; or an acquire
+// queued past its lease) must not make the Store forget its live presence:
+// the places on it are still kept by the next KeepPresence calls.
+func TestPresenceOutlivesAnUnknownLockLease(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	key := uniqueKey(t, "k")
+	if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	if err := s.KeepPresence(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	kept := driver.AcquireRequest{Key: key, TTL: 10 * time.Second, QueueTTL: ttl, Kept: 20 * ttl}
+	kept.Token = "a" // next in line, on the presence
+	if _, err := s.Acquire(ctx, kept); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("expected ErrNotAcquired, got %v", err)
+	}
+	other := uniqueKey(t, "other")
+	if _, err := acquireQ(t, s, other, "o", 0); err != nil { // the current lease of the lock's class
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, leaseOf(t, cli, "lh-test/"+other)); err != nil {
+		t.Fatal(err)
+	}
+	free := kept // a waiting acquire of a free key, on the revoked lease: refused by etcd, sent again
+	free.Key, free.Token = uniqueKey(t, "free"), "b"
+	if _, err := s.Acquire(ctx, free); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 3) {
+		_ = s.KeepPresence(ctx, ttl) // the keeper's rounds
+	}
+	errs := s.RefreshQueue(ctx, []driver.QueueRefresh{{Key: key, Token: "a", QueueTTL: ttl, Kept: 20 * ttl}})
+	if errs[0] != nil {
+		t.Fatalf("the place kept by the presence: %v", errs[0])
+	}
+}
