@@ -147,8 +147,23 @@ func (ls *leases) expired(id clientv3.LeaseID) {
 		// A request that wrote on it and another lease does not tell
 		// which one etcd did not know: its places may still be on it, so
 		// KeepPresence keeps it until etcd says it is gone.
-		ls.old = append(ls.old, ls.pres)
+		ls.park(ls.pres)
 		ls.pres = nil
+	}
+}
+
+// maxReplaced bounds the presences kept alive beside the current one: past
+// it, the oldest is no longer kept (places still on it end with it, and
+// their waiters queue again), so repeated lease errors cannot grow the
+// keep-alives of each round.
+const maxReplaced = 4
+
+// park keeps e, a presence no longer current, alive with the current one;
+// ls.mu is held.
+func (ls *leases) park(e *epoch) {
+	ls.old = append(ls.old, e)
+	if len(ls.old) > maxReplaced {
+		ls.old = slices.Delete(ls.old, 0, len(ls.old)-maxReplaced)
 	}
 }
 

@@ -248,7 +248,7 @@ func (ls *leases) presence(ctx context.Context, ttl time.Duration) (id clientv3.
 		granter := e == nil || ready(e) && e.secs < secs
 		if granter {
 			if prev != nil { // granted: an error dropped it
-				ls.old = append(ls.old, prev)
+				ls.park(prev)
 			}
 			e = &epoch{ready: make(chan struct{}), secs: secs}
 			ls.pres = e
