@@ -421,11 +421,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []driver.RenewRequest) []er
 
 // renewChunk renews reqs[i] for every i in chunk, in one transaction.
 func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, chunk []int, errs []error) {
-	fail := func(err error) {
-		for _, i := range chunk {
-			errs[i] = err
-		}
-	}
+	fail := func(err error) { setAll(errs, chunk, err) }
 	ctx, end, err := s.begin(parent)
 	if err != nil {
 		fail(err)

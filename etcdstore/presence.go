@@ -104,9 +104,7 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 // setting errs[i], and returns those whose entry is not on the presence.
 func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) (move []int) {
 	fail := func(err error) []int {
-		for _, i := range idx {
-			errs[i] = err
-		}
+		setAll(errs, idx, err)
 		return nil
 	}
 	ctx, end, err := s.begin(parent)
@@ -149,11 +147,7 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 // movePlaces refreshes the places reqs[i], i in idx, in one transaction
 // that puts each entry on its lease, setting errs[i].
 func (s *Store) movePlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) {
-	fail := func(err error) {
-		for _, i := range idx {
-			errs[i] = err
-		}
-	}
+	fail := func(err error) { setAll(errs, idx, err) }
 	ctx, end, err := s.begin(parent)
 	if err != nil {
 		fail(err)
@@ -203,6 +197,13 @@ func (s *Store) movePlaces(parent context.Context, reqs []driver.QueueRefresh, i
 		default:
 			s.refreshed(reqs[i])
 		}
+	}
+}
+
+// setAll sets errs[i] to err for every i in idx.
+func setAll(errs []error, idx []int, err error) {
+	for _, i := range idx {
+		errs[i] = err
 	}
 }
 
