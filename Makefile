@@ -20,7 +20,7 @@ MODULES := . etcdstore fence/pgfence pgstore prommetrics otelleasehold cmd/lease
 BUILD_TAGS := grpcnotrace,nethttpomithttp2
 BIN ?= bin/leasehold
 # Issue 14 asks for 25 MB; README, "Modules", says why the binary is larger.
-MAX_BINARY_BYTES ?= 31000000
+MAX_BINARY_BYTES ?= 32000000
 
 .PHONY: fuzz test deps gotest gotest-serial lint modgraph binsize rules drill build man print-build-tags release release-check release-repro tidy vuln
 
