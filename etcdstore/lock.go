@@ -469,7 +469,9 @@ func (s *Store) renewChunk(parent context.Context, reqs []driver.RenewRequest, c
 // token and nobody waits, and the token's queue entry when this store
 // queued it. When someone waits it hands the key to the head of the queue
 // (a driver.Wake with the grant), guarded as a takeover: one transaction when the
-// store knows the head, else a read and then the grant.
+// store knows the head, else a read and then the grant; but while a full
+// batch of the store's transactions waits, a release that does not know
+// the head deletes the lock, and the head takes the key itself.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := checkNames(key, token, ""); err != nil {
 		return err
@@ -485,7 +487,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		own = append(own, clientv3.OpDelete(s.entryKey(key, token)))
 	}
 	mod, next := s.sess.headOf(r)
-	plain := false
+	// A head this store does not know is read, then granted; while a full
+	// batch waits (a release-all), the lock is deleted instead, and the
+	// head, woken by its watch, takes the key with one acquire: two
+	// transactions a key, not three (with the granted waiter's acquire).
+	plain := next == nil && s.rel.busy()
 	for attempt := 0; ; attempt++ {
 		rs, done, err := s.releaseOnce(ctx, key, token, own, mod, next, plain || attempt >= 3, attempt > 0)
 		switch {

@@ -35,6 +35,14 @@ type relBatch struct {
 	inFlight int // requests sent (alone or batched) and not answered
 }
 
+// busy reports whether a full batch waits in the queue: etcd is the
+// bottleneck, and every transaction saved shortens the wait of the others.
+func (b *relBatch) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue) >= maxRelBatch
+}
+
 // relCall is one transaction and, once done is closed, its answer; lead:
 // done was closed to make it send the queue instead.
 type relCall struct {
