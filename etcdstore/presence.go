@@ -64,21 +64,23 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 
 // readPerTxn and movePerTxn are how many places one RefreshQueue
 // transaction reads or moves: etcd's --max-txn-ops (128) bounds a
-// transaction's ops plus those of the transactions nested in it on any one
-// path (a move: two more levels).
+// transaction's compares, and its ops plus those of the transactions nested
+// in it on any one path (a move: two more levels).
 const (
-	readPerTxn = maxTxnOps / 2
+	readPerTxn = maxTxnOps
 	movePerTxn = 100
 )
 
-// RefreshQueue implements driver.QueueRefresher. A place the presence keeps
-// (Kept) is only read: one transaction of plain reads per readPerTxn
-// places, its entry and the lock, which etcd answers without a raft write.
-// The others, and a kept place whose entry is not on the presence yet, are
-// moved: one transaction per movePerTxn places, each a nested transaction
-// that, while the token's entry is there, puts it on its lease (the
-// presence with Kept, else the current lease of QueueTTL) unless the
-// presence keeps it already, and counts the lock.
+// RefreshQueue implements driver.QueueRefresher. Places the presence keeps
+// (Kept) are only read: one transaction per readPerTxn places that, if
+// every entry is on the presence (one compare each), counts each lock.
+// With compares and reads alone, etcd answers it without a raft write. The
+// others, and every place of a read whose compares failed (an entry gone,
+// or not on the presence yet), are moved: one transaction per movePerTxn
+// places, each a nested transaction that, while the token's entry is
+// there, puts it on its lease (the presence with Kept, else the current
+// lease of QueueTTL) unless the presence keeps it already, and counts the
+// lock.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
 	var read, move []int
@@ -92,7 +94,9 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 		}
 	}
 	for c := range slices.Chunk(read, readPerTxn) {
-		move = append(move, s.readPlaces(ctx, reqs, c, errs)...)
+		if !s.readPlaces(ctx, reqs, c, errs) {
+			move = append(move, c...)
+		}
 	}
 	for c := range slices.Chunk(move, movePerTxn) {
 		s.movePlaces(ctx, reqs, c, errs)
@@ -100,12 +104,13 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 	return errs
 }
 
-// readPlaces refreshes the kept places reqs[i], i in idx, in one read,
-// setting errs[i], and returns those whose entry is not on the presence.
-func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) (move []int) {
-	fail := func(err error) []int {
+// readPlaces refreshes the kept places reqs[i], i in idx, with one read,
+// setting errs[i]. It reports false, setting nothing, when an entry is not
+// on the presence.
+func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) bool {
+	fail := func(err error) bool {
 		setAll(errs, idx, err)
-		return nil
+		return true
 	}
 	ctx, end, err := s.begin(parent)
 	if err != nil {
@@ -120,28 +125,27 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 	if err != nil {
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
 	}
-	ops := make([]clientv3.Op, 0, 2*len(idx))
-	for _, i := range idx {
-		ops = append(ops, clientv3.OpGet(s.entryKey(reqs[i].Key, reqs[i].Token)), clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly()))
+	cmps := make([]clientv3.Cmp, len(idx))
+	ops := make([]clientv3.Op, len(idx))
+	for j, i := range idx {
+		cmps[j] = clientv3.Compare(clientv3.LeaseValue(s.entryKey(reqs[i].Key, reqs[i].Token)), "=", p)
+		ops[j] = clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly())
 	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	switch {
+	case err != nil:
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
+	case !resp.Succeeded:
+		return false
 	}
 	for j, i := range idx {
-		entry := resp.Responses[2*j].GetResponseRange().GetKvs()
-		switch {
-		case len(entry) == 0:
-			errs[i] = driver.ErrNotQueued
-		case clientv3.LeaseID(entry[0].Lease) != p:
-			move = append(move, i)
-		case resp.Responses[2*j+1].GetResponseRange().GetCount() == 0:
+		if resp.Responses[j].GetResponseRange().GetCount() == 0 {
 			errs[i] = leasehold.ErrNotHeld
-		default:
+		} else {
 			s.refreshed(reqs[i])
 		}
 	}
-	return move
+	return true
 }
 
 // movePlaces refreshes the places reqs[i], i in idx, in one transaction

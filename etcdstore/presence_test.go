@@ -117,3 +117,57 @@ func TestPresenceOutlivesAnUnknownLockLease(t *testing.T) {
 		t.Fatalf("the place kept by the presence: %v", errs[0])
 	}
 }
+
+// A refresh of places the presence keeps is a read: etcd commits no raft
+// proposal for it (a transaction with a nested one, or with a put, goes
+// through raft). When one place of a read is not on the presence (here:
+// never queued), the move path answers every place of it.
+func TestKeptRefreshIsARead(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	a, b := uniqueKey(t, "a"), uniqueKey(t, "b")
+	for _, k := range []string{a, b} {
+		if _, err := acquireQ(t, h, k, "h", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl = time.Second
+	if err := s.KeepPresence(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	refresh := func(tokens ...string) []error {
+		var reqs []driver.QueueRefresh
+		for i, k := range []string{a, b, a} {
+			if i < len(tokens) {
+				reqs = append(reqs, driver.QueueRefresh{Key: k, Token: tokens[i], QueueTTL: ttl, Kept: 20 * ttl})
+			}
+		}
+		return s.RefreshQueue(ctx, reqs)
+	}
+	for _, r := range []driver.QueueRefresh{{Key: a, Token: "wa"}, {Key: b, Token: "wb"}} {
+		req := driver.AcquireRequest{Key: r.Key, Token: r.Token, TTL: 10 * time.Second, QueueTTL: ttl, Kept: 20 * ttl}
+		if _, err := s.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+	}
+	proposals := func() float64 { return c.Metric(t, 0, "etcd_server_proposals_committed_total") }
+	const rounds = 20
+	p0 := proposals()
+	for range rounds {
+		if errs := refresh("wa", "wb"); errs[0] != nil || errs[1] != nil {
+			t.Fatalf("expected both places kept behind their holders, got %v", errs)
+		}
+	}
+	if n := proposals() - p0; n >= rounds/2 {
+		t.Fatalf("%d refreshes of kept places committed %v raft proposals: not a read", rounds, n)
+	}
+	if _, err := cli.Delete(ctx, "lh-test/"+b); err != nil { // b's lock expires
+		t.Fatal(err)
+	}
+	if errs := refresh("wa", "wb"); errs[0] != nil || !errors.Is(errs[1], leasehold.ErrNotHeld) {
+		t.Fatalf("expected nil and ErrNotHeld, got %v", errs)
+	}
+	if errs := refresh("wa", "wb", "x"); errs[0] != nil || !errors.Is(errs[1], leasehold.ErrNotHeld) || !errors.Is(errs[2], driver.ErrNotQueued) {
+		t.Fatalf("expected nil, ErrNotHeld and ErrNotQueued, got %v", errs)
+	}
+}
