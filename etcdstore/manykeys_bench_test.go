@@ -85,6 +85,7 @@ type manyKeysResult struct {
 	queueErrs, lateErrs, relErrs int64
 	unserved                     int
 	p50, max                     time.Duration
+	deleted                      int // locks deleted by the release-all, not granted
 }
 
 func manyKeys(b testing.TB, c *testetcd.Cluster, k int) manyKeysResult {
@@ -183,6 +184,27 @@ func manyKeys(b testing.TB, c *testetcd.Cluster, k int) manyKeysResult {
 	etcdCPU1, load := etcdCPU(c), loadAvg()
 	slowQueueing, watching := slow.max.Swap(0), watchers.max.Load()
 
+	// Count the locks the release-all deletes instead of granting them.
+	watchCtx, endWatch := context.WithCancel(ctx)
+	defer endWatch()
+	var deleted atomic.Int64
+	now, err := cli.Get(ctx, benchPrefix+run)
+	if err != nil {
+		b.Fatal(err)
+	}
+	events := cli.Watch(watchCtx, benchPrefix+run, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(now.Header.Revision+1))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for r := range events {
+			for _, ev := range r.Events {
+				if !strings.Contains(string(ev.Kv.Key), "\x00") {
+					deleted.Add(1)
+				}
+			}
+		}
+	}()
+
 	// Release every key at once.
 	var relErrs atomic.Int64
 	releasing.Store(true)
@@ -208,6 +230,8 @@ func manyKeys(b testing.TB, c *testetcd.Cluster, k int) manyKeysResult {
 	}
 	etcdCPU2 := etcdCPU(c)
 	slowRelease := slow.max.Load()
+	endWatch()
+	<-watched
 	for _, l := range won {
 		if l != nil {
 			rel.Go(func() { _ = l.Release(context.WithoutCancel(b.Context())) })
@@ -226,13 +250,13 @@ func manyKeys(b testing.TB, c *testetcd.Cluster, k int) manyKeysResult {
 	if len(lat) > 0 {
 		p50, maxLat = lat[len(lat)/2], lat[len(lat)-1]
 	}
-	b.Logf("K=%d settled-in=%v queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs unsynced-watches-max=%d/%d watches-at-release=%d load=%s",
-		k, settled.Round(time.Millisecond), queued, queueErrs.Load(), lateErrs.Load(), relErrs.Load(), relDone.Round(time.Millisecond), len(lat),
+	b.Logf("K=%d settled-in=%v queued=%d queue-errors=%d waiter-errors-after=%d release-errors=%d releases-took=%v deleted=%d served=%d p50=%v max=%v etcd-cpu-queueing=%.2fs etcd-cpu-release=%.2fs unsynced-watches-max=%d/%d watches-at-release=%d load=%s",
+		k, settled.Round(time.Millisecond), queued, queueErrs.Load(), lateErrs.Load(), relErrs.Load(), relDone.Round(time.Millisecond), deleted.Load(), len(lat),
 		p50.Round(time.Millisecond), maxLat.Round(time.Millisecond), etcdCPU1-etcdCPU0, etcdCPU2-etcdCPU1, slowQueueing, slowRelease, watching, load)
 	for _, e := range errs.list() {
 		b.Log(e)
 	}
-	return manyKeysResult{queueErrs.Load(), lateErrs.Load(), relErrs.Load(), k - len(lat), p50, maxLat}
+	return manyKeysResult{queueErrs.Load(), lateErrs.Load(), relErrs.Load(), k - len(lat), p50, maxLat, int(deleted.Load())}
 }
 
 var keyRE = regexp.MustCompile(`mk-[0-9]+-[0-9]+`)
@@ -343,4 +367,19 @@ func sampleMax(ctx context.Context, url, name string) *maxSampler {
 func waiterTTLEnv() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv("LEASEHOLD_ETCD_WAITERTTL"))
 	return d
+}
+
+// TestReleaseAllWhileBusy releases 300 keys at once, each with a waiter of
+// another Locker queued after the holder took it: the releases queue up
+// (two requests in flight), so those sent while a full batch waits delete
+// their locks instead of granting them, and each head, woken by its watch,
+// must take its key itself, long before the holder's TTL (30 s).
+func TestReleaseAllWhileBusy(t *testing.T) {
+	r := manyKeys(t, testetcd.Start(t), 300)
+	if r.queueErrs+r.lateErrs+r.relErrs+int64(r.unserved) != 0 || r.max > 20*time.Second {
+		t.Fatalf("expected no error and every waiter served by the release, got %+v", r)
+	}
+	if r.deleted == 0 {
+		t.Fatalf("no release deleted its lock: the busy path was not taken (%+v)", r)
+	}
 }
