@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -165,6 +166,46 @@ func TestDegradedLeaseStaysUntilReleased(t *testing.T) {
 		}
 		if err := lease.Release(t.Context()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A release lost to an outage is retried in the background until the store
+// answers, so the key does not wait out the lock's TTL (on etcd, a lock
+// handed to a waiter lives on its Store's presence until its first renewal
+// moves it: a lost release held the key while that Store kept waiting).
+// Close ends the retries.
+func TestLostReleaseIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		l, _, _ := newLocker(t, store, leasehold.Options{TTL: time.Minute})
+		fails := map[string]*atomic.Int32{"k": {}, "closed": {}} // releases to fail, by key
+		fails["k"].Store(3)
+		fails["closed"].Store(1 << 30)
+		store.SetFaults(func(op memstore.Op, key string) memstore.Fault {
+			if op == memstore.OpRelease && fails[key].Add(-1) >= 0 {
+				return memstore.Fault{Err: memstore.ErrUnavailable}
+			}
+			return memstore.Fault{}
+		})
+		for _, key := range []string{"k", "closed"} {
+			lease, err := l.Acquire(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Release(t.Context()); !errors.Is(err, leasehold.ErrUnavailable) {
+				t.Fatalf("%s: expected the release to fail with ErrUnavailable, got %v", key, err)
+			}
+		}
+		time.Sleep(10 * time.Second)
+		if _, err := store.Inspect(t.Context(), "k"); !errors.Is(err, leasehold.ErrNotHeld) {
+			t.Fatalf("expected the retried release to free the key, got %v", err)
+		}
+		if err := l.Close(); err != nil { // ends the retries of "closed" (synctest: a hang fails)
+			t.Fatal(err)
+		}
+		if _, err := store.Inspect(t.Context(), "closed"); err != nil {
+			t.Fatalf("expected the never-released lock to stay held, got %v", err)
 		}
 	})
 }

@@ -93,7 +93,7 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 	if !l.sched.add(ls) {
 		cancel(ErrLockerClosed)
 		if !g.degraded {
-			l.release(ctx, ls.ops, spec.key, g.token)
+			l.release(ctx, ls.ops, spec.key, g.token, false)
 		}
 		return nil, ErrLockerClosed // the caller frees the gate
 	}
@@ -279,6 +279,9 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 		return fmt.Errorf("release %q: %w", ls.key, ErrNotOwned)
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "release", Err: err})
+		if errors.Is(err, ErrUnavailable) {
+			ls.l.releaseLater(ctx, ls.ops, ls.key, ls.token)
+		}
 		return storeErr("release", ls.key, err)
 	}
 }
@@ -286,7 +289,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 // undo deletes (token-checked) a lock that a renewal extended after the lease
 // had already ended without releasing it, so no lock outlives its lease.
 func (ls *Lease) undo() {
-	ls.l.release(ls.ctx, ls.ops, ls.key, ls.token)
+	ls.l.release(ls.ctx, ls.ops, ls.key, ls.token, false)
 }
 
 // detach returns ctx's values without its cancellation.

@@ -139,35 +139,70 @@ func (l *Locker) enterWait() bool {
 }
 
 // release deletes key's lock if token holds it, or takes token out of key's
-// queue, on ctx's values bounded by ReleaseTimeout. It is a clean-up: its
-// outcome is only logged.
-func (l *Locker) release(ctx context.Context, ops keyOps, key, token string) {
-	rctx, cancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
-	defer cancel()
-	err := ops.release(rctx, key, token)
-	if err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNotOwned) {
+// queue, on ctx's values bounded by ReleaseTimeout a try. It is a clean-up:
+// its outcome is only logged. With retry, it tries again every WaitCap
+// while the store is unavailable, until the Locker closes or for as long as
+// a place kept by a presence lives (keptFactor × WaiterTTL): a place left
+// behind (a waiter gave up while a failover lost its release) would be
+// handed the key nobody takes, and on etcd live as long as its Store keeps
+// its presence.
+func (l *Locker) release(ctx context.Context, ops keyOps, key, token string, retry bool) {
+	giveUp := time.Now().Add(keptFactor * l.opts.WaiterTTL)
+	for {
+		rctx, cancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
+		err := ops.release(rctx, key, token)
+		cancel()
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotOwned) {
+			return
+		}
 		l.opts.Logger.DebugContext(ctx, "leasehold: clean-up release failed", slog.String("locker", l.opts.Name),
 			slog.String("key", key), slog.String("token", tokenPrefix(token)), slog.Any("error", err))
+		if !retry || !errors.Is(err, ErrUnavailable) || time.Now().Add(l.opts.WaitCap).After(giveUp) ||
+			!sleepCtx(l.ctx, l.ctx, l.opts.WaitCap) {
+			return
+		}
 	}
 }
 
-// background runs a clean-up release in a goroutine the Locker owns: Close
-// waits for it. It runs on a context detached from the caller and from
+// background runs a clean-up release, retried while the store is
+// unavailable, in a goroutine the Locker owns: Close waits for it, and ends
+// its retries. Each try runs on a context detached from the caller and from
 // Close, bounded by ReleaseTimeout, so it survives Close. Once Close began it
-// runs in the caller's goroutine instead (Close waits for a waiting Acquire
-// to get there; an acquire call racing Close finishes it before it returns).
+// runs in the caller's goroutine instead, once (Close waits for a waiting
+// Acquire to get there; an acquire call racing Close finishes it before it
+// returns).
 func (l *Locker) background(ctx context.Context, ops keyOps, key, token string) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.release(ctx, ops, key, token)
+		l.release(ctx, ops, key, token, false)
 		return
 	}
 	l.bg.Add(1)
 	l.mu.Unlock()
 	go func() {
 		defer l.bg.Done()
-		l.release(ctx, ops, key, token)
+		l.release(ctx, ops, key, token, true)
+	}()
+}
+
+// releaseLater retries, in a goroutine the Locker owns, a release of
+// token's lock that failed while the store was unavailable (see release),
+// unless Close began: a lock handed to a waiter on etcd lives on its
+// Store's presence until its first renewal moves it, so a lost release
+// would hold the key for as long as that Store keeps waiting.
+func (l *Locker) releaseLater(ctx context.Context, ops keyOps, key, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		if sleepCtx(l.ctx, l.ctx, l.opts.WaitCap) {
+			l.release(ctx, ops, key, token, true)
+		}
 	}()
 }
 
