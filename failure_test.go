@@ -188,7 +188,7 @@ func TestLostReleaseIsRetried(t *testing.T) {
 			}
 			return memstore.Fault{}
 		})
-		for _, key := range []string{"k", "closed"} {
+		for _, key := range []string{"closed", "k"} { // "closed" first: it must not hold up "k"
 			lease, err := l.Acquire(t.Context(), key)
 			if err != nil {
 				t.Fatal(err)

@@ -93,7 +93,7 @@ func (l *Locker) newLease(ctx context.Context, spec leaseSpec, g grant) (*Lease,
 	if !l.sched.add(ls) {
 		cancel(ErrLockerClosed)
 		if !g.degraded {
-			l.release(ctx, ls.ops, spec.key, g.token, false)
+			_ = l.release(ctx, ls.ops, spec.key, g.token)
 		}
 		return nil, ErrLockerClosed // the caller frees the gate
 	}
@@ -280,7 +280,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 	default:
 		ls.l.observe(Event{Kind: EventStoreError, Key: ls.key, Op: "release", Err: err})
 		if errors.Is(err, ErrUnavailable) {
-			ls.l.releaseLater(ctx, ls.ops, ls.key, ls.token)
+			ls.l.retryRelease(ctx, ls.ops, ls.key, ls.token)
 		}
 		return storeErr("release", ls.key, err)
 	}
@@ -289,7 +289,7 @@ func (ls *Lease) storeRelease(ctx context.Context) error {
 // undo deletes (token-checked) a lock that a renewal extended after the lease
 // had already ended without releasing it, so no lock outlives its lease.
 func (ls *Lease) undo() {
-	ls.l.release(ls.ctx, ls.ops, ls.key, ls.token, false)
+	_ = ls.l.release(ls.ctx, ls.ops, ls.key, ls.token)
 }
 
 // detach returns ctx's values without its cancellation.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,8 @@ type Locker struct {
 	closeAll context.CancelFunc
 	mu       sync.Mutex
 	closed   bool
+	retries  []pendingRelease // failed releases to send again (retryRelease), guarded by mu
+	retrying bool             // retryLoop runs, guarded by mu
 	// configChecked: the one ConfigChecker check was started.
 	configChecked atomic.Bool
 	bg            sync.WaitGroup // clean-up releases, the config check and Observe loops, joined by Close
@@ -139,71 +142,108 @@ func (l *Locker) enterWait() bool {
 }
 
 // release deletes key's lock if token holds it, or takes token out of key's
-// queue, on ctx's values bounded by ReleaseTimeout a try. It is a clean-up:
-// its outcome is only logged. With retry, it tries again every WaitCap
-// while the store is unavailable, until the Locker closes or for as long as
-// a place kept by a presence lives (keptFactor × WaiterTTL): a place left
-// behind (a waiter gave up while a failover lost its release) would be
-// handed the key nobody takes, and on etcd live as long as its Store keeps
-// its presence.
-func (l *Locker) release(ctx context.Context, ops keyOps, key, token string, retry bool) {
-	giveUp := time.Now().Add(keptFactor * l.opts.WaiterTTL)
-	for {
-		rctx, cancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
-		err := ops.release(rctx, key, token)
-		cancel()
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotOwned) {
-			return
-		}
+// queue, on ctx's values bounded by ReleaseTimeout. It is a clean-up: its
+// outcome is only logged, and returned.
+func (l *Locker) release(ctx context.Context, ops keyOps, key, token string) error {
+	rctx, cancel := context.WithTimeout(detach(ctx), l.opts.ReleaseTimeout)
+	defer cancel()
+	err := ops.release(rctx, key, token)
+	if err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNotOwned) {
 		l.opts.Logger.DebugContext(ctx, "leasehold: clean-up release failed", slog.String("locker", l.opts.Name),
 			slog.String("key", key), slog.String("token", tokenPrefix(token)), slog.Any("error", err))
-		if !retry || !errors.Is(err, ErrUnavailable) || time.Now().Add(l.opts.WaitCap).After(giveUp) ||
-			!sleepCtx(l.ctx, l.ctx, l.opts.WaitCap) {
-			return
-		}
+		return err
 	}
+	return nil
 }
 
-// background runs a clean-up release, retried while the store is
-// unavailable, in a goroutine the Locker owns: Close waits for it, and ends
-// its retries. Each try runs on a context detached from the caller and from
-// Close, bounded by ReleaseTimeout, so it survives Close. Once Close began it
-// runs in the caller's goroutine instead, once (Close waits for a waiting
+// background runs a clean-up release in a goroutine the Locker owns: Close
+// waits for it. It runs on a context detached from the caller and from
+// Close, bounded by ReleaseTimeout, so it survives Close; one that fails
+// while the store is unavailable is retried (retryRelease). Once Close began
+// it runs in the caller's goroutine instead, once (Close waits for a waiting
 // Acquire to get there; an acquire call racing Close finishes it before it
 // returns).
 func (l *Locker) background(ctx context.Context, ops keyOps, key, token string) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.release(ctx, ops, key, token, false)
+		_ = l.release(ctx, ops, key, token)
 		return
 	}
 	l.bg.Add(1)
 	l.mu.Unlock()
 	go func() {
 		defer l.bg.Done()
-		l.release(ctx, ops, key, token, true)
+		if err := l.release(ctx, ops, key, token); errors.Is(err, ErrUnavailable) {
+			l.retryRelease(ctx, ops, key, token)
+		}
 	}()
 }
 
-// releaseLater retries, in a goroutine the Locker owns, a release of
-// token's lock that failed while the store was unavailable (see release),
-// unless Close began: a lock handed to a waiter on etcd lives on its
-// Store's presence until its first renewal moves it, so a lost release
-// would hold the key for as long as that Store keeps waiting.
-func (l *Locker) releaseLater(ctx context.Context, ops keyOps, key, token string) {
+// pendingRelease is a release that failed while the store was unavailable.
+type pendingRelease struct {
+	ctx        context.Context
+	ops        keyOps
+	key, token string
+	giveUp     time.Time
+}
+
+// retryRelease queues a release that failed while the store was
+// unavailable, for the Locker's one retrying goroutine: every WaitCap it
+// sends the queued releases in turn, and stops the pass at the first that
+// finds the store still unavailable, which goes last (one request a round
+// during an outage; a key that stays unavailable, a Redis Cluster shard
+// down, does not hold up the others).
+// A release is dropped once it succeeds or is refused for another reason,
+// after keptFactor × WaiterTTL (a place kept by a presence lives that long
+// on Redis and PostgreSQL), or when Close begins. Without it, a waiter that
+// gave up while a failover lost its release left its place behind, to be
+// handed the key nobody takes; and on etcd, a lock handed to a waiter lives
+// on its Store's presence until its first renewal moves it, so a lost
+// release held the key for as long as that Store kept waiting.
+func (l *Locker) retryRelease(ctx context.Context, ops keyOps, key, token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
-		if sleepCtx(l.ctx, l.ctx, l.opts.WaitCap) {
-			l.release(ctx, ops, key, token, true)
+	l.retries = append(l.retries, pendingRelease{ctx, ops, key, token, time.Now().Add(keptFactor * l.opts.WaiterTTL)})
+	if !l.retrying {
+		l.retrying = true
+		l.bg.Add(1)
+		go l.retryLoop()
+	}
+}
+
+// retryLoop is the retrying goroutine of retryRelease: it ends when no
+// release is left, or at Close.
+func (l *Locker) retryLoop() {
+	defer l.bg.Done()
+	for sleepCtx(l.ctx, l.ctx, l.opts.WaitCap) {
+		l.mu.Lock()
+		pass := l.retries
+		l.retries = nil
+		l.mu.Unlock()
+		var keep []pendingRelease
+		for i, p := range pass {
+			if l.ctx.Err() != nil {
+				return
+			}
+			if err := l.release(p.ctx, p.ops, p.key, p.token); errors.Is(err, ErrUnavailable) {
+				keep = append(append(keep, pass[i+1:]...), p) // still down: the rest waits, p goes last
+				break
+			}
 		}
-	}()
+		keep = slices.DeleteFunc(keep, func(p pendingRelease) bool { return time.Now().After(p.giveUp) })
+		l.mu.Lock()
+		l.retries = append(keep, l.retries...)
+		if len(l.retries) == 0 {
+			l.retrying = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+	}
 }
 
 func (l *Locker) observe(e Event) {
