@@ -226,7 +226,9 @@ func (ls *Lease) manualOutcome(sent time.Time, err error) renewOutcome {
 
 // Release ends the lease and deletes its lock if its token still owns it,
 // bounded by ReleaseTimeout: nil, an error wrapping ErrNotOwned, or a
-// *StoreError. After the lease ended it is a no-op.
+// *StoreError. One that fails on an outage (ErrUnavailable) is retried by
+// the Locker in the background, every WaitCap, until the store answers
+// (for up to 20 × WaiterTTL, or Close). After the lease ended it is a no-op.
 func (ls *Lease) Release(ctx context.Context) error {
 	if !ls.l.sched.end(ls, ErrLeaseReleased) {
 		return nil
