@@ -405,7 +405,7 @@ func (kw *keyWatch) handoff(r ref, kv *mvccpb.KeyValue) driver.Wake {
 	if kv := kw.oldest(s.entryKey(r.key, r.token)); kv != nil {
 		next = s.entryHead(r.key, kv)
 	}
-	req, ok := s.sess.granted(r, ttl, kv.ModRevision, int64(fenceOf(kv)), next)
+	req, ok := s.sess.granted(r, ttl, kv.ModRevision, int64(fenceOf(kv)), next, s.sess.leases.isPresence(clientv3.LeaseID(kv.Lease)))
 	if !ok {
 		return driver.Wake{}
 	}

@@ -59,7 +59,21 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return s.wrap(ctx, "keep presence", "", err)
 	}
+	s.sweepGrants(ctx)
 	return nil
+}
+
+// sweepGrants deletes the locks handed to this store's waiters on its
+// presence that their holders neither renewed nor released by the grant's
+// TTL (a release lost while the lease ended, say): the presence would keep
+// them for as long as the store keeps it. Each delete is guarded by the
+// grant's mod revision, so a lock rewritten since (renewed, released and
+// taken again) is left alone. Errors are left to the waiters' takeover.
+func (s *Store) sweepGrants(ctx context.Context) {
+	for r, mod := range s.sess.staleGrants() {
+		k := s.lockKey(r.key)
+		_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).Then(clientv3.OpDelete(k)).Commit()
+	}
 }
 
 // readPerTxn and movePerTxn are how many places one RefreshQueue
@@ -294,6 +308,16 @@ func ready(e *epoch) bool {
 	default:
 		return false
 	}
+}
+
+// isPresence reports whether id is the Store's presence or one it replaced.
+func (ls *leases) isPresence(id clientv3.LeaseID) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if e := ls.pres; e != nil && ready(e) && e.id == id && id != 0 {
+		return true
+	}
+	return slices.ContainsFunc(ls.old, func(e *epoch) bool { return e.id == id && id != 0 })
 }
 
 // presenceOf returns the Store's presence lease, 0 when it has none (or it

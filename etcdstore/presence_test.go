@@ -171,3 +171,67 @@ func TestKeptRefreshIsARead(t *testing.T) {
 		t.Fatalf("expected nil, ErrNotHeld and ErrNotQueued, got %v", errs)
 	}
 }
+
+// A lock handed to a kept place is on the Store's presence until its holder
+// renews it. One its holder neither renews nor releases (a release lost in a
+// failover) is deleted by the Store's next KeepPresence past the grant's
+// TTL, not kept as long as the presence; a renewed one is left alone.
+func TestStaleGrantOnThePresenceIsSwept(t *testing.T) {
+	c, cli, s, ctx := startStore(t, 30*time.Second)
+	h := newStore(t, c)
+	const ttl = time.Second
+	if err := s.KeepPresence(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	grant := func(key string) driver.Wake {
+		if _, err := acquireQ(t, h, key, "h", 0); err != nil {
+			t.Fatal(err)
+		}
+		req := driver.AcquireRequest{Key: key, Token: "w", TTL: ttl, QueueTTL: ttl, Kept: 20 * ttl}
+		if _, err := s.Acquire(ctx, req); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("expected ErrNotAcquired, got %v", err)
+		}
+		wake, stop, err := s.WaitRelease(ctx, key, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		if err := h.Release(ctx, key, "h"); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case w := <-wake:
+				if w.Fence != 0 {
+					return w
+				}
+			case <-ctx.Done():
+				t.Fatal("no grant")
+			}
+		}
+	}
+	stale, renewed := uniqueKey(t, "stale"), uniqueKey(t, "renewed")
+	grant(stale)
+	grant(renewed)
+	if err := s.Renew(ctx, renewed, "w", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	held := func(key string) bool {
+		r, err := cli.Get(ctx, "lh-test/"+key, clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count == 1
+	}
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		if err := s.KeepPresence(ctx, ttl); err != nil { // the keeper's rounds
+			t.Fatal(err)
+		}
+	}
+	if held(stale) {
+		t.Fatal("the grant nobody renewed or released is still held, kept by the presence")
+	}
+	if !held(renewed) {
+		t.Fatal("the renewed grant was deleted")
+	}
+}

@@ -44,6 +44,9 @@ type tracked struct {
 	mod   int64
 	next  *headEntry
 	fence int64
+	// Grants: the lock is on this store's presence, as the grant wrote it
+	// (not rewritten since, as far as this store knows): sweepGrants.
+	kept bool
 }
 
 // headEntry is the head of a key's queue as a read showed it, for a grant.
@@ -111,15 +114,36 @@ func (ss *session) forget(r ref) {
 // and returns the TTL r asked for; false when r is not waiting here. The
 // waiter's queue entry stays tracked: its Locker may not take the grant
 // (it acquires again, or leaves with Release, which deletes the entry).
-func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *headEntry) (time.Duration, bool) {
+// kept: the lock is on this store's presence.
+func (ss *session) granted(r ref, ttl time.Duration, mod, fence int64, next *headEntry, kept bool) (time.Duration, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	w := ss.waiting[r]
 	if w == nil {
 		return 0, false
 	}
-	ss.grants[r] = &tracked{deadline: time.Now().Add(ttl), mod: mod, next: next, fence: fence}
+	ss.grants[r] = &tracked{deadline: time.Now().Add(ttl), mod: mod, next: next, fence: fence, kept: kept}
 	return w.reqTTL, true
+}
+
+// staleGrants returns the grants still on this store's presence, neither
+// renewed (moved) nor released, past their deadline: no Locker trusts them
+// any longer (a hand-off is trusted for at most its TTL from a write the
+// grant came after). Each is returned once.
+func (ss *session) staleGrants() map[ref]int64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var stale map[ref]int64
+	now := time.Now()
+	for r, g := range ss.grants {
+		if g.kept && g.mod > 0 && now.After(g.deadline) {
+			if stale == nil {
+				stale = map[ref]int64{}
+			}
+			stale[r], g.kept = g.mod, false
+		}
+	}
+	return stale
 }
 
 // took records that r holds its lock until ttl from now, written at mod
@@ -141,6 +165,9 @@ func (ss *session) moved(r ref, mod int64) {
 	for _, t := range []*tracked{ss.held[r], ss.grants[r]} {
 		if t != nil && t.mod != 0 {
 			t.mod = mod
+		}
+		if t != nil {
+			t.kept = false // rewritten: on the holder's own lease
 		}
 	}
 }
