@@ -68,11 +68,13 @@ func (s *Store) KeepPresence(ctx context.Context, ttl time.Duration) error {
 // TTL (a release lost while the lease ended, say): the presence would keep
 // them for as long as the store keeps it. Each delete is guarded by the
 // grant's mod revision, so a lock rewritten since (renewed, released and
-// taken again) is left alone. Errors are left to the waiters' takeover.
+// taken again) is left alone. One that fails is tried again next round.
 func (s *Store) sweepGrants(ctx context.Context) {
 	for r, mod := range s.sess.staleGrants() {
 		k := s.lockKey(r.key)
-		_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).Then(clientv3.OpDelete(k)).Commit()
+		if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).Then(clientv3.OpDelete(k)).Commit(); err != nil {
+			s.sess.unswept(r, mod) // the next round tries again
+		}
 	}
 }
 
@@ -87,14 +89,13 @@ const (
 
 // RefreshQueue implements driver.QueueRefresher. Places the presence keeps
 // (Kept) are only read: one transaction per readPerTxn places that, if
-// every entry is on the presence (one compare each), counts each lock.
-// With compares and reads alone, etcd answers it without a raft write. The
-// others, and every place of a read whose compares failed (an entry gone,
-// or not on the presence yet), are moved: one transaction per movePerTxn
-// places, each a nested transaction that, while the token's entry is
-// there, puts it on its lease (the presence with Kept, else the current
-// lease of QueueTTL) unless the presence keeps it already, and counts the
-// lock.
+// every entry is on the presence (one compare each), counts each lock, and
+// else reads the entries. With compares and reads alone, etcd answers it
+// without a raft write. The others, and the places a read found not on the
+// presence yet, are moved: one transaction per movePerTxn places, each a
+// nested transaction that, while the token's entry is there, puts it on its
+// lease (the presence with Kept, else the current lease of QueueTTL) unless
+// the presence keeps it already, and counts the lock.
 func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []error {
 	errs := make([]error, len(reqs))
 	var read, move []int
@@ -108,9 +109,7 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 		}
 	}
 	for c := range slices.Chunk(read, readPerTxn) {
-		if !s.readPlaces(ctx, reqs, c, errs) {
-			move = append(move, c...)
-		}
+		move = append(move, s.readPlaces(ctx, reqs, c, errs, true)...)
 	}
 	for c := range slices.Chunk(move, movePerTxn) {
 		s.movePlaces(ctx, reqs, c, errs)
@@ -119,12 +118,14 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 }
 
 // readPlaces refreshes the kept places reqs[i], i in idx, with one read,
-// setting errs[i]. It reports false, setting nothing, when an entry is not
-// on the presence.
-func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error) bool {
-	fail := func(err error) bool {
+// setting errs[i], and returns those whose entry is not on the presence.
+// When an entry failed its compare (gone, or not on the presence), the
+// answer reads the entries instead: a gone one is not queued, and the
+// others on the presence are read again (again: once).
+func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error, again bool) (move []int) {
+	fail := func(err error) []int {
 		setAll(errs, idx, err)
-		return true
+		return nil
 	}
 	ctx, end, err := s.begin(parent)
 	if err != nil {
@@ -140,17 +141,34 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
 	}
 	cmps := make([]clientv3.Cmp, len(idx))
-	ops := make([]clientv3.Op, len(idx))
+	locks := make([]clientv3.Op, len(idx))
+	entries := make([]clientv3.Op, len(idx))
 	for j, i := range idx {
-		cmps[j] = clientv3.Compare(clientv3.LeaseValue(s.entryKey(reqs[i].Key, reqs[i].Token)), "=", p)
-		ops[j] = clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly())
+		e := s.entryKey(reqs[i].Key, reqs[i].Token)
+		cmps[j] = clientv3.Compare(clientv3.LeaseValue(e), "=", p)
+		locks[j] = clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly())
+		entries[j] = clientv3.OpGet(e) // keys-only would drop the lease
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	switch {
-	case err != nil:
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(locks...).Else(entries...).Commit()
+	if err != nil {
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
-	case !resp.Succeeded:
-		return false
+	}
+	if !resp.Succeeded {
+		var on []int // entries on the presence
+		for j, i := range idx {
+			switch kvs := resp.Responses[j].GetResponseRange().GetKvs(); {
+			case len(kvs) == 0:
+				errs[i] = driver.ErrNotQueued
+			case clientv3.LeaseID(kvs[0].Lease) != p || !again:
+				move = append(move, i)
+			default:
+				on = append(on, i)
+			}
+		}
+		if len(on) == 0 {
+			return move
+		}
+		return append(move, s.readPlaces(parent, reqs, on, errs, false)...)
 	}
 	for j, i := range idx {
 		if resp.Responses[j].GetResponseRange().GetCount() == 0 {
@@ -159,7 +177,7 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 			s.refreshed(reqs[i])
 		}
 	}
-	return true
+	return nil
 }
 
 // movePlaces refreshes the places reqs[i], i in idx, in one transaction

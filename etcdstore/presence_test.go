@@ -120,8 +120,8 @@ func TestPresenceOutlivesAnUnknownLockLease(t *testing.T) {
 
 // A refresh of places the presence keeps is a read: etcd commits no raft
 // proposal for it (a transaction with a nested one, or with a put, goes
-// through raft). When one place of a read is not on the presence (here:
-// never queued), the move path answers every place of it.
+// through raft), also when one of them is not queued (here: never was): the
+// others are read again, not moved.
 func TestKeptRefreshIsARead(t *testing.T) {
 	c, cli, s, ctx := startStore(t, 30*time.Second)
 	h := newStore(t, c)
@@ -167,8 +167,14 @@ func TestKeptRefreshIsARead(t *testing.T) {
 	if errs := refresh("wa", "wb"); errs[0] != nil || !errors.Is(errs[1], leasehold.ErrNotHeld) {
 		t.Fatalf("expected nil and ErrNotHeld, got %v", errs)
 	}
-	if errs := refresh("wa", "wb", "x"); errs[0] != nil || !errors.Is(errs[1], leasehold.ErrNotHeld) || !errors.Is(errs[2], driver.ErrNotQueued) {
-		t.Fatalf("expected nil, ErrNotHeld and ErrNotQueued, got %v", errs)
+	p0 = proposals()
+	for range rounds / 4 {
+		if errs := refresh("wa", "wb", "x"); errs[0] != nil || !errors.Is(errs[1], leasehold.ErrNotHeld) || !errors.Is(errs[2], driver.ErrNotQueued) {
+			t.Fatalf("expected nil, ErrNotHeld and ErrNotQueued, got %v", errs)
+		}
+	}
+	if n := proposals() - p0; n >= rounds/4 {
+		t.Fatalf("%d refreshes with a place not queued committed %v raft proposals: the others were moved, not read", rounds/4, n)
 	}
 }
 

@@ -146,6 +146,16 @@ func (ss *session) staleGrants() map[ref]int64 {
 	return stale
 }
 
+// unswept records that the sweep of grant r at mod failed: the next
+// staleGrants returns it again, unless it was moved or forgotten since.
+func (ss *session) unswept(r ref, mod int64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if g := ss.grants[r]; g != nil && g.mod == mod {
+		g.kept = true
+	}
+}
+
 // took records that r holds its lock until ttl from now, written at mod
 // revision mod with next the queue head after it (0, nil: unknown), and no
 // longer waits: a grant it saw is taken or gone.
