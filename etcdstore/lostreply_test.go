@@ -75,16 +75,7 @@ func grantToWaiter(ctx context.Context, t *testing.T, holder, s *etcdstore.Store
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		select {
-		case w := <-wake:
-			if w.Fence != 0 {
-				return w
-			}
-		case <-ctx.Done():
-			t.Fatal("no grant")
-		}
-	}
+	return grantOn(t, ctx, wake)
 }
 
 // A granted waiter whose Acquire taking the grant lost its reply keeps the

@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -205,16 +206,7 @@ func TestStaleGrantOnThePresenceIsSwept(t *testing.T) {
 		if err := h.Release(ctx, key, "h"); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			select {
-			case w := <-wake:
-				if w.Fence != 0 {
-					return w
-				}
-			case <-ctx.Done():
-				t.Fatal("no grant")
-			}
-		}
+		return grantOn(t, ctx, wake)
 	}
 	stale, renewed := uniqueKey(t, "stale"), uniqueKey(t, "renewed")
 	grant(stale)
@@ -239,5 +231,21 @@ func TestStaleGrantOnThePresenceIsSwept(t *testing.T) {
 	}
 	if !held(renewed) {
 		t.Fatal("the renewed grant was deleted")
+	}
+}
+
+// grantOn returns the first wake-up on wake that carries a grant, failing
+// the test when ctx ends first.
+func grantOn(t *testing.T, ctx context.Context, wake <-chan driver.Wake) driver.Wake {
+	t.Helper()
+	for {
+		select {
+		case w := <-wake:
+			if w.Fence != 0 {
+				return w
+			}
+		case <-ctx.Done():
+			t.Fatal("no grant")
+		}
 	}
 }

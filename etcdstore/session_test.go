@@ -168,18 +168,7 @@ func TestGrantedWaiterOneRequestEach(t *testing.T) {
 		t.Cleanup(stop)
 		return wake
 	}
-	granted := func(wake <-chan driver.Wake) driver.Wake {
-		for {
-			select {
-			case w := <-wake:
-				if w.Fence != 0 {
-					return w
-				}
-			case <-ctx.Done():
-				t.Fatal("no grant")
-			}
-		}
-	}
+	granted := func(wake <-chan driver.Wake) driver.Wake { return grantOn(t, ctx, wake) }
 	wake, nextWake := wait(s, "w"), wait(next, "x")
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
