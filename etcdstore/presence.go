@@ -89,9 +89,9 @@ const (
 
 // RefreshQueue implements driver.QueueRefresher. Places the presence keeps
 // (Kept) are only read: one transaction per readPerTxn places that, if
-// every entry is on the presence (one compare each), counts each lock, and
-// else reads the entries. With compares and reads alone, etcd answers it
-// without a raft write. The others, and the places a read found not on the
+// every entry is on the presence (one compare each), counts each lock, else
+// a second that reads the entries. With compares and reads alone, etcd
+// answers them without a raft write. The others, and the places a read found not on the
 // presence yet, are moved: one transaction per movePerTxn places, each a
 // nested transaction that, while the token's entry is there, puts it on its
 // lease (the presence with Kept, else the current lease of QueueTTL) unless
@@ -119,9 +119,9 @@ func (s *Store) RefreshQueue(ctx context.Context, reqs []driver.QueueRefresh) []
 
 // readPlaces refreshes the kept places reqs[i], i in idx, with one read,
 // setting errs[i], and returns those whose entry is not on the presence.
-// When an entry failed its compare (gone, or not on the presence), the
-// answer reads the entries instead: a gone one is not queued, and the
-// others on the presence are read again (again: once).
+// When an entry failed its compare (gone, or not on the presence), a second
+// read of the entries tells: a gone one is not queued, and the others on the
+// presence are read again (again: once).
 func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, idx []int, errs []error, again bool) (move []int) {
 	fail := func(err error) []int {
 		setAll(errs, idx, err)
@@ -142,21 +142,26 @@ func (s *Store) readPlaces(parent context.Context, reqs []driver.QueueRefresh, i
 	}
 	cmps := make([]clientv3.Cmp, len(idx))
 	locks := make([]clientv3.Op, len(idx))
-	entries := make([]clientv3.Op, len(idx))
 	for j, i := range idx {
-		e := s.entryKey(reqs[i].Key, reqs[i].Token)
-		cmps[j] = clientv3.Compare(clientv3.LeaseValue(e), "=", p)
+		cmps[j] = clientv3.Compare(clientv3.LeaseValue(s.entryKey(reqs[i].Key, reqs[i].Token)), "=", p)
 		locks[j] = clientv3.OpGet(s.lockKey(reqs[i].Key), clientv3.WithCountOnly())
-		entries[j] = clientv3.OpGet(e) // keys-only would drop the lease
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(locks...).Else(entries...).Commit()
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(locks...).Commit()
 	if err != nil {
 		return fail(s.wrap(ctx, "refresh queue", first.Key, err))
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded { // rare: the entries' read is not on every request
+		entries := make([]clientv3.Op, len(idx))
+		for j, i := range idx {
+			entries[j] = clientv3.OpGet(s.entryKey(reqs[i].Key, reqs[i].Token)) // keys-only would drop the lease
+		}
+		get, err := s.cli.Txn(ctx).Then(entries...).Commit()
+		if err != nil {
+			return fail(s.wrap(ctx, "refresh queue", first.Key, err))
+		}
 		var on []int // entries on the presence
 		for j, i := range idx {
-			switch kvs := resp.Responses[j].GetResponseRange().GetKvs(); {
+			switch kvs := get.Responses[j].GetResponseRange().GetKvs(); {
 			case len(kvs) == 0:
 				errs[i] = driver.ErrNotQueued
 			case clientv3.LeaseID(kvs[0].Lease) != p || !again:
