@@ -106,8 +106,10 @@ func TestHeadTakesOverOnItsFirstRetry(t *testing.T) {
 		holder, crash := crashable(t, c)
 		waiter, n := countingStore(t, c)
 		// No refresh of the place (a transaction) before the takeover: the
-		// keeper's first round comes after WaiterTTL/3 (and WaitCap).
-		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl, WaiterTTL: 6 * ttl, WaitCap: 3 * ttl})
+		// keeper's first round comes after WaiterTTL/3 (and WaitCap), 10 s,
+		// far past the takeover also on a loaded machine (at 2 s, a full
+		// suite's run once counted it).
+		lk := newLocker(t, waiter, leasehold.Options{Name: "waiter", TTL: ttl, WaiterTTL: 30 * ttl, WaitCap: 10 * ttl})
 		key := uniqueKey(t, "k")
 		ctx := ctxFor(t, 10*time.Second)
 		warm(t, holder, key+"-warm")
